@@ -1,0 +1,104 @@
+"""Engine throughput against this machine's own limits, measured in one run.
+
+Prints, for a preset (default `small`) in bfloat16 on one thread:
+- prefill of a 2048-token prompt as a fraction of the time the same GEMMs take
+  alone (the projections at their shapes, plus attention's QK^T and PV as
+  batched matmuls at the causal half of their FLOPs); goal >= 0.7;
+- decode tokens/s at batch 1, 8 and 32 and the batch-32 / batch-1 ratio; goal >= 12.
+
+Usage: python benchmarks/engine_bench.py [--model small] [--tokens 2048] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+
+from engine import LLM, SamplingParams
+
+
+def best_of(fn, repeats: int = 3) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def gemm_baseline_s(llm: LLM, n: int, dtype: torch.dtype) -> tuple[float, float]:
+    """Seconds for the prefill's projection GEMMs alone, and for attention's matmuls alone."""
+    model = llm.engine.runner.model
+    cfg = llm.config
+    x_cache: dict[int, torch.Tensor] = {}
+    proj = 0.0
+    for layer in model.layers:
+        for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                    layer.mlp.gate_up_proj, layer.mlp.down_proj):
+            w = lin.weight
+            x = x_cache.setdefault(w.shape[1], torch.randn(n, w.shape[1], dtype=dtype))
+            proj += best_of(lambda: torch.nn.functional.linear(x, w))
+    h, hd = cfg.num_attention_heads, cfg.head_dim
+    q = torch.randn(h, n, hd, dtype=dtype)
+    k = torch.randn(h, hd, n, dtype=dtype)
+    scores = torch.randn(h, n, n, dtype=dtype)
+    v = torch.randn(h, n, hd, dtype=dtype)
+    # NOTE: causal attention needs half of each full matmul.
+    attn = 0.5 * (best_of(lambda: q @ k) + best_of(lambda: scores @ v)) * cfg.num_hidden_layers
+    return proj, attn
+
+
+def prefill_s(llm: LLM, n: int) -> float:
+    rng = random.Random(0)
+    vocab = llm.config.vocab_size
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    return best_of(lambda: llm.generate([[rng.randrange(3, vocab) for _ in range(n)]], params))
+
+
+def decode_tokens_per_s(llm: LLM, batch: int, prompt_len: int = 128, steps: int = 48) -> float:
+    rng = random.Random(batch)
+    vocab = llm.config.vocab_size
+    eng = llm.engine
+    params = SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)
+    for _ in range(batch):
+        eng.add_request([rng.randrange(3, vocab) for _ in range(prompt_len)], params)
+    while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in eng.requests.values()):
+        eng.step()  # prefill everything first; time decode steps only
+    eng.step()
+    t = time.perf_counter()
+    tokens = 0
+    while eng.has_unfinished():
+        tokens += len(eng.step())
+    return tokens / (time.perf_counter() - t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    llm = LLM(model=args.model, dtype="bfloat16", num_threads=args.threads,
+              max_num_batched_tokens=max(4096, args.tokens), enable_prefix_caching=False)
+    proj, attn = gemm_baseline_s(llm, args.tokens, torch.bfloat16)
+    pre = prefill_s(llm, args.tokens)
+    print(f"model {args.model}, bfloat16, {args.threads} thread(s)")
+    print(f"prefill {args.tokens} tokens: {pre * 1000:.0f} ms "
+          f"({args.tokens / pre:.0f} tok/s)")
+    print(f"  same GEMMs alone: projections {proj * 1000:.0f} ms + attention matmuls "
+          f"{attn * 1000:.0f} ms")
+    print(f"  prefill vs GEMM limit: {(proj + attn) / pre:.2f} (goal >= 0.70); "
+          f"projections only: {proj / pre:.2f}")
+    rates = {b: decode_tokens_per_s(llm, b) for b in (1, 8, 32)}
+    for b, r in rates.items():
+        print(f"decode batch {b:>2}: {r:7.1f} tok/s")
+    print(f"decode batch-32 / batch-1 throughput: {rates[32] / rates[1]:.1f}x (goal >= 12x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The engine: requests in, one step at a time, token deltas out. Not thread-safe:
+one thread owns it (the server runs it beside its event loop)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.kv_transfer import KVPayload
+from engine.model_runner import ModelRunner
+from engine.scheduler import Scheduler
+from engine.sequence import FinishReason, Request, SamplingParams
+
+
+class KVImportError(ValueError):
+    """Imported KV cannot serve the request (layout or token mismatch) under policy `fail`."""
+
+
+@dataclass
+class RequestOutput:
+    """A request's progress after a step: the tokens new this step and all so far."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    num_cached_tokens: int
+    num_preemptions: int
+
+
+@dataclass
+class HeldKV:
+    request: Request
+    expires_at: float
+
+
+class LLMEngine:
+    """One engine instance (role both, prefill or decode) over one device."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config.resolved()
+        self.model_config = self.config.model_config
+        self.runner = ModelRunner(self.config)
+        self.block_manager = BlockManager(self.runner.num_blocks, self.config.block_size,
+                                          self.config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, self.config.max_num_batched_tokens,
+                                   self.config.max_num_seqs, self.config.enable_chunked_prefill,
+                                   self.model_config.eos_token_id)
+        self.requests: dict[str, Request] = {}
+        self.held: dict[str, HeldKV] = {}
+        self.num_kv_import_failures = 0
+        self._ids = itertools.count()
+
+    # ---- requests ----------------------------------------------------------------------------
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError naming what makes this request impossible to serve."""
+        params.validate()
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise ValueError("prompt is empty")
+        vocab = self.model_config.vocab_size
+        bad = [t for t in prompt_token_ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]!r} is outside the vocabulary [0, {vocab})")
+        limit = self.model_config.max_position_embeddings
+        if n + params.max_tokens > limit:
+            raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                             f"the model's context of {limit} tokens")
+        if self.block_manager.blocks_needed(n + params.max_tokens) > self.block_manager.num_blocks:
+            raise ValueError(f"prompt + max_tokens needs more KV blocks than the pool's "
+                             f"{self.block_manager.num_blocks}")
+        budget = self.config.max_num_batched_tokens
+        if not self.config.enable_chunked_prefill and n + params.max_tokens - 1 > budget:
+            raise ValueError(f"with chunked prefill off, prompt + max_tokens must fit in "
+                             f"max_num_batched_tokens ({budget})")
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None, kv: KVPayload | None = None,
+                    remote_decode: bool | None = None) -> str:
+        """Queue a request; returns its id.
+
+        kv: prompt KV pulled from a prefill instance; checked against the prompt,
+        and on mismatch either dropped (policy `recompute`) or refused (`fail`).
+        remote_decode: stop after the first token and hold the KV for export
+        (defaults to True on a `prefill`-role engine).
+        """
+        self.validate(prompt_token_ids, params)
+        request_id = request_id or f"req-{next(self._ids)}"
+        if request_id in self.requests or request_id in self.held:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if kv is not None:
+            kv = self._check_import(kv, prompt_token_ids)
+        if remote_decode is None:
+            remote_decode = self.config.role == "prefill"
+        req = Request(request_id, list(prompt_token_ids), params, arrival_time=time.monotonic(),
+                      pending_kv=kv, remote_decode=remote_decode)
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+        return request_id
+
+    def _check_import(self, kv: KVPayload, prompt: list[int]) -> KVPayload | None:
+        try:
+            kv.check_compatible(self.runner.layout, prompt)
+            return kv
+        except ValueError as e:
+            self.num_kv_import_failures += 1
+            if self.config.kv_load_failure_policy == "fail":
+                raise KVImportError(f"KV import failed: {e}") from None
+            return None
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request and free its blocks (held KV too). True if it was known."""
+        if request_id in self.held:
+            self.release_kv(request_id)
+            return True
+        req = self.scheduler.abort(request_id)
+        self.requests.pop(request_id, None)
+        self.runner.sampler.forget(request_id)
+        return req is not None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    # ---- stepping -------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run the model once, and report every request that advanced."""
+        self.expire_leases()
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        sampled = self.runner.execute(out)
+        finished = self.scheduler.update_from_output(out, sampled)
+        for req in finished:
+            self._retire(req)
+        return [self._output(req, [sampled[req.request_id]])
+                for req, _ in out.scheduled if req.request_id in sampled]
+
+    def _retire(self, req: Request) -> None:
+        self.requests.pop(req.request_id, None)
+        self.runner.sampler.forget(req.request_id)
+        if req.finish_reason is FinishReason.REMOTE_DECODE:
+            self.held[req.request_id] = HeldKV(
+                req, time.monotonic() + self.config.kv_lease_duration)
+        else:
+            self.block_manager.free(req)
+
+    @staticmethod
+    def _output(req: Request, new: list[int]) -> RequestOutput:
+        reason = req.finish_reason.value if req.finish_reason else None
+        return RequestOutput(req.request_id, req.prompt_token_ids, list(req.output_token_ids),
+                             new, req.is_finished, reason, req.num_cached_tokens,
+                             req.num_preemptions)
+
+    # ---- KV held for export (prefill side) ---------------------------------------------------------
+    def export_kv(self, request_id: str) -> KVPayload:
+        """The prompt KV of a finished remote-decode request; its lease keeps running."""
+        held = self.held.get(request_id)
+        if held is None:
+            raise KeyError(f"no KV held for request {request_id!r} (never prefilled, "
+                           "already released, or its lease expired)")
+        return self.runner.export_kv(held.request)
+
+    def release_kv(self, request_id: str) -> bool:
+        """Free the blocks held for `request_id` (the decoder has its copy). True if held."""
+        held = self.held.pop(request_id, None)
+        if held is None:
+            return False
+        self.block_manager.free(held.request)
+        return True
+
+    def expire_leases(self, now: float | None = None) -> list[str]:
+        """Free held KV whose lease ran out; returns the expired request ids."""
+        now = time.monotonic() if now is None else now
+        expired = [rid for rid, h in self.held.items() if h.expires_at <= now]
+        for rid in expired:
+            self.release_kv(rid)
+        return expired
