@@ -41,3 +41,11 @@ def test_bad_engine_options_are_named():
         make_llm(role="sideways")
     with pytest.raises(TypeError, match="bogus"):
         make_llm(bogus=1)
+
+
+def test_cuda_device_without_cuda_is_a_clear_error(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        make_llm(device="cuda:0")
