@@ -35,11 +35,25 @@ class KVCache:
         kv = kv.flatten(2, 3)
         return kv[0], kv[1]
 
-    def export(self, block_ids: list[int], num_tokens: int) -> torch.Tensor:
-        """Copy a request's first `num_tokens` tokens out as [layers, 2, num_tokens, kvh, hd]."""
+    def export(self, block_ids: list[int], num_tokens: int,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """A request's first `num_tokens` tokens as kv: [layers, 2, num_tokens, kvh, hd].
+
+        One gather copy, into `out` when given (e.g. a shared-memory buffer of
+        `export_numel(len(block_ids))` elements); the result is a view of it.
+        """
+        L, two, nb_total = self.data.shape[:3]
+        src = self.data.view(L * two, nb_total, -1)  # [L*2, blocks, bs*kvh*hd]
         idx = torch.tensor(block_ids, device=self.data.device)
-        kv = self.data[:, :, idx].flatten(2, 3)  # [L, 2, nb*bs, kvh, hd]
-        return kv[:, :, :num_tokens].contiguous()
+        shape = (L * two, len(block_ids), src.shape[-1])
+        padded = torch.empty(shape, dtype=self.data.dtype, device=self.data.device) if out is None \
+            else out.view(shape)
+        torch.index_select(src, 1, idx, out=padded)
+        return padded.view(L, two, -1, *self.data.shape[-2:])[:, :, :num_tokens]
+
+    def export_numel(self, num_blocks: int) -> int:
+        """Elements of an `out` buffer for export() of `num_blocks` blocks."""
+        return self.data[:, :, :num_blocks].numel()
 
     def import_(self, block_ids: list[int], kv: torch.Tensor) -> None:
         """Write kv: [layers, 2, T, kvh, hd] into the first T slots of `block_ids`."""

@@ -4,8 +4,12 @@ one thread owns it (the server runs it beside its event loop)."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -31,12 +35,14 @@ class RequestOutput:
     finish_reason: str | None
     num_cached_tokens: int
     num_preemptions: int
+    first_scheduled_time: float | None  # time.monotonic() of the step that first ran it
 
 
 @dataclass
 class HeldKV:
     request: Request
     expires_at: float
+    readers: int = 0  # exports in progress; the lease cannot expire under them
 
 
 class LLMEngine:
@@ -53,6 +59,7 @@ class LLMEngine:
                                    self.model_config.eos_token_id)
         self.requests: dict[str, Request] = {}
         self.held: dict[str, HeldKV] = {}
+        self._held_lock = threading.Lock()
         self.num_kv_import_failures = 0
         self._ids = itertools.count()
 
@@ -133,6 +140,10 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        now = time.monotonic()
+        for req, _ in out.scheduled:
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
         sampled = self.runner.execute(out)
         finished = self.scheduler.update_from_output(out, sampled)
         for req in finished:
@@ -154,29 +165,46 @@ class LLMEngine:
         reason = req.finish_reason.value if req.finish_reason else None
         return RequestOutput(req.request_id, req.prompt_token_ids, list(req.output_token_ids),
                              new, req.is_finished, reason, req.num_cached_tokens,
-                             req.num_preemptions)
+                             req.num_preemptions, req.first_scheduled_time)
 
     # ---- KV held for export (prefill side) ---------------------------------------------------------
-    def export_kv(self, request_id: str) -> KVPayload:
-        """The prompt KV of a finished remote-decode request; its lease keeps running."""
-        held = self.held.get(request_id)
-        if held is None:
-            raise KeyError(f"no KV held for request {request_id!r} (never prefilled, "
-                           "already released, or its lease expired)")
-        return self.runner.export_kv(held.request)
+    def export_kv(self, request_id: str,
+                  out_factory: Callable[[int], torch.Tensor] | None = None) -> KVPayload:
+        """The prompt KV of a finished remote-decode request; its lease keeps running.
+
+        Safe to call from any thread (a connector's): held blocks are never written,
+        and the lease cannot expire while the copy runs. `out_factory(numel)` may
+        supply the destination buffer (e.g. shared memory).
+        """
+        with self._held_lock:
+            held = self.held.get(request_id)
+            if held is None:
+                raise KeyError(f"no KV held for request {request_id!r} (never prefilled, "
+                               "already released, or its lease expired)")
+            held.readers += 1
+        try:
+            out = None
+            if out_factory is not None:
+                num_blocks = self.block_manager.blocks_needed(len(held.request.prompt_token_ids))
+                out = out_factory(self.runner.cache.export_numel(num_blocks))
+            return self.runner.export_kv(held.request, out)
+        finally:
+            with self._held_lock:
+                held.readers -= 1
 
     def release_kv(self, request_id: str) -> bool:
         """Free the blocks held for `request_id` (the decoder has its copy). True if held."""
-        held = self.held.pop(request_id, None)
-        if held is None:
-            return False
+        with self._held_lock:
+            held = self.held.get(request_id)
+            if held is None or held.readers:
+                return False
+            del self.held[request_id]
         self.block_manager.free(held.request)
         return True
 
     def expire_leases(self, now: float | None = None) -> list[str]:
         """Free held KV whose lease ran out; returns the expired request ids."""
         now = time.monotonic() if now is None else now
-        expired = [rid for rid, h in self.held.items() if h.expires_at <= now]
-        for rid in expired:
-            self.release_kv(rid)
-        return expired
+        with self._held_lock:
+            expired = [rid for rid, h in self.held.items() if h.expires_at <= now and not h.readers]
+        return [rid for rid in expired if self.release_kv(rid)]

@@ -116,9 +116,9 @@ class ModelRunner:
                 torch.tensor(sample_rows, device=dev), sample_reqs)
 
     # ---- KV export -----------------------------------------------------------------------------
-    def export_kv(self, req: Request) -> KVPayload:
-        """The prompt KV of a request whose prompt has been computed."""
+    def export_kv(self, req: Request, out: torch.Tensor | None = None) -> KVPayload:
+        """The prompt KV of a request whose prompt has been computed (see KVCache.export)."""
         n = len(req.prompt_token_ids)
-        kv = self.cache.export(req.block_ids[: -(-n // self.cfg.block_size)], n)
+        kv = self.cache.export(req.block_ids[: -(-n // self.cfg.block_size)], n, out)
         return KVPayload(req.request_id, self.layout, list(req.prompt_token_ids), kv,
                          self.cfg.block_size)

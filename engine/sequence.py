@@ -66,6 +66,7 @@ class Request:
     finish_reason: FinishReason | None = None
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache or a KV import
+    first_scheduled_time: float | None = None
     # Decode side: KV to import before the first step (an engine.kv_transfer.KVPayload).
     pending_kv: object | None = None
     # Prefill side: stop after the first token and hold the blocks for a decoder to pull.

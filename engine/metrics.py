@@ -1,0 +1,47 @@
+"""Prometheus metrics of one engine server, with vLLM's names where vLLM has them."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+
+
+class EngineMetrics:
+    """One registry per server (never the process-global one), so tests can run several."""
+
+    def __init__(self, model: str):
+        self.registry = r = CollectorRegistry()
+        lbl = ["model_name"]
+        self.model = model
+
+        def hist(name, doc):
+            return Histogram(name, doc, lbl, registry=r, buckets=_LATENCY_BUCKETS).labels(model)
+
+        self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token")
+        self.itl = hist("vllm:inter_token_latency_seconds", "Gap between output tokens")
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency")
+        self.step_time = hist("engine_step_duration_seconds", "Duration of one engine step")
+        self.running = Gauge("vllm:num_requests_running", "Requests running", lbl, registry=r).labels(model)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", lbl, registry=r).labels(model)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage (0-1)", lbl, registry=r).labels(model)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", lbl, registry=r).labels(model)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", lbl, registry=r).labels(model)
+        self.kv_transfer_time = hist("engine:kv_transfer_time_seconds", "KV pull time, first byte asked to last byte in")
+        self.kv_ready_delay = hist("engine:kv_transfer_ready_delay_seconds",
+                                   "Last KV byte in -> the decoder computing on it")
+        self.kv_transfer_bytes = Counter("engine:kv_transfer_bytes", "KV bytes pulled", lbl, registry=r).labels(model)
+        self.kv_transfers = Counter("engine:kv_transfers", "KV transfers completed", lbl, registry=r).labels(model)
+        self.kv_failures = Counter("engine:kv_transfer_failures", "KV pulls or imports that failed", lbl,
+                                   registry=r).labels(model)
+
+    def on_step(self, stats) -> None:
+        """Engine-thread callback with an async_engine.StepStats."""
+        self.step_time.observe(stats.duration_s)
+        self.running.set(stats.num_running)
+        self.waiting.set(stats.num_waiting)
+        self.kv_usage.set(stats.kv_usage)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,279 @@
+"""OpenAI-compatible HTTP server for one engine instance (role both, prefill or decode)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+
+from aiohttp import web
+
+from engine.async_engine import AsyncEngine
+from engine.config import EngineConfig
+from engine.connectors import puller
+from engine.connectors.frame import FrameError
+from engine.connectors.source import KVSource
+from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
+from engine.metrics import EngineMetrics
+from engine.protocol import ParsedRequest, RequestError, error_body, parse_json, parse_request
+from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
+
+CONNECTORS = ("shm", "tcp")
+
+
+def _error(e: RequestError) -> web.Response:
+    return web.json_response(e.body(), status=e.status)
+
+
+class EngineServer:
+    """Routes, request handling and the KV side channel of one instance."""
+
+    def __init__(self, config: EngineConfig, connector: str = "shm", served_model: str | None = None,
+                 kv_host: str = "127.0.0.1", kv_port: int = 0):
+        if connector not in CONNECTORS:
+            raise ValueError(f"connector must be one of {', '.join(CONNECTORS)}")
+        self.engine = LLMEngine(config)
+        self.role, self.connector = self.engine.config.role, connector
+        self.model = served_model or config.model
+        self.tokenizer = TextTokenizer.load(config.model)
+        self.metrics = EngineMetrics(self.model)
+        self.source = None
+        if self.role == "prefill":
+            self.source = KVSource(self.engine.export_kv, self._release, self.engine.runner.layout,
+                                   kv_host, kv_port)
+        self.aengine = AsyncEngine(self.engine, self.metrics.on_step, self._expired)
+        self.app = web.Application(client_max_size=64 << 20)
+        self.app.add_routes([
+            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/metrics", self.prometheus),
+            web.post("/v1/completions", lambda r: self.generate(r, chat=False)),
+            web.post("/v1/chat/completions", lambda r: self.generate(r, chat=True)),
+        ])
+        self.app.on_cleanup.append(self._close)
+
+    async def _close(self, _app) -> None:
+        if self.source:
+            self.source.close()
+        self.aengine.close()
+
+    def _release(self, request_id: str) -> None:  # side-channel thread
+        self.aengine.submit(lambda: self.engine.release_kv(request_id))
+
+    def _expired(self, request_ids: list[str]) -> None:  # engine thread
+        for rid in request_ids:
+            if self.source:
+                self.source.drop_segment(rid)
+
+    # ---- simple routes -------------------------------------------------------------------------
+    async def health(self, _req) -> web.Response:
+        return web.json_response({"status": "ok", "role": self.role})
+
+    async def models(self, _req) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "owned_by": "advisor",
+             "max_model_len": self.engine.model_config.max_position_embeddings}]})
+
+    async def prometheus(self, _req) -> web.Response:
+        return web.Response(body=self.metrics.render(), content_type="text/plain")
+
+    # ---- generation ----------------------------------------------------------------------------
+    def _prompt_ids(self, req: ParsedRequest) -> list[int]:
+        if req.messages is not None:
+            return self.tokenizer.encode(self.tokenizer.render_chat(req.messages))
+        return req.prompt if isinstance(req.prompt, list) else self.tokenizer.encode(req.prompt)
+
+    async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        arrival = time.monotonic()
+        try:
+            req = parse_request(parse_json(await request.read()), chat, self.model)
+            prompt = self._prompt_ids(req)
+            self.engine.validate(prompt, req.params)
+        except (RequestError, ValueError) as e:
+            return _error(e if isinstance(e, RequestError) else RequestError(str(e)))
+        kv = req.kv_transfer_params or {}
+        pulled = None
+        if self.role == "decode" and puller.can_pull(kv):
+            try:
+                pulled = await asyncio.to_thread(puller.pull, kv, self.connector,
+                                                 self.engine.runner.layout)
+            except (FrameError, OSError, ValueError) as e:
+                self.metrics.kv_failures.inc()
+                if self.engine.config.kv_load_failure_policy == "fail":
+                    return _error(RequestError(f"KV transfer failed: {e}", status=500,
+                                               err_type="kv_transfer_error"))
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        stream = self.aengine.generate(prompt, req.params, rid,
+                                       kv=pulled.payload if pulled else None,
+                                       remote_decode=True if kv.get("do_remote_decode") else None)
+        ctx = _Ctx(self, req, rid, chat, arrival, pulled, kv, len(prompt))
+        try:
+            first = await stream.__anext__()
+        except (KVImportError, ValueError) as e:
+            self._pulled_done(ctx)
+            return _error(RequestError(str(e)))
+        if req.stream:
+            return await self._stream(request, ctx, first, stream)
+        return await self._complete(ctx, first, stream)
+
+    def _pulled_done(self, ctx: "_Ctx", out: RequestOutput | None = None) -> None:
+        if ctx.pulled is None:
+            return
+        rec = ctx.pulled.record
+        ctx.pulled.close()
+        ctx.pulled = None
+        if out is not None:
+            self.metrics.kv_transfer_time.observe(rec.seconds)
+            self.metrics.kv_transfer_bytes.inc(rec.nbytes)
+            self.metrics.kv_transfers.inc()
+            if out.first_scheduled_time is not None:
+                self.metrics.kv_ready_delay.observe(max(0.0, out.first_scheduled_time - rec.end))
+        asyncio.get_running_loop().run_in_executor(None, puller.release, ctx.kv)
+
+    async def _outputs(self, ctx: "_Ctx", first: RequestOutput, stream):
+        """All outputs, with token-latency metrics recorded on the way."""
+        self._pulled_done(ctx, first)
+        last = time.monotonic()
+        self.metrics.ttft.observe(last - ctx.arrival)
+        yield first
+        async for out in stream:
+            now = time.monotonic()
+            self.metrics.itl.observe(now - last)
+            last = now
+            yield out
+
+    async def _complete(self, ctx: "_Ctx", first: RequestOutput, stream) -> web.Response:
+        final = first
+        async for out in self._outputs(ctx, first, stream):
+            final = out
+        self._finish_metrics(ctx, final)
+        return web.json_response(ctx.body(final))
+
+    async def _stream(self, request: web.Request, ctx: "_Ctx", first, stream) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        detok = IncrementalDetokenizer(self.tokenizer)
+        final = first
+        try:
+            async for out in self._outputs(ctx, first, stream):
+                final = out
+                await resp.write(_sse(ctx.chunk(detok.feed(out.new_token_ids), out)))
+            if ctx.req.include_usage:
+                await resp.write(_sse(ctx.usage_chunk(final)))
+            await resp.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            await stream.aclose()  # aborts the request, frees its blocks
+            raise
+        self._finish_metrics(ctx, final)
+        return resp
+
+    def _finish_metrics(self, ctx: "_Ctx", final: RequestOutput) -> None:
+        self.metrics.e2e.observe(time.monotonic() - ctx.arrival)
+        self.metrics.prompt_tokens.inc(ctx.num_prompt)
+        self.metrics.generation_tokens.inc(len(final.token_ids))
+
+
+def _sse(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+class _Ctx:
+    """Per-request response building (OpenAI shapes)."""
+
+    def __init__(self, server: EngineServer, req: ParsedRequest, rid: str, chat: bool,
+                 arrival: float, pulled, kv: dict, num_prompt: int):
+        self.server, self.req, self.rid, self.chat = server, req, rid, chat
+        self.arrival, self.pulled, self.kv, self.num_prompt = arrival, pulled, kv, num_prompt
+        self.created = int(time.time())
+        self.obj = "chat.completion" if chat else "text_completion"
+
+    def _usage(self, out: RequestOutput) -> dict:
+        n = len(out.token_ids)
+        return {"prompt_tokens": self.num_prompt, "completion_tokens": n,
+                "total_tokens": self.num_prompt + n,
+                "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
+
+    def _finish_reason(self, out: RequestOutput) -> str | None:
+        if not out.finished:
+            return None
+        return "length" if out.finish_reason in ("length", "remote_decode") else out.finish_reason
+
+    def body(self, out: RequestOutput) -> dict:
+        text = self.server.tokenizer.decode(out.token_ids)
+        choice = {"index": 0, "finish_reason": self._finish_reason(out), "token_ids": out.token_ids}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        body = {"id": self.rid, "object": self.obj, "created": self.created,
+                "model": self.server.model, "choices": [choice], "usage": self._usage(out)}
+        if out.finish_reason == "remote_decode" and self.server.source is not None:
+            held = self.server.engine.held.get(self.rid)
+            blocks = list(held.request.block_ids) if held else []
+            body["kv_transfer_params"] = self.server.source.transfer_params(self.rid, blocks)
+        return body
+
+    def chunk(self, text: str, out: RequestOutput) -> dict:
+        choice = {"index": 0, "finish_reason": self._finish_reason(out),
+                  "token_ids": out.new_token_ids}
+        if self.chat:
+            choice["delta"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        return {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
+                "created": self.created, "model": self.server.model, "choices": [choice]}
+
+    def usage_chunk(self, out: RequestOutput) -> dict:
+        return {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
+                "created": self.created, "model": self.server.model, "choices": [],
+                "usage": self._usage(out)}
+
+
+async def serve(server: EngineServer, host: str, port: int) -> None:
+    """Run until cancelled; the aiohttp handler is cancelled when its client disconnects."""
+    runner = web.AppRunner(server.app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    print(f"engine {server.role} ready on http://{host}:{port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Run one engine instance as an OpenAI-compatible server.")
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--role", default="both", choices=["both", "prefill", "decode"])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--kv-port", type=int, default=0, help="side-channel port of a prefill instance")
+    ap.add_argument("--connector", default="shm", choices=CONNECTORS)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-threads", type=int, default=1)
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    ap.add_argument("--kv-lease-duration", type=float, default=30.0)
+    ap.add_argument("--kv-load-failure-policy", default="fail", choices=["fail", "recompute"])
+    a = ap.parse_args(argv)
+    cfg = EngineConfig(model=a.model, seed=a.seed, device=a.device, dtype=a.dtype, role=a.role,
+                       block_size=a.block_size, max_num_batched_tokens=a.max_num_batched_tokens,
+                       num_threads=a.num_threads, kv_lease_duration=a.kv_lease_duration,
+                       kv_load_failure_policy=a.kv_load_failure_policy)
+    try:
+        server = EngineServer(cfg, a.connector, kv_host=a.host, kv_port=a.kv_port)
+    except ValueError as e:
+        raise SystemExit(f"engine.server: {e}") from None
+    try:
+        asyncio.run(serve(server, a.host, a.port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Text <-> token ids for the servers: a `tokenizers` tokenizer plus a jinja2 chat template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 (2 = presets' EOS)
+DEFAULT_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
+# ChatML, as Qwen models use it.
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class TextTokenizer:
+    """Encodes prompts, renders chats, decodes outputs (incrementally for streams)."""
+
+    def __init__(self, tokenizer: Tokenizer, chat_template: str):
+        self.tok = tokenizer
+        self.vocab_size = tokenizer.get_vocab_size()
+        env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False)
+        self.template = env.from_string(chat_template)
+
+    @classmethod
+    def load(cls, model_dir: str | None = None) -> "TextTokenizer":
+        """The model directory's tokenizer.json / tokenizer_config.json, else the bundled default."""
+        path, template = DEFAULT_TOKENIZER, DEFAULT_CHAT_TEMPLATE
+        if model_dir and (Path(model_dir) / "tokenizer.json").is_file():
+            path = Path(model_dir) / "tokenizer.json"
+            cfg_path = Path(model_dir) / "tokenizer_config.json"
+            if cfg_path.is_file():
+                template = json.loads(cfg_path.read_text()).get("chat_template") or template
+        return cls(Tokenizer.from_file(str(path)), template)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt)
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of token ids into text deltas without re-decoding the history.
+
+    Each call decodes only the tokens since the last emitted boundary; text ending
+    in an incomplete UTF-8 sequence (U+FFFD) is held back until it completes.
+    """
+
+    def __init__(self, tokenizer: TextTokenizer):
+        self.tokenizer = tokenizer
+        self.pending: list[int] = []
+
+    def feed(self, new_ids: list[int]) -> str:
+        self.pending.extend(new_ids)
+        text = self.tokenizer.decode(self.pending)
+        if text.endswith("\ufffd"):
+            return ""
+        self.pending = []
+        return text
