@@ -1,0 +1,1 @@
+"""advisor: measure collocated vs disaggregated serving and recommend a placement."""

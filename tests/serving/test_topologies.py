@@ -1,0 +1,69 @@
+"""Both topologies through the official openai client; disaggregated == collocated, token for token."""
+
+import urllib.request
+
+import pytest
+from openai import OpenAI
+
+from engine.launch import Topology, launch
+from tests.serving.helpers import post
+
+PROMPTS = [list(range(5, 60)), list(range(100, 103)), list(range(200, 400))]
+GREEDY = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
+TOPOLOGIES = {"collocated": Topology(mode="collocated", replicas=2),
+              "disagg-shm": Topology(mode="disagg", connector="shm"),
+              "disagg-tcp": Topology(mode="disagg", connector="tcp")}
+
+
+@pytest.fixture(scope="module", params=list(TOPOLOGIES))
+def deployment(request):
+    with launch(TOPOLOGIES[request.param]) as d:
+        yield request.param, d
+
+
+@pytest.fixture(scope="module")
+def collocated_tokens():
+    with launch(Topology(mode="collocated", replicas=1)) as d:
+        return [post(d.url, {"prompt": p, **GREEDY})[1]["choices"][0]["token_ids"] for p in PROMPTS]
+
+
+def test_greedy_output_is_identical_across_topologies(deployment, collocated_tokens):
+    _, d = deployment
+    got = [post(d.url, {"prompt": p, **GREEDY})[1]["choices"][0]["token_ids"] for p in PROMPTS]
+    assert got == collocated_tokens
+
+
+def test_openai_client_streams_chat_and_completion(deployment, collocated_tokens):
+    _, d = deployment
+    client = OpenAI(base_url=d.url + "/v1", api_key="none")
+    chunks = list(client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Hello there"}], max_tokens=6,
+        temperature=0, stream=True, stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True}))
+    content = [c for c in chunks if c.choices]
+    assert len(content) == 6 and content[-1].choices[0].finish_reason == "length"
+    assert chunks[-1].usage.completion_tokens == 6
+    stream = client.completions.create(model="tiny", prompt=PROMPTS[0], stream=True,
+                                       extra_body={k: v for k, v in GREEDY.items()})
+    ids = [t for c in stream for t in c.choices[0].model_extra["token_ids"]]
+    assert ids == collocated_tokens[0]
+    full = client.completions.create(model="tiny", prompt="a text prompt", max_tokens=4,
+                                     temperature=0)
+    assert full.usage.completion_tokens == 4 and isinstance(full.choices[0].text, str)
+
+
+def test_decoder_reports_transfer_bytes_equal_to_the_prompt_kv(deployment):
+    name, d = deployment
+    if name == "collocated":
+        pytest.skip("no transfer in a collocated topology")
+    prompt = list(range(7, 7 + 123))
+    before = _bytes(d.instance_urls["decode"][0])
+    post(d.url, {"prompt": prompt, **GREEDY})
+    layers, kv_heads, head_dim, dtype_bytes = 2, 2, 16, 4  # tiny, float32
+    assert _bytes(d.instance_urls["decode"][0]) - before == layers * 2 * kv_heads * head_dim * dtype_bytes * len(prompt)
+
+
+def _bytes(url: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    line = next(l for l in text.splitlines() if l.startswith("engine:kv_transfer_bytes_total"))
+    return float(line.split()[-1])
