@@ -40,8 +40,8 @@ class Proxy:
         self.app = web.Application(client_max_size=64 << 20)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
-            web.post("/v1/completions", lambda r: self.handle(r, "/v1/completions")),
-            web.post("/v1/chat/completions", lambda r: self.handle(r, "/v1/chat/completions")),
+            web.post("/v1/completions", self.handle),
+            web.post("/v1/chat/completions", self.handle),
         ])
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
@@ -64,7 +64,8 @@ class Proxy:
         except aiohttp.ClientError as e:
             return _err(f"upstream unreachable: {e}", 502)
 
-    async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         headers = {"X-Request-Id": rid}
         try:

@@ -48,8 +48,8 @@ class EngineServer:
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
             web.get("/metrics", self.prometheus),
-            web.post("/v1/completions", lambda r: self.generate(r, chat=False)),
-            web.post("/v1/chat/completions", lambda r: self.generate(r, chat=True)),
+            web.post("/v1/completions", self.completions),
+            web.post("/v1/chat/completions", self.chat_completions),
         ])
         self.app.on_cleanup.append(self._close)
 
@@ -83,6 +83,12 @@ class EngineServer:
         if req.messages is not None:
             return self.tokenizer.encode(self.tokenizer.render_chat(req.messages))
         return req.prompt if isinstance(req.prompt, list) else self.tokenizer.encode(req.prompt)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=True)
 
     async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         arrival = time.monotonic()

@@ -1,0 +1,69 @@
+"""Bad requests get HTTP 400 with an OpenAI-style error body; random bodies never get a 5xx."""
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.serving.helpers import post, running_server
+
+
+@pytest.fixture(scope="module")
+def url():
+    with running_server() as (base, _server):
+        yield base
+
+
+@pytest.mark.parametrize("path,body,raw,param", [
+    ("/v1/completions", None, b"{not json", None),
+    ("/v1/completions", None, b"[1, 2]", None),
+    ("/v1/completions", {"max_tokens": 3}, None, "prompt"),
+    ("/v1/chat/completions", {"max_tokens": 3}, None, "messages"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": "3"}, None, "max_tokens"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": -1}, None, "max_tokens"),
+    ("/v1/completions", {"prompt": "hi", "temperature": "hot"}, None, "temperature"),
+    ("/v1/completions", {"prompt": "hi", "stream": "yes"}, None, "stream"),
+    ("/v1/completions", {"prompt": "hi", "model": "gpt-9"}, None, "model"),
+    ("/v1/completions", {"prompt": [1, 2, 999999]}, None, None),
+    ("/v1/completions", {"prompt": [1] * 2040, "max_tokens": 100}, None, None),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, None, "messages"),
+])
+def test_bad_request_is_a_400_with_an_openai_error(url, path, body, raw, param):
+    status, err = post(url, body, path, raw=raw)
+    assert status == 400
+    assert set(err["error"]) >= {"message", "type", "code"} and err["error"]["code"] == 400
+    assert err["error"]["param"] == param
+
+
+def test_server_still_serves_after_bad_requests(url):
+    status, body = post(url, {"prompt": [5, 6], "max_tokens": 2})
+    assert status == 200 and body["usage"]["completion_tokens"] == 2
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=20)
+KEYS = ["prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream",
+        "stream_options", "ignore_eos", "model", "n", "stop_token_ids", "kv_transfer_params"]
+bodies = st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6) | json_values
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=bodies, chat=st.booleans())
+def test_fuzzed_bodies_never_get_a_5xx(url, body, chat):
+    if isinstance(body, dict) and isinstance(body.get("max_tokens"), int):
+        body["max_tokens"] = min(body["max_tokens"], 4)  # keep valid requests short
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            status = r.status
+            r.read()
+    except urllib.error.HTTPError as e:
+        status = e.code
+    assert status < 500

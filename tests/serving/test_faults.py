@@ -1,0 +1,153 @@
+"""Faults: a dying decoder, an unpulled KV lease, corrupted frames, disconnecting clients."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import aiohttp
+import pytest
+
+from engine.connectors import frame, puller
+from engine.kv_transfer import KVLayout
+from engine.launch import Topology, launch
+from tests.serving.helpers import post, running_server
+
+LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float32")
+
+
+def test_decoder_killed_mid_stream_ends_the_client_stream_quickly():
+    with launch(Topology(mode="disagg", connector="shm")) as d:
+        decoder = d.processes[1]  # prefill, decode, proxy
+
+        async def consume():
+            got, t_kill = 0, None
+            async with aiohttp.ClientSession() as s:
+                body = {"prompt": [5, 6, 7], "max_tokens": 1900, "temperature": 0,
+                        "ignore_eos": True, "stream": True}
+                async with s.post(d.url + "/v1/completions", json=body) as r:
+                    try:
+                        async for line in r.content:
+                            got += line.startswith(b"data: {")
+                            if got == 5:
+                                decoder.send_signal(signal.SIGKILL)
+                                t_kill = time.monotonic()
+                            if b'"error"' in line:
+                                break
+                    except aiohttp.ClientError:
+                        pass
+            return got, time.monotonic() - t_kill
+
+        got, after_kill = asyncio.run(asyncio.wait_for(consume(), timeout=30))
+        assert got < 1900 and after_kill < 5
+
+
+def test_unpulled_kv_is_freed_at_lease_expiry():
+    with running_server(role="prefill", kv_lease_duration=0.5) as (url, server):
+        status, body = post(url, {"prompt": list(range(3, 60)), "max_tokens": 1, "temperature": 0,
+                                  "kv_transfer_params": {"do_remote_decode": True}})
+        assert status == 200
+        params = body["kv_transfer_params"]
+        assert puller.can_pull(params) and len(params["remote_block_ids"]) == 4
+        bm = server.engine.block_manager
+        assert bm.num_free_blocks == bm.num_blocks - 4
+        time.sleep(1.0)
+        assert bm.num_free_blocks == bm.num_blocks and not server.engine.held
+        with pytest.raises(frame.FrameError, match="no KV held"):
+            puller.pull(params, "tcp", LAYOUT)
+
+
+def test_pull_then_release_frees_the_prefill_blocks():
+    with running_server(role="prefill") as (url, server):
+        _, body = post(url, {"prompt": list(range(3, 40)), "max_tokens": 1,
+                             "kv_transfer_params": {"do_remote_decode": True}})
+        params = body["kv_transfer_params"]
+        for mode in ("tcp", "shm"):
+            got = puller.pull(params, mode, LAYOUT)
+            assert got.payload.token_ids == list(range(3, 40)) and got.record.nbytes == 512 * 37
+            got.close()
+        puller.release(params)
+        time.sleep(0.3)
+        bm = server.engine.block_manager
+        assert bm.num_free_blocks == bm.num_blocks and not server.engine.held
+
+
+def _serve_once(payload: bytes) -> int:
+    """A fake prefill side channel that answers any request with `payload`."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def run():
+        conn, _ = srv.accept()
+        with conn:
+            frame.read(conn)
+            conn.sendall(payload)
+        srv.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+def _params(port):
+    return {"do_remote_prefill": True, "remote_engine_id": "e", "remote_request_id": "r",
+            "remote_host": "127.0.0.1", "remote_port": port}
+
+
+@pytest.mark.parametrize("corrupt", ["magic", "crc", "shape", "truncated"])
+def test_corrupted_tcp_frame_is_rejected(corrupt):
+    header = {"request_id": "r", "dtype": "float32", "shape": [2, 2, 3, 2, 16],
+              "nbytes": 2 * 2 * 3 * 2 * 16 * 4, "token_ids": [1, 2, 3]}
+    if corrupt == "shape":
+        header["shape"] = [2, 2, 3, 2, 17]
+    data = bytearray(frame.encode(header)) + bytes(header["nbytes"])
+    if corrupt == "magic":
+        data[0:4] = b"EVIL"
+    elif corrupt == "crc":
+        data[12] ^= 0xFF  # a byte inside the JSON header
+    elif corrupt == "truncated":
+        data = data[:-100]
+    with pytest.raises(frame.FrameError):
+        puller.pull(_params(_serve_once(bytes(data))), "tcp", LAYOUT)
+
+
+def test_client_disconnect_aborts_and_frees_blocks():
+    with running_server() as (url, server):
+        async def go():
+            async with aiohttp.ClientSession() as s:
+                body = {"prompt": list(range(3, 50)), "max_tokens": 1900, "temperature": 0,
+                        "ignore_eos": True, "stream": True}
+                async with s.post(url + "/v1/completions", json=body) as r:
+                    async for _ in r.content:
+                        break  # read one chunk, then hang up
+
+        asyncio.run(go())
+        bm = server.engine.block_manager
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (bm.num_free_blocks < bm.num_blocks
+                                               or server.engine.has_unfinished()):
+            time.sleep(0.05)
+        assert bm.num_free_blocks == bm.num_blocks and not server.engine.has_unfinished()
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_advisor_serve_leaves_no_process_behind(sig):
+    proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--model", "tiny",
+                             "--dtype", "float32", "--mode", "disagg", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if "Ctrl-C" in line:
+            break
+    kids = _children(proc.pid)
+    assert len(kids) == 3
+    proc.send_signal(sig)
+    assert proc.wait(timeout=20) == 0
+    time.sleep(0.2)
+    assert [k for k in kids if os.path.exists(f"/proc/{k}")] == []
