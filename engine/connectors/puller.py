@@ -10,6 +10,7 @@ from multiprocessing import resource_tracker, shared_memory
 import torch
 
 from engine.connectors import frame
+from engine.connectors.source import LOCAL_SEGMENTS
 from engine.kv_transfer import KVLayout, KVPayload
 
 CONNECT_TIMEOUT_S = 5.0
@@ -91,7 +92,8 @@ def _map_segment(header: dict, shape, dtype: str):
     seg = shared_memory.SharedMemory(name=name)
     # NOTE: the prefill side owns (and unlinks) the segment; don't let this
     # process's resource tracker unlink it too when we exit.
-    resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001
+    if seg.name not in LOCAL_SEGMENTS:
+        resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001
     full = (shape[0], 2, padded, shape[3], shape[4])
     count = full[0] * 2 * padded * shape[3] * shape[4]
     if count * frame.DTYPES[dtype] > seg.size:

@@ -20,7 +20,10 @@ from engine.config import DTYPE_BYTES
 from engine.connectors import frame
 from engine.kv_transfer import KVLayout, KVPayload
 
-ExportFn = Callable[..., KVPayload]  # (request_id, out_factory=None) -> KVPayload
+ExportFn = Callable[..., KVPayload]
+# Segments created by this process: a puller in the same process must leave their
+# resource-tracker registration alone.
+LOCAL_SEGMENTS: set[str] = set()  # (request_id, out_factory=None) -> KVPayload
 
 
 def kv_header(payload: KVPayload, padded_tokens: int | None = None, **extra) -> dict:
@@ -70,6 +73,7 @@ class KVSource:
         with self._lock:
             seg = self._segments.pop(request_id, None)
         if seg is not None:
+            LOCAL_SEGMENTS.discard(seg.name)
             seg.close()
             seg.unlink()
 
@@ -112,6 +116,7 @@ class KVSource:
 
         def into_shm(numel: int) -> torch.Tensor:
             box["seg"] = shared_memory.SharedMemory(create=True, size=max(numel * elt, 1))
+            LOCAL_SEGMENTS.add(box["seg"].name)
             box["padded"] = numel // per_token
             return torch.frombuffer(box["seg"].buf, dtype=dtype, count=numel)
 
@@ -122,6 +127,7 @@ class KVSource:
             old = self._segments.pop(rid, None)
             self._segments[rid] = box["seg"]
         if old is not None:
+            LOCAL_SEGMENTS.discard(old.name)
             old.close()
             old.unlink()
         sock.sendall(frame.encode(header))
