@@ -16,18 +16,11 @@ import random
 import time
 
 import torch
+from timing import best_of
 
 from engine import LLM, SamplingParams
 
 
-def best_of(fn, repeats: int = 3) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def gemm_baseline_s(llm: LLM, n: int, dtype: torch.dtype) -> tuple[float, float]:

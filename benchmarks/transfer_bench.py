@@ -19,6 +19,7 @@ import threading
 import time
 
 import torch
+from timing import best_of
 
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
@@ -33,13 +34,6 @@ LAYOUT = KVLayout(num_layers=8, num_kv_heads=8, head_dim=128, dtype="float32")  
 BLOCK = 16
 
 
-def best(fn, repeats=3) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def fake_source(num_tokens: int) -> KVSource:
@@ -91,7 +85,7 @@ def pull_time(source: KVSource, mode: str) -> float:
         got = puller.pull(params, mode, LAYOUT)
         got.close()
         source.drop_segment("r")
-    return best(once)
+    return best_of(once, warmup=False)
 
 
 def ready_delays(n: int = 20) -> list[float]:
@@ -134,7 +128,7 @@ def main() -> None:
         tokens = mb * (1 << 20) // LAYOUT.bytes_per_token
         nbytes = tokens * LAYOUT.bytes_per_token
         src, dst = torch.empty(nbytes // 4).normal_(), torch.empty(nbytes // 4)
-        memcpy = best(lambda: dst.copy_(src))
+        memcpy = best_of(lambda: dst.copy_(src))
         del src, dst
         source = fake_source(tokens)
         shm, tcp = pull_time(source, "shm"), pull_time(source, "tcp")

@@ -17,6 +17,7 @@ import uuid
 import aiohttp
 from aiohttp import web
 
+from engine.http_app import run_app
 from engine.protocol import RequestError, error_body, parse_json
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
@@ -113,17 +114,6 @@ class Proxy:
             return resp
 
 
-async def serve(proxy: Proxy, host: str, port: int) -> None:
-    runner = web.AppRunner(proxy.app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    print(f"proxy ready on http://{host}:{port}", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="P/D proxy (with --prefill) or round-robin front.")
     ap.add_argument("--host", default="127.0.0.1")
@@ -132,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decode", nargs="+", required=True, help="decoder (or replica) base URLs")
     a = ap.parse_args(argv)
     try:
-        asyncio.run(serve(Proxy(a.decode, a.prefill), a.host, a.port))
+        asyncio.run(run_app(Proxy(a.decode, a.prefill).app, a.host, a.port, "proxy"))
     except KeyboardInterrupt:
         pass
 

@@ -15,6 +15,7 @@ from engine.config import EngineConfig
 from engine.connectors import puller
 from engine.connectors.frame import FrameError
 from engine.connectors.source import KVSource
+from engine.http_app import run_app
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
 from engine.protocol import ParsedRequest, RequestError, error_body, parse_json, parse_request
@@ -237,19 +238,6 @@ class _Ctx:
                 "usage": self._usage(out)}
 
 
-async def serve(server: EngineServer, host: str, port: int) -> None:
-    """Run until cancelled; the aiohttp handler is cancelled when its client disconnects."""
-    runner = web.AppRunner(server.app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    print(f"engine {server.role} ready on http://{host}:{port}", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Run one engine instance as an OpenAI-compatible server.")
     ap.add_argument("--model", default="tiny")
@@ -276,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         raise SystemExit(f"engine.server: {e}") from None
     try:
-        asyncio.run(serve(server, a.host, a.port))
+        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}"))
     except KeyboardInterrupt:
         pass
 
