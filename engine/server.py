@@ -18,7 +18,7 @@ from engine.connectors.source import KVSource
 from engine.http_app import run_app
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
-from engine.protocol import ParsedRequest, RequestError, error_body, parse_json, parse_request
+from engine.protocol import ParsedRequest, RequestError, parse_json, parse_request
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 CONNECTORS = ("shm", "tcp")

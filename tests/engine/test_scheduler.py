@@ -38,7 +38,7 @@ def test_budget_is_respected_and_prefill_is_chunked():
 
 def test_decodes_go_first_then_prefill_fills_the_budget():
     s = make(budget=10)
-    a = add(s, "a", 3)
+    add(s, "a", 3)
     step(s)  # a prefilled, now decoding
     b = add(s, "b", 30)
     out, _ = step(s)
