@@ -27,7 +27,7 @@ def serve(
     replicas: int = typer.Option(2, min=1, help="collocated: number of replicas"),
     prefill: int = typer.Option(1, min=1, help="disagg: number of prefill instances"),
     decode: int = typer.Option(1, min=1, help="disagg: number of decode instances"),
-    connector: str = typer.Option("shm", help="disagg KV connector: shm or tcp"),
+    connector: str = typer.Option("shm", help="disagg KV connector: shm, tcp or cuda"),
     model: str = typer.Option("small", help="preset name or a local HF model directory"),
     dtype: str = typer.Option("bfloat16", help="float32, bfloat16 or float16"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
@@ -39,8 +39,8 @@ def serve(
 
     if mode not in ("collocated", "disagg"):
         fail(f"--mode must be collocated or disagg, not {mode!r}")
-    if connector not in ("shm", "tcp"):
-        fail(f"--connector must be shm or tcp, not {connector!r}")
+    if connector not in ("shm", "tcp", "cuda"):
+        fail(f"--connector must be shm, tcp or cuda, not {connector!r}")
     topology = Topology(mode=mode, replicas=replicas, prefill=prefill, decode=decode,
                         model=model, connector=connector, dtype=dtype, device=device,
                         port=port, host=host)

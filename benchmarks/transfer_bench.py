@@ -26,7 +26,7 @@ from engine.config import EngineConfig
 from engine.connectors import frame, puller
 from engine.connectors.source import KVSource
 from engine.kv_cache import KVCache
-from engine.kv_transfer import KVLayout, KVPayload
+from engine.kv_transfer import KVLayout
 from engine.llm_engine import LLMEngine
 from engine.sequence import SamplingParams
 
@@ -34,20 +34,20 @@ LAYOUT = KVLayout(num_layers=8, num_kv_heads=8, head_dim=128, dtype="float32")  
 BLOCK = 16
 
 
-
-
 def fake_source(num_tokens: int) -> KVSource:
+    """A side channel over a random shared cache holding one request "r" of num_tokens."""
     blocks = -(-num_tokens // BLOCK)
     cache = KVCache(LAYOUT.num_layers, blocks, BLOCK, LAYOUT.num_kv_heads, LAYOUT.head_dim,
-                    torch.float32, torch.device("cpu"))
+                    torch.float32, torch.device("cpu"), shared=True)
     cache.data.normal_()
-    ids = list(range(blocks))
+    held = (list(range(blocks)), [1] * num_tokens)
+    return KVSource(lambda rid: held, lambda rid: None, cache, LAYOUT)
 
-    def export(rid, out_factory=None):
-        out = out_factory(cache.export_numel(blocks)) if out_factory else None
-        return KVPayload(rid, LAYOUT, [1] * num_tokens, cache.export(ids, num_tokens, out), BLOCK)
 
-    return KVSource(export, lambda rid: None, LAYOUT)
+def memcpy_time(nbytes: int) -> float:
+    """Seconds for one copy of nbytes between two warm buffers."""
+    src, dst = torch.empty(nbytes // 4).normal_(), torch.empty(nbytes // 4)
+    return best_of(lambda: dst.copy_(src))
 
 
 def socket_baseline(nbytes: int) -> float:
@@ -84,15 +84,15 @@ def pull_time(source: KVSource, mode: str) -> float:
     def once():
         got = puller.pull(params, mode, LAYOUT)
         got.close()
-        source.drop_segment("r")
-    return best_of(once, warmup=False)
+    return best_of(once)
 
 
 def ready_delays(n: int = 20) -> list[float]:
     """Pull a prompt's KV from a prefill engine and time last byte -> first decode step."""
-    prefill = LLMEngine(EngineConfig(model="tiny", role="prefill"))
+    prefill = LLMEngine(EngineConfig(model="tiny", role="prefill", kv_shared_memory=True))
     decode = AsyncEngine(LLMEngine(EngineConfig(model="tiny", role="decode")))
-    source = KVSource(prefill.export_kv, prefill.release_kv, prefill.runner.layout)
+    source = KVSource(prefill.lend_kv, prefill.release_kv, prefill.runner.cache,
+                      prefill.runner.layout)
     params = SamplingParams(max_tokens=2, temperature=0.0)
     delays = []
 
@@ -108,12 +108,12 @@ def ready_delays(n: int = 20) -> list[float]:
                 if out.first_scheduled_time is not None and len(delays) == i:
                     delays.append(out.first_scheduled_time - got.record.end)
             got.close()
-            source.drop_segment(rid)
             prefill.release_kv(rid)
 
     asyncio.run(run())
     decode.close()
     source.close()
+    prefill.runner.cache.close()
     return delays
 
 
@@ -127,12 +127,11 @@ def main() -> None:
     for mb in sizes:
         tokens = mb * (1 << 20) // LAYOUT.bytes_per_token
         nbytes = tokens * LAYOUT.bytes_per_token
-        src, dst = torch.empty(nbytes // 4).normal_(), torch.empty(nbytes // 4)
-        memcpy = best_of(lambda: dst.copy_(src))
-        del src, dst
+        memcpy = memcpy_time(nbytes)
         source = fake_source(tokens)
         shm, tcp = pull_time(source, "shm"), pull_time(source, "tcp")
         source.close()
+        source.cache.close()
         sock = socket_baseline(nbytes)
         gbs = lambda s: nbytes / s / 1e9  # noqa: E731
         print(f"{mb:>5} | {gbs(memcpy):7.2f} {gbs(shm):7.2f} {memcpy / shm:5.2f} | "

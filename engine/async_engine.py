@@ -34,13 +34,11 @@ class StepStats:
 class AsyncEngine:
     """Async front of one engine instance."""
 
-    def __init__(self, engine: LLMEngine, on_step: Callable[[StepStats], None] | None = None,
-                 on_expired: Callable[[list[str]], None] | None = None):
+    def __init__(self, engine: LLMEngine, on_step: Callable[[StepStats], None] | None = None):
         self.engine = engine
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._on_step = on_step
-        self._on_expired = on_expired
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
@@ -120,9 +118,7 @@ class AsyncEngine:
                     self._inbox.get_nowait()()
             except queue.Empty:
                 pass
-            expired = eng.expire_leases()
-            if expired and self._on_expired:
-                self._on_expired(expired)
+            eng.expire_leases()
             if not eng.has_unfinished():
                 continue
             t = time.perf_counter()

@@ -167,6 +167,7 @@ class EngineConfig:
     role: str = "both"  # both | prefill | decode
     kv_lease_duration: float = 30.0
     kv_load_failure_policy: str = "fail"  # fail | recompute
+    kv_shared_memory: bool = False  # KV cache in named shared memory (the shm connector reads it)
     num_threads: int | None = None  # CPU only; None keeps torch's default
     model_config: ModelConfig | None = field(default=None, compare=False)
 

@@ -2,23 +2,73 @@
 
 from __future__ import annotations
 
+import math
+from multiprocessing import shared_memory
+
 import torch
+
+# Names of the shared-memory caches this process created (a reader in the same
+# process must leave their resource-tracker registration alone).
+LOCAL_SEGMENTS: set[str] = set()
+
+
+def gather_blocks(data: torch.Tensor, block_ids: list[int], num_tokens: int,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """The first `num_tokens` tokens of `block_ids` as kv: [layers, 2, num_tokens, kvh, hd].
+
+    data: [layers, 2, blocks, block_size, kvh, hd] (any cache, local or mapped).
+    One gather copy, into `out` when given (at least `len(block_ids) * block_size`
+    tokens' worth of elements); the result is a view of it.
+    """
+    L, two, nb_total = data.shape[:3]
+    src = data.view(L * two, nb_total, -1)  # [L*2, blocks, bs*kvh*hd]
+    idx = torch.tensor(block_ids, device=data.device)
+    shape = (L * two, len(block_ids), src.shape[-1])
+    padded = torch.empty(shape, dtype=data.dtype, device=data.device) if out is None \
+        else out.view(-1)[:math.prod(shape)].view(shape)
+    torch.index_select(src, 1, idx, out=padded)
+    return padded.view(L, two, -1, *data.shape[-2:])[:, :, :num_tokens]
 
 
 class KVCache:
     """All layers' K and V in fixed-size blocks.
 
     data: [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]
-    A slot is `block_id * block_size + offset`.
+    A slot is `block_id * block_size + offset`. With `shared=True` (CPU only) the
+    tensor lives in a named shared-memory segment (`shm_name`) that a decoder on
+    the same host maps and reads held blocks from directly: the shm connector's
+    one copy.
     """
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: torch.device):
+                 head_dim: int, dtype: torch.dtype, device: torch.device, shared: bool = False):
         self.block_size = block_size
-        # NOTE: zeros, not empty: padded block-table entries are read (then masked),
-        # and masked garbage that happens to be NaN would poison the softmax @ V.
-        self.data = torch.zeros(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim,
-                                dtype=dtype, device=device)
+        shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
+        self._segment = None
+        if shared:
+            if torch.device(device).type != "cpu":
+                raise ValueError("a shared-memory KV cache must live on the CPU")
+            numel = math.prod(shape)
+            self._segment = shared_memory.SharedMemory(
+                create=True, size=numel * torch.empty((), dtype=dtype).element_size())
+            LOCAL_SEGMENTS.add(self._segment.name)
+            # NOTE: fresh shared-memory pages read as zeros, like torch.zeros below.
+            self.data = torch.frombuffer(self._segment.buf, dtype=dtype, count=numel).view(shape)
+        else:
+            # NOTE: zeros, not empty: padded block-table entries are read (then masked),
+            # and masked garbage that happens to be NaN would poison the softmax @ V.
+            self.data = torch.zeros(shape, dtype=dtype, device=device)
+
+    @property
+    def shm_name(self) -> str | None:
+        return self._segment.name if self._segment else None
+
+    def close(self) -> None:
+        """Remove a shared cache's name (its memory goes when the last mapping does)."""
+        if self._segment is not None:
+            LOCAL_SEGMENTS.discard(self._segment.name)
+            self._segment.unlink()
+            self._segment = None
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store new keys and values. slots: [T]; k, v: [T, kv_heads, head_dim]"""
@@ -37,23 +87,8 @@ class KVCache:
 
     def export(self, block_ids: list[int], num_tokens: int,
                out: torch.Tensor | None = None) -> torch.Tensor:
-        """A request's first `num_tokens` tokens as kv: [layers, 2, num_tokens, kvh, hd].
-
-        One gather copy, into `out` when given (e.g. a shared-memory buffer of
-        `export_numel(len(block_ids))` elements); the result is a view of it.
-        """
-        L, two, nb_total = self.data.shape[:3]
-        src = self.data.view(L * two, nb_total, -1)  # [L*2, blocks, bs*kvh*hd]
-        idx = torch.tensor(block_ids, device=self.data.device)
-        shape = (L * two, len(block_ids), src.shape[-1])
-        padded = torch.empty(shape, dtype=self.data.dtype, device=self.data.device) if out is None \
-            else out.view(shape)
-        torch.index_select(src, 1, idx, out=padded)
-        return padded.view(L, two, -1, *self.data.shape[-2:])[:, :, :num_tokens]
-
-    def export_numel(self, num_blocks: int) -> int:
-        """Elements of an `out` buffer for export() of `num_blocks` blocks."""
-        return self.data[:, :, :num_blocks].numel()
+        """A request's first `num_tokens` tokens as kv: [layers, 2, num_tokens, kvh, hd]."""
+        return gather_blocks(self.data, block_ids, num_tokens, out)
 
     def import_(self, block_ids: list[int], kv: torch.Tensor) -> None:
         """Write kv: [layers, 2, T, kvh, hd] into the first T slots of `block_ids`."""

@@ -38,6 +38,7 @@ class Topology:
     port: int = 0  # the front's port; 0 picks a free one
     host: str = "127.0.0.1"
     cores: tuple[int, ...] | None = None  # default: all cores this process may use
+    gpus: tuple[int, ...] | None = None  # default: GPU i for instance i; fewer are shared round-robin
     max_num_batched_tokens: int = 2048
     kv_lease_duration: float = 30.0
     extra_args: tuple[str, ...] = ()
@@ -55,6 +56,19 @@ class Topology:
         if self.device == "cpu" and self.num_instances > len(cores):
             raise ValueError(f"{self.num_instances} instances need {self.num_instances} cores; "
                              f"this machine offers {len(cores)}")
+        if self.connector == "cuda" and not self.device.startswith("cuda"):
+            raise ValueError("the cuda connector needs device cuda")
+
+    def instance_device(self, i: int, env: dict[str, str]) -> str:
+        """Instance i's --device, setting CUDA_VISIBLE_DEVICES in `env` where it pins one GPU."""
+        if not self.device.startswith("cuda"):
+            return self.device
+        gpus = self.gpus or tuple(range(self.num_instances))
+        gpu = gpus[i % len(gpus)]
+        if self.connector == "cuda":  # NOTE: CUDA IPC needs both GPUs visible in both processes
+            return f"cuda:{gpu}"
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        return "cuda:0"
 
 
 @dataclass
@@ -115,10 +129,10 @@ def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
             p.stderr.close()
 
 
-def _instance_args(t: Topology, role: str, port: int) -> list[str]:
+def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
     return ["-m", "engine.server", "--model", t.model, "--role", role, "--host", t.host,
             "--port", str(port), "--connector", t.connector, "--dtype", t.dtype,
-            "--device", "cuda:0" if t.device.startswith("cuda") else t.device,
+            "--device", device,
             "--num-threads", "1", "--max-num-batched-tokens", str(t.max_num_batched_tokens),
             "--kv-lease-duration", str(t.kv_lease_duration), *t.extra_args]
 
@@ -137,14 +151,13 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         for i, role in enumerate(roles):
             env = dict(os.environ)
             mine = None
-            if t.device.startswith("cuda"):
-                env["CUDA_VISIBLE_DEVICES"] = str(i)
-            else:
+            device = t.instance_device(i, env)
+            if device == "cpu":
                 mine = cores[i * share:(i + 1) * share] or [cores[i % len(cores)]]
                 env["OMP_NUM_THREADS"] = "1"
             port = free_port(t.host)
             url = f"http://{t.host}:{port}"
-            procs.append(_spawn(_instance_args(t, role, port), mine, env))
+            procs.append(_spawn(_instance_args(t, role, port, device), mine, env))
             urls[role].append(url)
         for p, url in zip(procs, urls["both"] + urls["prefill"] + urls["decode"]):
             _wait_healthy(url, p, health_timeout)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -168,29 +166,39 @@ class LLMEngine:
                              req.num_preemptions, req.first_scheduled_time)
 
     # ---- KV held for export (prefill side) ---------------------------------------------------------
-    def export_kv(self, request_id: str,
-                  out_factory: Callable[[int], torch.Tensor] | None = None) -> KVPayload:
-        """The prompt KV of a finished remote-decode request; its lease keeps running.
+    def export_kv(self, request_id: str) -> KVPayload:
+        """The prompt KV of a finished remote-decode request, copied; its lease keeps running.
 
         Safe to call from any thread (a connector's): held blocks are never written,
-        and the lease cannot expire while the copy runs. `out_factory(numel)` may
-        supply the destination buffer (e.g. shared memory).
+        and the lease cannot expire while the copy runs.
         """
         with self._held_lock:
-            held = self.held.get(request_id)
-            if held is None:
-                raise KeyError(f"no KV held for request {request_id!r} (never prefilled, "
-                               "already released, or its lease expired)")
+            held = self._held(request_id)
             held.readers += 1
         try:
-            out = None
-            if out_factory is not None:
-                num_blocks = self.block_manager.blocks_needed(len(held.request.prompt_token_ids))
-                out = out_factory(self.runner.cache.export_numel(num_blocks))
-            return self.runner.export_kv(held.request, out)
+            return self.runner.export_kv(held.request)
         finally:
             with self._held_lock:
                 held.readers -= 1
+
+    def lend_kv(self, request_id: str) -> tuple[list[int], list[int]]:
+        """(block ids, prompt token ids) of held KV, for a connector that reads the cache itself.
+
+        Any thread. Renews the lease: # NOTE: the reader must finish within
+        `kv_lease_duration` of this call, or the blocks may be reused under it.
+        """
+        with self._held_lock:
+            held = self._held(request_id)
+            held.expires_at = time.monotonic() + self.config.kv_lease_duration
+        prompt = list(held.request.prompt_token_ids)
+        return held.request.block_ids[:self.block_manager.blocks_needed(len(prompt))], prompt
+
+    def _held(self, request_id: str) -> HeldKV:
+        held = self.held.get(request_id)
+        if held is None:
+            raise KeyError(f"no KV held for request {request_id!r} (never prefilled, "
+                           "already released, or its lease expired)")
+        return held
 
     def release_kv(self, request_id: str) -> bool:
         """Free the blocks held for `request_id` (the decoder has its copy). True if held."""

@@ -49,7 +49,8 @@ class ModelRunner:
                                mcfg.head_dim, cfg.dtype)
         self.num_blocks = cfg.num_kv_blocks or self._auto_num_blocks()
         self.cache = KVCache(mcfg.num_hidden_layers, self.num_blocks, cfg.block_size,
-                             mcfg.num_key_value_heads, mcfg.head_dim, self.dtype, self.device)
+                             mcfg.num_key_value_heads, mcfg.head_dim, self.dtype, self.device,
+                             shared=cfg.kv_shared_memory)
         self.sampler = Sampler(self.device, cfg.seed)
 
     def _auto_num_blocks(self) -> int:
@@ -116,9 +117,9 @@ class ModelRunner:
                 torch.tensor(sample_rows, device=dev), sample_reqs)
 
     # ---- KV export -----------------------------------------------------------------------------
-    def export_kv(self, req: Request, out: torch.Tensor | None = None) -> KVPayload:
+    def export_kv(self, req: Request) -> KVPayload:
         """The prompt KV of a request whose prompt has been computed (see KVCache.export)."""
         n = len(req.prompt_token_ids)
-        kv = self.cache.export(req.block_ids[: -(-n // self.cfg.block_size)], n, out)
+        kv = self.cache.export(req.block_ids[: -(-n // self.cfg.block_size)], n)
         return KVPayload(req.request_id, self.layout, list(req.prompt_token_ids), kv,
                          self.cfg.block_size)

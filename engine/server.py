@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -21,7 +22,7 @@ from engine.metrics import EngineMetrics
 from engine.protocol import ParsedRequest, RequestError, parse_json, parse_request
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
-CONNECTORS = ("shm", "tcp")
+CONNECTORS = ("shm", "tcp", "cuda")
 
 
 def _error(e: RequestError) -> web.Response:
@@ -35,6 +36,10 @@ class EngineServer:
                  kv_host: str = "127.0.0.1", kv_port: int = 0):
         if connector not in CONNECTORS:
             raise ValueError(f"connector must be one of {', '.join(CONNECTORS)}")
+        if connector == "cuda" and not config.device.startswith("cuda"):
+            raise ValueError("the cuda connector needs --device cuda")
+        if config.role == "prefill" and connector == "shm" and config.device == "cpu":
+            config = dataclasses.replace(config, kv_shared_memory=True)
         self.engine = LLMEngine(config)
         self.role, self.connector = self.engine.config.role, connector
         self.model = served_model or config.model
@@ -42,9 +47,9 @@ class EngineServer:
         self.metrics = EngineMetrics(self.model)
         self.source = None
         if self.role == "prefill":
-            self.source = KVSource(self.engine.export_kv, self._release, self.engine.runner.layout,
-                                   kv_host, kv_port)
-        self.aengine = AsyncEngine(self.engine, self.metrics.on_step, self._expired)
+            self.source = KVSource(self.engine.lend_kv, self._release, self.engine.runner.cache,
+                                   self.engine.runner.layout, kv_host, kv_port)
+        self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
         self.app = web.Application(client_max_size=64 << 20)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -58,14 +63,10 @@ class EngineServer:
         if self.source:
             self.source.close()
         self.aengine.close()
+        self.engine.runner.cache.close()
 
     def _release(self, request_id: str) -> None:  # side-channel thread
         self.aengine.submit(lambda: self.engine.release_kv(request_id))
-
-    def _expired(self, request_ids: list[str]) -> None:  # engine thread
-        for rid in request_ids:
-            if self.source:
-                self.source.drop_segment(rid)
 
     # ---- simple routes -------------------------------------------------------------------------
     async def health(self, _req) -> web.Response:
@@ -104,7 +105,7 @@ class EngineServer:
         if self.role == "decode" and puller.can_pull(kv):
             try:
                 pulled = await asyncio.to_thread(puller.pull, kv, self.connector,
-                                                 self.engine.runner.layout)
+                                                 self.engine.runner.layout, self.engine.runner.device)
             except (FrameError, OSError, ValueError) as e:
                 self.metrics.kv_failures.inc()
                 if self.engine.config.kv_load_failure_policy == "fail":
@@ -128,7 +129,7 @@ class EngineServer:
         if ctx.pulled is None:
             return
         rec = ctx.pulled.record
-        ctx.pulled.close()
+        ctx.pulled.close(imported=out is not None)
         ctx.pulled = None
         if out is not None:
             self.metrics.kv_transfer_time.observe(rec.seconds)

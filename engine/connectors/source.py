@@ -2,7 +2,8 @@
 
 A threaded TCP server with blocking sockets (one thread per pull, so a large
 send never waits on the event loop). Ops, each one header frame:
-  {"op": "pull", "request_id", "mode": "tcp" | "shm"} -> KV header (+ bytes for tcp)
+  {"op": "pull", "request_id", "mode": "tcp"} -> KV header + bytes, layer by layer
+  {"op": "pull", "request_id", "mode": "shm" | "cuda"} -> KV header naming the cache and blocks
   {"op": "release", "request_id"}                   -> {"ok": true}
 """
 
@@ -12,36 +13,41 @@ import socketserver
 import threading
 import uuid
 from collections.abc import Callable
-from multiprocessing import shared_memory
 
 import torch
 
-from engine.config import DTYPE_BYTES
-from engine.connectors import frame
-from engine.kv_transfer import KVLayout, KVPayload
+from engine.connectors import cuda, frame
+from engine.connectors.buffers import BufferPool
+from engine.kv_cache import KVCache, gather_blocks
+from engine.kv_transfer import KVLayout
 
-ExportFn = Callable[..., KVPayload]
-# Segments created by this process: a puller in the same process must leave their
-# resource-tracker registration alone.
-LOCAL_SEGMENTS: set[str] = set()  # (request_id, out_factory=None) -> KVPayload
+# (request_id) -> (block ids, prompt token ids) of held KV; renews its lease.
+LendFn = Callable[[str], tuple[list[int], list[int]]]
 
 
-def kv_header(payload: KVPayload, padded_tokens: int | None = None, **extra) -> dict:
-    lay = payload.layout
-    return {"request_id": payload.request_id, "dtype": lay.dtype,
-            "shape": [lay.num_layers, 2, payload.num_tokens, lay.num_kv_heads, lay.head_dim],
-            "nbytes": payload.nbytes, "token_ids": payload.token_ids,
-            "padded_tokens": padded_tokens, **extra}
+def kv_header(request_id: str, layout: KVLayout, token_ids: list[int], **extra) -> dict:
+    """The header that describes a request's KV: [layers, 2, tokens, kv_heads, head_dim]."""
+    shape = [layout.num_layers, 2, len(token_ids), layout.num_kv_heads, layout.head_dim]
+    return {"request_id": request_id, "dtype": layout.dtype, "shape": shape,
+            "nbytes": layout.bytes_per_token * len(token_ids), "token_ids": token_ids, **extra}
 
 
 class KVSource:
-    """Serves `export(request_id)` over the side channel; `release(request_id)` frees blocks."""
+    """Serves held KV blocks of `cache` over the side channel.
 
-    def __init__(self, export: ExportFn, release: Callable[[str], None], layout: KVLayout,
-                 host: str = "127.0.0.1", port: int = 0):
-        self.export, self.release, self.layout = export, release, layout
+    `lend(request_id)` names the blocks; `release(request_id)` frees them. The
+    tcp mode gathers one layer at a time into a reused staging buffer and sends
+    it; the shm and cuda modes only name the cache and the blocks: the decoder
+    maps the shared (or CUDA IPC) cache and gathers them itself (one copy, no
+    serialization).
+    """
+
+    def __init__(self, lend: LendFn, release: Callable[[str], None], cache: KVCache,
+                 layout: KVLayout, host: str = "127.0.0.1", port: int = 0):
+        self.lend, self.release, self.cache, self.layout = lend, release, cache, layout
         self.engine_id = uuid.uuid4().hex
-        self._segments: dict[str, shared_memory.SharedMemory] = {}
+        self._staging = BufferPool(max_free_bytes=256 << 20)
+        self._cuda_cache: dict | None = None
         self._lock = threading.Lock()
         source = self
 
@@ -59,8 +65,6 @@ class KVSource:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-        for rid in list(self._segments):
-            self.drop_segment(rid)
 
     def transfer_params(self, request_id: str, block_ids: list[int]) -> dict:
         """The kv_transfer_params a prefill response carries (vLLM's field names)."""
@@ -68,14 +72,6 @@ class KVSource:
                 "remote_engine_id": self.engine_id, "remote_request_id": request_id,
                 "remote_block_ids": block_ids, "remote_host": self.host,
                 "remote_port": self.port, "tp_size": 1}
-
-    def drop_segment(self, request_id: str) -> None:
-        with self._lock:
-            seg = self._segments.pop(request_id, None)
-        if seg is not None:
-            LOCAL_SEGMENTS.discard(seg.name)
-            seg.close()
-            seg.unlink()
 
     # ---- connection handling (server threads) ----------------------------------------------------
     def _handle(self, sock) -> None:
@@ -86,12 +82,11 @@ class KVSource:
                 raise frame.FrameError("request_id missing")
             if req.get("op") == "release":
                 self.release(rid)
-                self.drop_segment(rid)
                 sock.sendall(frame.encode({"ok": True}))
             elif req.get("op") == "pull" and req.get("mode") == "tcp":
                 self._send_tcp(sock, rid)
-            elif req.get("op") == "pull" and req.get("mode") == "shm":
-                self._send_shm(sock, rid)
+            elif req.get("op") == "pull" and req.get("mode") in ("shm", "cuda"):
+                self._send_block_ids(sock, rid, req["mode"])
             else:
                 raise frame.FrameError(f"unknown op {req.get('op')!r} / mode {req.get('mode')!r}")
         except (KeyError, frame.FrameError, OSError) as e:
@@ -101,33 +96,34 @@ class KVSource:
                 pass
 
     def _send_tcp(self, sock, rid: str) -> None:
-        payload = self.export(rid)
-        kv = payload.kv  # [L, 2, T, kvh, hd], a view of a block-padded buffer
-        sock.sendall(frame.encode(kv_header(payload)))
-        for chunk in kv.flatten(0, 1):  # [T, kvh, hd] each, contiguous
-            sock.sendall(memoryview(chunk.contiguous().view(torch.uint8).numpy()))
+        block_ids, tokens = self.lend(rid)
+        data = self.cache.data  # [L, 2, blocks, bs, kvh, hd]
+        sock.sendall(frame.encode(kv_header(rid, self.layout, tokens)))
+        layer_bytes = 2 * len(block_ids) * data[0, 0, 0].numel() * data.element_size()
+        buf = self._staging.take(layer_bytes)
+        try:
+            out = buf.view(data.dtype) if data.device.type == "cpu" else None
+            for layer in range(data.shape[0]):
+                kv = gather_blocks(data[layer:layer + 1], block_ids, len(tokens), out).cpu()
+                for half in kv[0]:  # [T, kvh, hd]: K then V, each contiguous
+                    sock.sendall(memoryview(half.view(torch.uint8).numpy()))
+        finally:
+            self._staging.give(buf)
 
-    def _send_shm(self, sock, rid: str) -> None:
-        lay = self.layout
-        dtype = getattr(torch, lay.dtype)
-        elt = DTYPE_BYTES[lay.dtype]
-        per_token = lay.bytes_per_token // elt  # elements per token
-        box: dict = {}
-
-        def into_shm(numel: int) -> torch.Tensor:
-            box["seg"] = shared_memory.SharedMemory(create=True, size=max(numel * elt, 1))
-            LOCAL_SEGMENTS.add(box["seg"].name)
-            box["padded"] = numel // per_token
-            return torch.frombuffer(box["seg"].buf, dtype=dtype, count=numel)
-
-        payload = self.export(rid, out_factory=into_shm)
-        header = kv_header(payload, box["padded"], shm_name=box["seg"].name)
-        del payload  # NOTE: a live view of the segment would block its close()
-        with self._lock:
-            old = self._segments.pop(rid, None)
-            self._segments[rid] = box["seg"]
-        if old is not None:
-            LOCAL_SEGMENTS.discard(old.name)
-            old.close()
-            old.unlink()
-        sock.sendall(frame.encode(header))
+    def _send_block_ids(self, sock, rid: str, mode: str) -> None:
+        """shm / cuda: name the cache and the blocks; the decoder reads them itself."""
+        if mode == "shm":
+            if self.cache.shm_name is None:
+                raise frame.FrameError("this prefill instance's KV cache is not in shared memory "
+                                       "(start it with --connector shm)")
+            where = {"shm_name": self.cache.shm_name}
+        else:
+            if self.cache.data.device.type != "cuda":
+                raise frame.FrameError("this prefill instance's KV cache is not on a GPU")
+            with self._lock:
+                if self._cuda_cache is None:
+                    self._cuda_cache = cuda.share_cache(self.cache.data)
+            where = {"cuda_cache": self._cuda_cache}
+        block_ids, tokens = self.lend(rid)
+        sock.sendall(frame.encode(kv_header(rid, self.layout, tokens, block_ids=block_ids,
+                                            cache_shape=list(self.cache.data.shape), **where)))

@@ -1,0 +1,117 @@
+"""Connectors against the engine's own export: same bytes over shm and tcp, headers validated,
+and the cuda connector's GPU-free parts (handle encoding, routing, staged copies)."""
+
+import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.connectors import buffers, cuda, frame, puller
+from engine.connectors.source import KVSource
+from engine.llm_engine import LLMEngine
+from engine.sequence import SamplingParams
+
+
+@pytest.fixture
+def prefilled():
+    """A prefill engine with a shared cache holding one request's KV, and its side channel."""
+    eng = LLMEngine(EngineConfig(model="tiny", role="prefill", kv_shared_memory=True, block_size=8))
+    prompt = list(range(5, 60))  # 55 tokens: 7 blocks, the last partly filled
+    rid = eng.add_request(prompt, SamplingParams(max_tokens=1, temperature=0.0),
+                          remote_decode=True)
+    while eng.has_unfinished():
+        eng.step()
+    source = KVSource(eng.lend_kv, eng.release_kv, eng.runner.cache, eng.runner.layout)
+    yield eng, source, rid
+    source.close()
+    eng.runner.cache.close()
+
+
+@pytest.mark.parametrize("mode", ["shm", "tcp"])
+def test_pulled_kv_equals_the_engines_export(prefilled, mode):
+    eng, source, rid = prefilled
+    params = source.transfer_params(rid, [])
+    for _ in range(2):  # the second pull reuses the pooled buffer and the mapping
+        got = puller.pull(params, mode, eng.runner.layout)
+        expected = eng.export_kv(rid)
+        assert got.payload.token_ids == expected.token_ids
+        assert torch.equal(got.payload.kv, expected.kv)
+        assert got.record.nbytes == expected.nbytes == eng.runner.layout.bytes_per_token * 55
+        got.close()
+
+
+def test_shm_pull_from_an_unshared_cache_is_refused():
+    eng = LLMEngine(EngineConfig(model="tiny", role="prefill"))
+    rid = eng.add_request([3, 4, 5], SamplingParams(max_tokens=1), remote_decode=True)
+    while eng.has_unfinished():
+        eng.step()
+    source = KVSource(eng.lend_kv, eng.release_kv, eng.runner.cache, eng.runner.layout)
+    try:
+        with pytest.raises(frame.FrameError, match="not in shared memory"):
+            puller.pull(source.transfer_params(rid, []), "shm", eng.runner.layout)
+        with pytest.raises(frame.FrameError, match="not on a GPU"):
+            puller.pull(source.transfer_params(rid, []), "cuda", eng.runner.layout)
+    finally:
+        source.close()
+
+
+@pytest.mark.parametrize("bad", [
+    {"block_ids": [0, 1]},                        # too few blocks for 20 tokens of block 8
+    {"block_ids": [0, 1, 999]},                   # out of the cache
+    {"block_ids": [0, 1, "2"]},                   # not integers
+    {"cache_shape": [2, 2, 10, 8, 2]},            # wrong rank
+    {"cache_shape": [3, 2, 10, 8, 2, 16]},        # layers differ from the KV's
+])
+def test_block_headers_that_do_not_fit_their_cache_are_rejected(bad):
+    header = {"block_ids": [0, 1, 2], "cache_shape": [2, 2, 10, 8, 2, 16], **bad}
+    with pytest.raises(frame.FrameError):
+        puller._block_header(header, (2, 2, 20, 2, 16))
+
+
+def test_buffer_pool_reuses_by_size_class_and_bounds_what_it_keeps():
+    pool = buffers.BufferPool(max_free_bytes=3 << 20)
+    a = pool.take(1500 * 1024)
+    assert a.numel() == buffers.size_class(1500 * 1024) == 2 << 20
+    pool.give(a)
+    assert pool.take(2 << 20).data_ptr() == a.data_ptr()  # same bucket: reused
+    pool.give(a)
+    pool.give(torch.empty(2 << 20, dtype=torch.uint8))  # would exceed 3 MiB: dropped
+    assert pool.free_bytes == 2 << 20
+
+
+def test_cuda_routes_follow_peer_access():
+    gpu0, gpu1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    asked = []
+
+    def peer(a, b):
+        asked.append((a, b))
+        return a + b == 1
+
+    assert cuda.route(gpu0, gpu0, peer) == "same-device"
+    assert cuda.route(gpu0, gpu1, peer) == "peer"
+    assert asked == [(1, 0)]  # can the destination reach the source
+    assert cuda.route(gpu0, gpu1, lambda a, b: False) == "staged"
+    assert cuda.route(gpu0, torch.device("cpu"), peer) == "staged"
+
+
+def test_cuda_staged_copy_goes_through_the_pool_and_keeps_the_values():
+    pool = buffers.BufferPool()
+    kv = torch.randn(2, 2, 9, 2, 16)
+    out = cuda.move(kv, torch.device("cpu"), "staged", pool)
+    assert torch.equal(out, kv)
+    assert pool.free_bytes > 0  # the staging buffer went back
+    out.zero_()  # the result must not alias the staging buffer, which still holds kv
+    nbytes = kv.numel() * kv.element_size()
+    staged = pool.take(nbytes)[:nbytes].view(kv.dtype).view(kv.shape)
+    assert torch.equal(staged, kv)
+
+
+def test_cuda_handle_description_round_trips_through_json():
+    import json
+
+    args = (torch.Tensor, torch.Size([2, 2, 4, 8, 2, 16]), (1024, 512, 128, 32, 16, 1), 0,
+            torch.storage.TypedStorage, torch.bfloat16, 1, b"\x01\xffhandle", 4096, 0, False,
+            b"rc\x00", 64, b"\x00ev", True)
+    desc = json.loads(json.dumps(cuda.describe(args)))
+    assert desc["dtype"] == "bfloat16" and desc["device"] == 1
+    back = cuda.rebuild_args(desc)
+    assert back[1:4] == args[1:4] and back[5:10] == args[5:10] and back[11:] == args[11:]
