@@ -1,0 +1,1 @@
+"""Seeded, reproducible request streams: lengths, arrivals, sessions, traces and presets."""

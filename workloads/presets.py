@@ -1,0 +1,63 @@
+"""Named workloads that mirror the guide's situations.
+
+`scale` shrinks every length (a CPU engine cannot prefill 8k tokens quickly);
+`rate` and `num_prompts` override the preset's arrivals and size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from workloads.arrivals import Arrivals
+from workloads.lengths import LengthDist
+from workloads.spec import SyntheticSpec, Workload, synthesize
+
+PRESETS: dict[str, tuple[str, SyntheticSpec]] = {
+    "long-prompt": ("the guide's measurement: ~8k-token prompts, 256 output tokens, Poisson",
+                    SyntheticSpec(input=LengthDist("uniform", 8192, range_ratio=0.05),
+                                  output=LengthDist("fixed", 256),
+                                  arrivals=Arrivals("poisson", 0.4))),
+    "chat-multiturn": ("5-turn chats: each turn's prompt is the whole history plus new user text",
+                       SyntheticSpec(input=LengthDist("lognormal", 1024, sigma=0.6, high=4096),
+                                     turn_input=LengthDist("lognormal", 256, sigma=0.6, high=1024),
+                                     output=LengthDist("lognormal", 192, sigma=0.5, high=512),
+                                     arrivals=Arrivals("poisson", 0.5), turns=5, think_s=3.0)),
+    "agent-loop": ("many short turns over a growing context (tool results in, short calls out)",
+                   SyntheticSpec(input=LengthDist("uniform", 2048, range_ratio=0.25),
+                                 turn_input=LengthDist("uniform", 192, range_ratio=0.5),
+                                 output=LengthDist("uniform", 48, range_ratio=0.5),
+                                 arrivals=Arrivals("poisson", 0.3), turns=10, think_s=0.2)),
+    "bursty-low": ("low average rate arriving in bursts (gamma, burstiness 0.25)",
+                   SyntheticSpec(input=LengthDist("lognormal", 1024, sigma=0.8, high=8192),
+                                 output=LengthDist("lognormal", 128, sigma=0.6, high=512),
+                                 arrivals=Arrivals("gamma", 0.2, burstiness=0.25))),
+    "short-chat": ("short prompts, short answers, Poisson",
+                   SyntheticSpec(input=LengthDist("uniform", 256, range_ratio=0.5),
+                                 output=LengthDist("uniform", 128, range_ratio=0.5),
+                                 arrivals=Arrivals("poisson", 2.0))),
+}
+
+
+def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
+                num_prompts: int | None = None) -> SyntheticSpec:
+    """A preset's spec with lengths scaled and rate / size overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown workload preset {name!r}; one of {', '.join(PRESETS)}")
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, not {scale}")
+    spec = PRESETS[name][1]
+    spec = replace(spec, input=spec.input.scaled(scale), output=spec.output.scaled(scale),
+                   turn_input=spec.turn_input.scaled(scale) if spec.turn_input else None)
+    if rate is not None:
+        spec = replace(spec, arrivals=replace(spec.arrivals, rate=rate))
+    if num_prompts is not None:
+        spec = replace(spec, num_prompts=num_prompts)
+    spec.validate()
+    return spec
+
+
+def preset(name: str, seed: int, **overrides) -> Workload:
+    """The named workload, reproducible from `seed` (see preset_spec for overrides)."""
+    w = synthesize(preset_spec(name, **overrides), seed, name)
+    w.params = {"preset": name, "seed": seed, **overrides}
+    return w

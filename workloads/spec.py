@@ -1,0 +1,106 @@
+"""What a benchmark sends: conversations of turns, each with its own start time.
+
+A single-turn request is a conversation of one turn, so one client path serves
+both. A later turn's prompt is built by the client from what was actually sent
+and received (history + `new_tokens`), never precomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workloads.arrivals import Arrivals
+from workloads.lengths import LengthDist
+
+DEFAULT_VOCAB = (10, 500)  # token ids valid in every preset's and most real models' vocabularies
+
+
+@dataclass
+class Turn:
+    """One request of a conversation: the user tokens it adds and how long to wait before it."""
+
+    new_tokens: list[int]
+    max_tokens: int
+    think_s: float = 0.0  # after the previous reply arrived; 0 for the first turn
+
+
+@dataclass
+class Conversation:
+    conversation_id: str
+    start: float  # seconds from the benchmark's t=0
+    turns: list[Turn]
+
+
+@dataclass
+class Workload:
+    """A reproducible request stream plus what made it (for the manifest)."""
+
+    name: str
+    conversations: list[Conversation]
+    params: dict = field(default_factory=dict)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(len(c.turns) for c in self.conversations)
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Random token-ID prompts; `num_prompts` counts requests (turns), as vLLM does.
+
+    Prompts are unique per request (random IDs), so prefix caches cannot hide
+    prefill work, except for an optional `shared_prefix_len` common to all.
+    Multi-turn: `turns` per conversation, `turn_input` new user tokens on each
+    later turn, `think_s` (mean of an exponential) between a reply and the next turn.
+    """
+
+    input: LengthDist = LengthDist()
+    output: LengthDist = LengthDist()
+    arrivals: Arrivals = Arrivals()
+    num_prompts: int = 100
+    turns: int = 1
+    turn_input: LengthDist | None = None
+    think_s: float = 0.0
+    shared_prefix_len: int = 0
+    vocab: tuple[int, int] = DEFAULT_VOCAB
+
+    def validate(self) -> None:
+        if self.num_prompts < 1:
+            raise ValueError(f"num_prompts must be >= 1, not {self.num_prompts}")
+        if self.turns < 1:
+            raise ValueError(f"turns must be >= 1, not {self.turns}")
+        if self.think_s < 0 or self.shared_prefix_len < 0:
+            raise ValueError("think time and shared prefix length must be >= 0")
+        if not 0 <= self.vocab[0] < self.vocab[1]:
+            raise ValueError(f"bad vocabulary range {self.vocab}")
+        self.input.validate("input length")
+        self.output.validate("output length")
+        if self.turn_input:
+            self.turn_input.validate("turn input length")
+        self.arrivals.validate()
+
+
+def synthesize(spec: SyntheticSpec, seed: int, name: str = "random") -> Workload:
+    """The workload `spec` describes; the same seed gives the same requests."""
+    spec.validate()
+    rng = np.random.default_rng(seed)
+    n_conv = -(-spec.num_prompts // spec.turns)
+    starts = spec.arrivals.times(n_conv, rng)
+    prefix = rng.integers(*spec.vocab, spec.shared_prefix_len).tolist()
+    first_in = spec.input.sample(n_conv, rng)
+    later_in = (spec.turn_input or spec.input).sample(n_conv * spec.turns, rng)
+    outs = spec.output.sample(n_conv * spec.turns, rng)
+    convs, left = [], spec.num_prompts
+    for c in range(n_conv):
+        turns = []
+        for t in range(min(spec.turns, left)):
+            k = c * spec.turns + t
+            n_new = int(first_in[c]) if t == 0 else int(later_in[k])
+            new = rng.integers(*spec.vocab, n_new).tolist()
+            think = float(rng.exponential(spec.think_s)) if t and spec.think_s else 0.0
+            turns.append(Turn(prefix + new if t == 0 else new, int(outs[k]), think))
+        left -= len(turns)
+        convs.append(Conversation(f"conv-{seed}-{c}", float(starts[c]), turns))
+    return Workload(name, convs)
