@@ -129,6 +129,20 @@ def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
             p.stderr.close()
 
 
+@contextlib.contextmanager
+def serve_module(module: str, args: list[str], host: str = "127.0.0.1",
+                 cores: list[int] | None = None, health_timeout: float = 60.0) -> Iterator[str]:
+    """Run `python -m module --host H --port P *args`, yield its URL once healthy, stop it."""
+    port = free_port(host)
+    proc = _spawn(["-m", module, "--host", host, "--port", str(port), *args], cores, dict(os.environ))
+    try:
+        url = f"http://{host}:{port}"
+        _wait_healthy(url, proc, health_timeout)
+        yield url
+    finally:
+        stop([proc])
+
+
 def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
     return ["-m", "engine.server", "--model", t.model, "--role", role, "--host", t.host,
             "--port", str(port), "--connector", t.connector, "--dtype", t.dtype,
