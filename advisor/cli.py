@@ -57,5 +57,54 @@ def serve(
         fail(str(e))
 
 
+@app.command(context_settings={"allow_extra_args": True})
+def bench(
+    ctx: typer.Context,
+    base_url: str = typer.Option("http://127.0.0.1:8000", help="server base URL"),
+    endpoint: str = typer.Option("/v1/completions", help="/v1/completions or /v1/chat/completions"),
+    model: str = typer.Option(None, help="model name (default: the first the server lists)"),
+    dataset: str = typer.Option("random", help="dataset: random"),
+    random_input_len: int = typer.Option(1024, help="random: prompt tokens"),
+    random_output_len: int = typer.Option(128, help="random: output tokens"),
+    random_range_ratio: float = typer.Option(0.0, help="random: lengths uniform in len*(1 +- r)"),
+    random_prefix_len: int = typer.Option(0, help="random: shared prefix tokens before each prompt"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="generate exactly max_tokens"),
+    request_rate: float = typer.Option(None, help="requests/s (inf: all at once)"),
+    burstiness: float = typer.Option(1.0, help="gamma shape; 1 = Poisson"),
+    num_prompts: int = typer.Option(None, help="requests to send (default 100; a trace: all)"),
+    max_concurrency: int = typer.Option(None, help="cap on requests in flight"),
+    goodput: list[str] = typer.Option(None, help="SLOs in ms: ttft:2000 itl:50 tpot:30 e2el:..."),
+    percentile_metrics: str = typer.Option("ttft,tpot,itl", help="of ttft,tpot,itl,e2el"),
+    metric_percentiles: str = typer.Option("99", help="e.g. 50,90,99"),
+    seed: int = typer.Option(0, help="workload seed"),
+    result_dir: str = typer.Option(None, help="write result.json and requests.jsonl here"),
+    workload: str = typer.Option(None, help="a preset: long-prompt, chat-multiturn, agent-loop, "
+                                            "bursty-low, short-chat"),
+    scale: float = typer.Option(1.0, help="preset: multiply every length"),
+    trace: str = typer.Option(None, help="Mooncake .jsonl, Azure or BurstGPT .csv trace"),
+    trace_time_scale: float = typer.Option(1.0, help="trace: multiply timestamps"),
+    num_warmups: int = typer.Option(0, help="warmup requests, excluded from statistics"),
+    request_timeout: float = typer.Option(600.0, help="seconds before a request counts as failed"),
+    export_trace: str = typer.Option(None, help="also save the workload as a Mooncake trace"),
+) -> None:
+    """Measure an OpenAI-compatible endpoint under a workload (flags as in `vllm bench serve`)."""
+    from advisor.bench import BenchOptions, run_bench
+
+    slos = list(goodput or [])
+    for extra in ctx.args:  # `--goodput ttft:2000 itl:50`: vLLM takes several values per flag
+        if ":" not in extra or extra.startswith("-"):
+            fail(f"unexpected argument {extra!r}")
+        slos.append(extra)
+    opts = BenchOptions(base_url, endpoint, model, dataset, random_input_len, random_output_len,
+                        random_range_ratio, random_prefix_len, ignore_eos, request_rate, burstiness,
+                        num_prompts, max_concurrency, tuple(slos), percentile_metrics,
+                        metric_percentiles, seed, result_dir, workload, scale, trace,
+                        trace_time_scale, num_warmups, request_timeout, export_trace)
+    try:
+        run_bench(opts)
+    except ValueError as e:
+        fail(str(e))
+
+
 if __name__ == "__main__":
     app()

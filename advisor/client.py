@@ -1,0 +1,295 @@
+"""Open-loop streaming client for any OpenAI-compatible endpoint (ours, vLLM, llm-d, Dynamo).
+
+Requests go out at their scheduled times whatever earlier responses are doing
+(open loop); `max_concurrency` only caps how many are in flight. Every request
+sent, and every turn that could not be sent because an earlier turn of its
+conversation failed, leaves a RequestRecord: nothing is dropped. Times are
+`time.monotonic()` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from workloads.spec import Conversation, Workload
+
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+START_LEAD_S = 0.05  # schedule t=0 slightly ahead so request 0 is not late by setup work
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to send: `path` is /v1/completions (token-ID prompts) or /v1/chat/completions."""
+
+    base_url: str
+    model: str
+    path: str = COMPLETIONS
+    ignore_eos: bool = True
+    timeout_s: float = 600.0
+    api_key: str | None = None
+
+    def validate(self) -> None:
+        if self.path not in (COMPLETIONS, CHAT):
+            raise ValueError(f"endpoint must be {COMPLETIONS} or {CHAT}, not {self.path!r}")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base URL must start with http:// or https://, not {self.base_url!r}")
+        if not self.timeout_s > 0:
+            raise ValueError("request timeout must be > 0")
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it."""
+
+    index: int
+    conversation_id: str
+    turn: int
+    warmup: bool
+    scheduled: float  # when it should have been sent
+    dispatched: float = 0.0  # when the client began sending it (after any concurrency cap)
+    sent: float = 0.0  # when its body was written; 0 if never sent
+    chunks: list[float] = field(default_factory=list)  # arrival of each content chunk
+    end: float = 0.0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    token_source: str = "chunks"  # usage | chunks: where output_tokens came from
+    status: int | None = None
+    error: str | None = None
+    body_sent: bool = field(default=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == 200 and bool(self.chunks)
+
+
+@dataclass
+class RunResult:
+    records: list[RequestRecord]
+    start: float  # t=0 of the schedule
+    end: float  # last response finished
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+WORDS = ("time year people way day man thing woman life child world school state family "
+         "student group country problem hand part place case week company system program "
+         "question work government number night point home water room mother area money "
+         "story fact month lot right study book eye job word business issue side kind head "
+         "house service friend father power hour game line end member law car city name "
+         "team minute idea kid body information back parent face others level office door "
+         "health person art war history party result change morning reason research girl").split()
+
+
+def _dispatch(loop: asyncio.AbstractEventLoop, convs: list[Conversation], start: float,
+              launch: Callable[[Conversation], None]) -> None:
+    """Hand each conversation to the loop at its start time.
+
+    # NOTE: a thread, not asyncio.sleep: the loop's timers wake up to a
+    # millisecond late (epoll timeouts are whole ms) and queue behind stream
+    # reads, while time.sleep wakes within ~0.1 ms and call_soon_threadsafe
+    # wakes the loop at once. Lateness is recorded per request anyway.
+    """
+    for conv in convs:
+        delay = start + conv.start - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        loop.call_soon_threadsafe(launch, conv)
+
+
+def text_of(token_ids: list[int]) -> str:
+    """Chat prompts need text: one common English word per token id (counts come from usage)."""
+    return " ".join(WORDS[t % len(WORDS)] for t in token_ids)
+
+
+class Client:
+    """Sends a Workload to an Endpoint. One instance per run."""
+
+    def __init__(self, endpoint: Endpoint, max_concurrency: int | None = None,
+                 on_done: Callable[[RequestRecord], None] | None = None):
+        endpoint.validate()
+        self.endpoint, self.on_done = endpoint, on_done
+        self._cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self._records: list[RequestRecord] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    async def run(self, workload: Workload, warmups: int = 0) -> RunResult:
+        """Send `warmups` requests one at a time (recorded, marked warmup), then the workload."""
+        gc.disable()  # NOTE: a full collection mid-run stalls every stream's timestamps by ms
+        try:
+            return await self._run(workload, warmups)
+        finally:
+            gc.enable()
+
+    async def _run(self, workload: Workload, warmups: int) -> RunResult:
+        headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+        conn = aiohttp.TCPConnector(limit=0)  # NOTE: aiohttp's default 100 would close the loop
+        trace = aiohttp.TraceConfig()
+        trace.on_request_chunk_sent.append(_stamp_sent)
+        async with aiohttp.ClientSession(connector=conn, headers=headers,
+                                         trace_configs=[trace]) as self._session:
+            for i in range(warmups):
+                conv = workload.conversations[i % len(workload.conversations)]
+                await self._turns(Conversation(f"warmup-{i}", 0.0, conv.turns[:1]),
+                                  time.monotonic(), warmup=True)
+            start = time.monotonic() + START_LEAD_S
+            convs = sorted(workload.conversations, key=lambda c: c.start)
+            tasks: list[asyncio.Task] = []
+            all_started = asyncio.get_running_loop().create_future()
+
+            def launch(conv: Conversation) -> None:  # on the loop, at conv's start time
+                tasks.append(asyncio.create_task(self._turns(conv, start + conv.start)))
+                if len(tasks) == len(convs):
+                    all_started.set_result(None)
+
+            timer = threading.Thread(target=_dispatch, name="dispatch", daemon=True,
+                                     args=(asyncio.get_running_loop(), convs, start, launch))
+            timer.start()
+            await all_started
+            await asyncio.gather(*tasks)
+        records = sorted(self._records, key=lambda r: (r.warmup is False, r.scheduled, r.turn))
+        for i, r in enumerate(records):
+            r.index = i
+        ends = [r.end for r in records if not r.warmup and r.end]
+        return RunResult(records, start, max(ends, default=start))
+
+    async def _turns(self, conv: Conversation, scheduled: float, warmup: bool = False) -> None:
+        history: list[int] = []  # completions: token ids sent and received so far
+        messages: list[dict] = []  # chat: the same history as messages
+        multi = len(conv.turns) > 1
+        for k, turn in enumerate(conv.turns):
+            if k:
+                scheduled = time.monotonic() + turn.think_s
+                await asyncio.sleep(turn.think_s)
+            rec = RequestRecord(0, conv.conversation_id, k, warmup, scheduled)
+            self._records.append(rec)
+            if self.endpoint.path == CHAT:
+                messages.append({"role": "user", "content": text_of(turn.new_tokens)})
+                body = {"messages": list(messages)}
+            else:
+                history += turn.new_tokens
+                body = {"prompt": list(history)}
+                if multi:
+                    body["return_token_ids"] = True  # vLLM's flag; ours always returns them
+            reply_text, reply_ids = await self._send(rec, body, turn.max_tokens, conv.conversation_id)
+            if self.on_done:
+                self.on_done(rec)
+            if not rec.ok:
+                self._unsent(conv, k + 1, rec, warmup)
+                return
+            if self.endpoint.path == CHAT:
+                messages.append({"role": "assistant", "content": reply_text})
+            elif multi:
+                if reply_ids is None:
+                    rec.error = "the server returned no token_ids, so the next turn cannot be built; " \
+                                f"use {CHAT} for multi-turn"
+                    self._unsent(conv, k + 1, rec, warmup)
+                    return
+                history += reply_ids
+
+    def _unsent(self, conv: Conversation, first: int, cause: RequestRecord, warmup: bool) -> None:
+        for k in range(first, len(conv.turns)):
+            rec = RequestRecord(0, conv.conversation_id, k, warmup, cause.end,
+                                error=f"not sent: turn {cause.turn} of this conversation failed")
+            self._records.append(rec)
+            if self.on_done:
+                self.on_done(rec)
+
+    async def _send(self, rec: RequestRecord, body: dict, max_tokens: int,
+                    conversation_id: str) -> tuple[str, list[int] | None]:
+        """Stream one request into `rec`; returns (reply text, reply token ids or None)."""
+        ep = self.endpoint
+        body.update(model=ep.model, max_tokens=max_tokens, stream=True,
+                    stream_options={"include_usage": True})
+        if ep.ignore_eos:
+            body["ignore_eos"] = True
+        chat = ep.path == CHAT
+        text, ids, saw_ids = [], [], False
+        async with contextlib.AsyncExitStack() as stack:
+            if self._cap:
+                await stack.enter_async_context(self._cap)
+            rec.dispatched = rec.sent = time.monotonic()  # sent: replaced when the body goes out
+            try:
+                async with asyncio.timeout(ep.timeout_s):
+                    async with self._session.post(
+                            ep.base_url.rstrip("/") + ep.path, json=body,
+                            headers={"X-Conversation-Id": conversation_id},
+                            trace_request_ctx=rec) as resp:
+                        rec.status = resp.status
+                        if resp.status != 200:
+                            rec.error = _error_text(await resp.text())
+                        else:
+                            async for line in resp.content:
+                                now = time.monotonic()
+                                if not line.startswith(b"data:"):
+                                    continue
+                                data = line[5:].strip()
+                                if data == b"[DONE]":
+                                    break
+                                chunk = json.loads(data)
+                                if "error" in chunk:
+                                    rec.error = _error_text(json.dumps(chunk))
+                                    break
+                                if chunk.get("usage"):
+                                    u = chunk["usage"]
+                                    rec.prompt_tokens = u.get("prompt_tokens") or rec.prompt_tokens
+                                    if u.get("completion_tokens") is not None:
+                                        rec.output_tokens = u["completion_tokens"]
+                                        rec.token_source = "usage"
+                                for piece, piece_ids in _content(chunk, chat):
+                                    rec.chunks.append(now)
+                                    text.append(piece)
+                                    if piece_ids is not None:
+                                        saw_ids = True
+                                        ids += piece_ids
+            except TimeoutError:
+                rec.error = f"timed out after {ep.timeout_s:g} s"
+            except (aiohttp.ClientError, OSError, json.JSONDecodeError, ValueError) as e:
+                rec.error = f"{type(e).__name__}: {e}"
+            rec.end = time.monotonic()
+        if rec.token_source == "chunks":
+            rec.output_tokens = len(rec.chunks)
+        if rec.error is None and not rec.chunks:
+            rec.error = "the stream ended without any content"
+        return "".join(text), ids if saw_ids else None
+
+
+async def _stamp_sent(_session, ctx, _params) -> None:
+    """Send time = when the request body was written, so the client's own request
+    building (~0.4 ms here) is not charged to the server's TTFT."""
+    rec = ctx.trace_request_ctx
+    if not rec.body_sent:
+        rec.body_sent = True
+        rec.sent = time.monotonic()
+
+
+def _content(chunk: dict, chat: bool):
+    """(text, token ids or None) of each choice that carries generated content."""
+    for choice in chunk.get("choices") or []:
+        if chat:
+            delta = choice.get("delta") or {}
+            piece = delta.get("content") or delta.get("reasoning_content") or ""
+            has = bool(piece or delta.get("tool_calls") or choice.get("token_ids"))
+        else:
+            piece = choice.get("text") or ""
+            has = bool(piece or choice.get("token_ids"))
+        if has:
+            yield piece, choice.get("token_ids")
+
+
+def _error_text(body: str) -> str:
+    """The OpenAI-style error message when there is one, else the body's start."""
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        err = json.loads(body)["error"]
+        return str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    return body[:500] or "empty error body"

@@ -1,0 +1,36 @@
+"""Terminal output: a benchmark result as a rich table."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
+
+
+def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[float],
+                  out: Console | None = None) -> None:
+    """The headline counts and throughputs, then one row per latency metric (ms)."""
+    out = out or Console()
+    head = Table(title=f"{result['model_id']} @ {result['base_url']}", show_header=False)
+    rows = [("requests", f"{result['num_requests']} ({result['completed']} completed, "
+                         f"{result['failed']} failed)"),
+            ("duration", f"{result['duration']:.2f} s"),
+            ("request throughput", f"{result['request_throughput']:.3f} req/s"),
+            ("output throughput", f"{result['output_throughput']:.1f} tok/s")]
+    if result["goodput_slos"]:
+        slo = " ".join(f"{k}:{v:g}" for k, v in result["goodput_slos"].items())
+        rows += [("SLO", f"{slo} ms (itl: each request's p99 gap)"),
+                 ("SLO attainment", f"{result['slo_attainment']:.1%} of all requests"),
+                 ("request goodput", f"{result['request_goodput']:.3f} req/s")]
+    for k, v in rows:
+        head.add_row(k, v)
+    out.print(head)
+    lat = Table(title="latency (ms)")
+    cols = ["mean", "median", "std"] + [f"p{p:g}" for p in percentiles]
+    lat.add_column("metric")
+    for c in cols:
+        lat.add_column(c, justify="right")
+    for m in metrics:
+        lat.add_row(_NAMES[m], *(f"{result[f'{c}_{m}_ms']:.2f}" for c in cols))
+    out.print(lat)

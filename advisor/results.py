@@ -1,0 +1,78 @@
+"""Run outputs as data: atomic writes and the manifest every run carries."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def write_jsonl(path: str | Path, rows: list[dict]) -> None:
+    write_atomic(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def manifest(seed: int, config: dict, argv: list[str] | None = None) -> dict:
+    """Versions, host, config, seed and command line of a run."""
+    return {
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": argv if argv is not None else sys.argv,
+        "seed": seed,
+        "config": config,
+        "versions": {"python": platform.python_version(), "advisor": _version("advisor"),
+                     "git_commit": _git_commit(),
+                     **{d: _version(d) for d in ("torch", "numpy", "aiohttp", "pandas")}},
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+                 "cpu": _cpu_model(), "cpus_usable": len(os.sched_getaffinity(0)),
+                 "cpus_total": os.cpu_count()},
+    }

@@ -1,0 +1,62 @@
+"""`advisor bench` end to end: result files with vLLM's keys, and clear errors for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.advisor.helpers import scripted
+
+VLLM_KEYS = ("completed", "failed", "duration", "request_throughput", "request_goodput",
+             "output_throughput", "total_input_tokens", "total_output_tokens",
+             "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",
+             "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms")
+
+
+def advisor(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "advisor.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_bench_writes_result_and_records_atomically(tmp_path):
+    with scripted(ttft_ms=20, itl_ms=5, fail_every=4) as url:
+        p = advisor("bench", "--base-url", url, "--num-prompts", "12", "--request-rate", "50",
+                    "--random-input-len", "16", "--random-output-len", "4", "--ignore-eos",
+                    "--goodput", "ttft:500", "itl:100", "--percentile-metrics",
+                    "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+                    "--result-dir", str(tmp_path), "--seed", "3")
+    assert p.returncode == 0, p.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert all(k in result for k in VLLM_KEYS)
+    assert (result["completed"], result["failed"]) == (9, 3)
+    assert result["slo_attainment"] == 9 / 12
+    assert result["goodput_slos"] == {"ttft": 500, "itl": 100}
+    assert result["manifest"]["seed"] == 3 and result["manifest"]["versions"]["python"]
+    rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 and sum(not r["ok"] for r in rows) == 3
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["requests.jsonl", "result.json"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--dataset", "sharegpt"], "--dataset"),
+    (["--workload", "nope"], "--workload"),
+    (["--goodput", "ttft=5"], "--goodput"),
+    (["--goodput", "ttft:5", "bogus"], "bogus"),
+    (["--request-rate", "-2"], "--request-rate"),
+    (["--metric-percentiles", "x"], "--metric-percentiles"),
+    (["--percentile-metrics", "ttft,speed"], "--percentile-metrics"),
+    (["--base-url", "http://127.0.0.1:9"], "cannot reach"),
+])
+def test_bad_input_is_one_line_naming_the_problem(args, needle):
+    p = advisor("bench", "--num-prompts", "2", *args)
+    assert p.returncode == 2
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_trace_with_a_bad_row_is_named(tmp_path):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 4, "output_length": 2}\n{"timestamp": "x"}\n')
+    p = advisor("bench", "--trace", str(bad), "--base-url", "http://127.0.0.1:9")
+    assert p.returncode == 2 and "row 2" in p.stderr and "Traceback" not in p.stderr

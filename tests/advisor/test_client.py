@@ -1,0 +1,97 @@
+"""The client against a server whose timing is known: accuracy, failures, multi-turn."""
+
+import asyncio
+
+import numpy as np
+
+from advisor.client import CHAT, Client, Endpoint
+from advisor.metrics import summarize
+from tests.advisor.helpers import received, scripted, workload
+
+
+def run(url, w, path="/v1/completions", timeout_s=60.0, warmups=0, **client_kw):
+    endpoint = Endpoint(url, "scripted", path, timeout_s=timeout_s)
+    return asyncio.run(Client(endpoint, **client_kw).run(w, warmups))
+
+
+def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight():
+    with scripted(ttft_ms=200, itl_ms=100) as url:
+        res = run(url, workload(n=500, out=20, rate=55.0))
+        truth = [g["timing"] for g in received(url)]
+    recs = res.records
+    in_flight = max(sum(1 for r in recs if r.sent <= t < r.end) for t in (r.sent for r in recs))
+    assert in_flight >= 100
+    s = summarize(recs, res.duration, {}, [50, 90, 99])
+    assert s["completed"] == 500 and s["failed"] == 0
+    # Truth: when the server actually wrote each chunk, from when the request line came in.
+    ttft = [(t["writes"][0] - t["arrived"]) * 1000 for t in truth]
+    itl = np.concatenate([np.diff(t["writes"]) * 1000 for t in truth])
+    for p in (50, 90, 99):
+        assert abs(s[f"p{p}_ttft_ms"] - np.percentile(ttft, p)) <= 1.0, p
+        assert abs(s[f"p{p}_itl_ms"] - np.percentile(itl, p)) <= 1.0, p
+    # and the ruler kept to its script
+    assert abs(np.median(ttft) - 200) < 1.0 and abs(np.median(itl) - 100) < 1.0
+
+
+def test_failed_requests_are_counted_never_dropped():
+    with scripted(fail_every=3) as url:
+        res = run(url, workload(n=30))
+    s = summarize(res.records, res.duration, {"ttft": 10_000}, [50])
+    assert (s["num_requests"], s["completed"], s["failed"], s["good_requests"]) == (30, 20, 10, 20)
+    assert s["slo_attainment"] == 20 / 30
+    bad = [r for r in res.records if not r.ok]
+    assert all(r.status == 500 and r.error == "scripted failure" for r in bad)
+
+
+def test_timeouts_are_failures_and_open_loop_does_not_wait_for_them():
+    with scripted(ttft_ms=1000) as url:
+        res = run(url, workload(n=10, rate=100.0), timeout_s=0.3)
+    assert all(r.error and "timed out" in r.error for r in res.records)
+    sends = sorted(r.sent for r in res.records)
+    assert sends[-1] - sends[0] < 0.3  # all sent on schedule while the first still waited
+
+
+def test_second_turn_carries_the_first_prompt_and_the_reply_received():
+    w = workload(n=4, out=3, turns=2, rate=1000.0)
+    with scripted(ttft_ms=5, itl_ms=1) as url:
+        res = run(url, w)
+        bodies = [g["body"] for g in received(url)]
+    assert all(r.ok for r in res.records)
+    for conv in w.conversations:
+        first, second = conv.turns
+        sent = [b["prompt"] for b in bodies if b["prompt"][:len(first.new_tokens)] == first.new_tokens]
+        assert sorted(map(len, sent)) == [len(first.new_tokens),
+                                          len(first.new_tokens) + 3 + len(second.new_tokens)]
+        # the scripted reply's token ids are 0, 1, 2
+        assert max(sent, key=len) == first.new_tokens + [0, 1, 2] + second.new_tokens
+
+
+def test_chat_turns_carry_the_whole_conversation():
+    w = workload(n=2, out=2, turns=2, rate=1000.0)
+    with scripted(ttft_ms=5, itl_ms=1) as url:
+        res = run(url, w, CHAT)
+        bodies = [g["body"] for g in received(url)]
+    assert all(r.ok for r in res.records) and all(r.token_source == "usage" for r in res.records)
+    second = [b["messages"] for b in bodies if len(b["messages"]) == 3]
+    assert len(second) == 1
+    assert [m["role"] for m in second[0]] == ["user", "assistant", "user"]
+    assert second[0][1]["content"] == "toktok"
+
+
+def test_warmups_are_recorded_but_not_counted_and_concurrency_is_capped():
+    with scripted(ttft_ms=20, itl_ms=5) as url:
+        res = run(url, workload(n=12, rate=1000.0), warmups=2, max_concurrency=3)
+    assert sum(r.warmup for r in res.records) == 2
+    assert summarize(res.records, res.duration, {}, [50])["num_requests"] == 12
+    real = [r for r in res.records if not r.warmup]
+    assert max(sum(1 for r in real if r.sent <= t < r.end) for t in (r.sent for r in real)) == 3
+
+
+def test_turns_after_a_failed_turn_are_recorded_as_failed():
+    w = workload(n=6, turns=3, rate=1000.0)  # 2 conversations x 3 turns
+    with scripted(ttft_ms=5, itl_ms=1, fail_every=2) as url:
+        res = run(url, w)
+    assert len(res.records) == 6
+    unsent = [r for r in res.records if r.error and r.error.startswith("not sent")]
+    assert unsent and all(r.sent == 0.0 for r in unsent)
+    assert summarize(res.records, res.duration, {}, [50])["failed"] == sum(not r.ok for r in res.records)

@@ -1,0 +1,62 @@
+"""Metric definitions on hand-made records whose answers are known."""
+
+import pytest
+
+from advisor.client import RequestRecord
+from advisor.metrics import parse_percentiles, parse_slos, summarize
+
+
+def rec(chunks, sent=0.0, tokens=None, ok=True, warmup=False):
+    r = RequestRecord(0, "c", 0, warmup, scheduled=sent, sent=sent, chunks=list(chunks),
+                      end=chunks[-1] if chunks else sent, status=200 if ok else 500,
+                      error=None if ok else "boom")
+    r.output_tokens = len(chunks) if tokens is None else tokens
+    return r
+
+
+def test_ttft_itl_tpot_e2el_follow_their_definitions():
+    a = rec([0.100, 0.110, 0.130])          # ttft 100, gaps 10 and 20, e2el 130
+    b = rec([1.200, 1.210], sent=1.0)       # ttft 200, gap 10, e2el 210
+    s = summarize([a, b], 2.0, {}, [50, 100], ("ttft", "tpot", "itl", "e2el"))
+    assert s["mean_ttft_ms"] == pytest.approx(150)
+    assert s["median_itl_ms"] == pytest.approx(10) and s["p100_itl_ms"] == pytest.approx(20)
+    assert s["mean_tpot_ms"] == pytest.approx(((130 - 100) / 2 + 10) / 2)
+    assert s["p100_e2el_ms"] == pytest.approx(210)
+    assert s["output_throughput"] == pytest.approx(5 / 2.0)
+
+
+def test_tpot_uses_usage_token_counts_when_chunks_carry_several_tokens():
+    r = rec([0.1, 0.2], tokens=11)  # 2 chunks, 11 tokens
+    assert summarize([r], 1.0, {}, [50])["mean_tpot_ms"] == pytest.approx(100 / 10)
+
+
+def test_itl_slo_is_judged_on_each_requests_own_p99_gap():
+    steady = rec([0.1 + 0.02 * i for i in range(50)])            # all gaps 20 ms
+    stalled = rec([0.1 + 0.02 * i for i in range(49)] + [2.0])   # one 1 s stall
+    s = summarize([steady, stalled], 3.0, {"itl": 50}, [99])
+    assert s["good_requests"] == 1 and s["slo_attainment"] == 0.5
+    # pooled, the one stall is under the 99th percentile of all gaps
+    assert s["p99_itl_ms"] < 50
+
+
+def test_failed_requests_count_against_attainment_and_warmups_count_nowhere():
+    good, bad = rec([0.05, 0.06]), rec([], ok=False)
+    warm = rec([9.0, 9.5], warmup=True)
+    s = summarize([good, bad, warm], 1.0, {"ttft": 100}, [50])
+    assert (s["num_requests"], s["completed"], s["failed"]) == (2, 1, 1)
+    assert s["slo_attainment"] == 0.5 and s["request_goodput"] == 1.0
+    assert s["mean_ttft_ms"] == pytest.approx(50)
+
+
+@pytest.mark.parametrize("bad", ["ttft", "ttft:", "ttft:abc", "speed:3", "ttft:-1", "ttft=5"])
+def test_bad_goodput_items_are_named(bad):
+    with pytest.raises(ValueError, match="--goodput item"):
+        parse_slos([bad])
+
+
+def test_goodput_accepts_spaces_and_commas_and_percentiles_are_checked():
+    assert parse_slos(["ttft:2000", "itl:50,tpot:30"]) == {"ttft": 2000, "itl": 50, "tpot": 30}
+    assert parse_percentiles("50,99.9") == [50, 99.9]
+    for bad in ("", "0", "50,x", "101"):
+        with pytest.raises(ValueError, match="--metric-percentiles"):
+            parse_percentiles(bad)
