@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import os
 import urllib.request
 
 from engine.launch import serve_module
@@ -11,10 +12,25 @@ from workloads.spec import SyntheticSpec, synthesize
 
 
 @contextlib.contextmanager
-def scripted(ttft_ms=50, itl_ms=10, fail_every=0):
+def scripted(ttft_ms=50, itl_ms=10, fail_every=0, cores=None):
     with serve_module("engine.scripted_server", ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
-                                                 "--fail-every", str(fail_every)]) as url:
+                                                 "--fail-every", str(fail_every)], cores=cores) as url:
         yield url
+
+
+@contextlib.contextmanager
+def pinned_apart():
+    """Yield the server's cores with this process pinned to another one (as a measuring
+    client should be: sharing cores adds scheduler delays to both sides), then restore."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        yield None
+        return
+    os.sched_setaffinity(0, cores[:1])
+    try:
+        yield cores[1:]
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def received(url: str) -> list[dict]:

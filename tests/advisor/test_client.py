@@ -3,10 +3,11 @@
 import asyncio
 
 import numpy as np
+from scipy import stats
 
 from advisor.client import CHAT, Client, Endpoint
 from advisor.metrics import summarize
-from tests.advisor.helpers import received, scripted, workload
+from tests.advisor.helpers import pinned_apart, received, scripted, workload
 
 
 def run(url, w, path="/v1/completions", timeout_s=60.0, warmups=0, **client_kw):
@@ -15,7 +16,7 @@ def run(url, w, path="/v1/completions", timeout_s=60.0, warmups=0, **client_kw):
 
 
 def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight():
-    with scripted(ttft_ms=200, itl_ms=100) as url:
+    with pinned_apart() as server_cores, scripted(200, 100, cores=server_cores) as url:
         res = run(url, workload(n=500, out=20, rate=55.0))
         truth = [g["timing"] for g in received(url)]
     recs = res.records
@@ -31,6 +32,9 @@ def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight(
         assert abs(s[f"p{p}_itl_ms"] - np.percentile(itl, p)) <= 1.0, p
     # and the ruler kept to its script
     assert abs(np.median(ttft) - 200) < 1.0 and abs(np.median(itl) - 100) < 1.0
+    # the schedule actually sent is still Poisson at the asked rate
+    gaps = np.diff(sorted(r.dispatched for r in recs))
+    assert stats.kstest(gaps, "expon", args=(0, 1 / 55.0)).pvalue > 0.01
 
 
 def test_failed_requests_are_counted_never_dropped():
