@@ -45,6 +45,21 @@ def recv_into_exact(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
+IOV_MAX = 1024  # buffers per sendmsg call (Linux's limit)
+
+
+def send_views(sock: socket.socket, views: list[memoryview]) -> None:
+    """sendall() for a list of byte buffers, by scatter-gather sendmsg (no joining copy)."""
+    i = 0
+    while i < len(views):
+        sent = sock.sendmsg(views[i:i + IOV_MAX])
+        while i < len(views) and sent >= len(views[i]):  # drop what went out in full
+            sent -= len(views[i])
+            i += 1
+        if sent:  # a partial buffer: keep its tail
+            views[i] = views[i][sent:]
+
+
 def read(sock: socket.socket) -> dict:
     """Read one header frame; raise FrameError on any inconsistency."""
     magic, version, length = _PREFIX.unpack(recv_exact(sock, _PREFIX.size))

@@ -17,7 +17,6 @@ from collections.abc import Callable
 import torch
 
 from engine.connectors import cuda, frame
-from engine.connectors.buffers import BufferPool
 from engine.kv_cache import KVCache, gather_blocks
 from engine.kv_transfer import KVLayout
 
@@ -32,12 +31,28 @@ def kv_header(request_id: str, layout: KVLayout, token_ids: list[int], **extra) 
             "nbytes": layout.bytes_per_token * len(token_ids), "token_ids": token_ids, **extra}
 
 
+def _block_views(data: torch.Tensor, block_ids: list[int], num_tokens: int) -> list[memoryview]:
+    """Byte views of the held blocks in wire order: layer, then K/V, then tokens.
+
+    data: [L, 2, blocks, bs, kvh, hd]; each block's slice [n, kvh, hd] is contiguous,
+    so the bytes go out by scatter-gather I/O with no copy at all.
+    """
+    bs = data.shape[3]
+    views = []
+    for layer in range(data.shape[0]):
+        for half in range(2):
+            for i, b in enumerate(block_ids):
+                n = min(bs, num_tokens - i * bs)
+                views.append(memoryview(data[layer, half, b, :n].view(torch.uint8).numpy()).cast("B"))
+    return views
+
+
 class KVSource:
     """Serves held KV blocks of `cache` over the side channel.
 
     `lend(request_id)` names the blocks; `release(request_id)` frees them. The
-    tcp mode gathers one layer at a time into a reused staging buffer and sends
-    it; the shm and cuda modes only name the cache and the blocks: the decoder
+    tcp mode sends the blocks straight from the cache by scatter-gather I/O
+    (a GPU cache is gathered and copied to host a layer at a time); the shm and cuda modes only name the cache and the blocks: the decoder
     maps the shared (or CUDA IPC) cache and gathers them itself (one copy, no
     serialization).
     """
@@ -46,7 +61,6 @@ class KVSource:
                  layout: KVLayout, host: str = "127.0.0.1", port: int = 0):
         self.lend, self.release, self.cache, self.layout = lend, release, cache, layout
         self.engine_id = uuid.uuid4().hex
-        self._staging = BufferPool(max_free_bytes=256 << 20)
         self._cuda_cache: dict | None = None
         self._lock = threading.Lock()
         source = self
@@ -99,16 +113,14 @@ class KVSource:
         block_ids, tokens = self.lend(rid)
         data = self.cache.data  # [L, 2, blocks, bs, kvh, hd]
         sock.sendall(frame.encode(kv_header(rid, self.layout, tokens)))
-        layer_bytes = 2 * len(block_ids) * data[0, 0, 0].numel() * data.element_size()
-        buf = self._staging.take(layer_bytes)
-        try:
-            out = buf.view(data.dtype) if data.device.type == "cpu" else None
-            for layer in range(data.shape[0]):
-                kv = gather_blocks(data[layer:layer + 1], block_ids, len(tokens), out).cpu()
-                for half in kv[0]:  # [T, kvh, hd]: K then V, each contiguous
-                    sock.sendall(memoryview(half.view(torch.uint8).numpy()))
-        finally:
-            self._staging.give(buf)
+        if data.device.type == "cpu":
+            frame.send_views(sock, _block_views(data, block_ids, len(tokens)))
+            return
+        # GPU cache: gather a layer on the device, copy it to host, send it
+        for layer in range(data.shape[0]):
+            kv = gather_blocks(data[layer:layer + 1], block_ids, len(tokens)).cpu()
+            for half in kv[0]:  # [T, kvh, hd]: K then V, each contiguous
+                sock.sendall(memoryview(half.view(torch.uint8).numpy()))
 
     def _send_block_ids(self, sock, rid: str, mode: str) -> None:
         """shm / cuda: name the cache and the blocks; the decoder reads them itself."""

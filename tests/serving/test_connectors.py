@@ -115,3 +115,23 @@ def test_cuda_handle_description_round_trips_through_json():
     assert desc["dtype"] == "bfloat16" and desc["device"] == 1
     back = cuda.rebuild_args(desc)
     assert back[1:4] == args[1:4] and back[5:10] == args[5:10] and back[11:] == args[11:]
+
+
+def test_scatter_gather_send_survives_partial_writes():
+    import socket
+    import threading
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # force many partial sendmsg calls
+    rng = torch.Generator().manual_seed(0)
+    parts = [torch.randint(0, 256, (int(n),), dtype=torch.uint8, generator=rng)
+             for n in torch.randint(1, 70_000, (1500,), generator=rng)]  # > IOV_MAX buffers
+    expected = torch.cat(parts).numpy().tobytes()
+    got = bytearray(len(expected))
+    reader = threading.Thread(target=frame.recv_into_exact, args=(b, memoryview(got)))
+    reader.start()
+    frame.send_views(a, [memoryview(p.numpy()) for p in parts])
+    reader.join(30)
+    a.close()
+    b.close()
+    assert bytes(got) == expected
