@@ -106,5 +106,23 @@ def bench(
         fail(str(e))
 
 
+@app.command()
+def recommend(
+    run_dir: str = typer.Argument(None, help="a sweep's run directory (uses its evidence.json)"),
+    evidence: str = typer.Option(None, help="an evidence file instead of a run directory"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    threshold: list[str] = typer.Option(None, help="override a threshold: NAME=VALUE (repeatable)"),
+) -> None:
+    """Apply the decision table to measured evidence."""
+    from advisor.recommend import run_recommend
+
+    if (run_dir is None) == (evidence is None):
+        fail("give a RUN_DIR or --evidence FILE (one of them)")
+    try:
+        run_recommend(run_dir or evidence, json_out, threshold or [])
+    except ValueError as e:
+        fail(str(e))
+
+
 if __name__ == "__main__":
     app()

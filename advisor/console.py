@@ -34,3 +34,25 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
     for m in metrics:
         lat.add_row(_NAMES[m], *(f"{result[f'{c}_{m}_ms']:.2f}" for c in cols))
     out.print(lat)
+
+
+def print_recommendation(rec: dict, out: Console | None = None) -> None:
+    """The action first, then why, then every decision-table row with its numbers."""
+    out = out or Console()
+    out.print(f"[bold]recommendation: {rec['action']}[/]")
+    for reason in rec["reasons"]:
+        out.print(f"  {reason}")
+    if rec["secondary_actions"]:
+        out.print(f"  also: {', '.join(rec['secondary_actions'])}")
+    table = Table(title="decision table")
+    for col in ("row", "fired", "action", "evidence", "thresholds"):
+        table.add_column(col)
+    for r in rec["rows"]:
+        fmt = lambda d: ", ".join(f"{k}={_num(v)}" for k, v in d.items() if v is not None)  # noqa: E731
+        table.add_row(r["id"], "yes" if r["fired"] else "no", r["action"], fmt(r["evidence"]),
+                      fmt(r["thresholds"]))
+    out.print(table)
+
+
+def _num(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -24,24 +24,13 @@ from timing import best_of
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.connectors import frame, puller
+from engine.connectors.loopback import pull_seconds, shared_source
 from engine.connectors.source import KVSource
-from engine.kv_cache import KVCache
 from engine.kv_transfer import KVLayout
 from engine.llm_engine import LLMEngine
 from engine.sequence import SamplingParams
 
 LAYOUT = KVLayout(num_layers=8, num_kv_heads=8, head_dim=128, dtype="float32")  # 64 KiB/token
-BLOCK = 16
-
-
-def fake_source(num_tokens: int) -> KVSource:
-    """A side channel over a random shared cache holding one request "r" of num_tokens."""
-    blocks = -(-num_tokens // BLOCK)
-    cache = KVCache(LAYOUT.num_layers, blocks, BLOCK, LAYOUT.num_kv_heads, LAYOUT.head_dim,
-                    torch.float32, torch.device("cpu"), shared=True)
-    cache.data.normal_()
-    held = (list(range(blocks)), [1] * num_tokens)
-    return KVSource(lambda rid: held, lambda rid: None, cache, LAYOUT)
 
 
 def memcpy_time(nbytes: int) -> float:
@@ -75,16 +64,6 @@ def socket_baseline(nbytes: int) -> float:
         th.join()
     srv.close()
     return min(times)
-
-
-def pull_time(source: KVSource, mode: str) -> float:
-    params = {"do_remote_prefill": True, "remote_engine_id": source.engine_id,
-              "remote_request_id": "r", "remote_host": source.host, "remote_port": source.port}
-
-    def once():
-        got = puller.pull(params, mode, LAYOUT)
-        got.close()
-    return best_of(once)
 
 
 def ready_delays(n: int = 20) -> list[float]:
@@ -128,8 +107,8 @@ def main() -> None:
         tokens = mb * (1 << 20) // LAYOUT.bytes_per_token
         nbytes = tokens * LAYOUT.bytes_per_token
         memcpy = memcpy_time(nbytes)
-        source = fake_source(tokens)
-        shm, tcp = pull_time(source, "shm"), pull_time(source, "tcp")
+        source = shared_source(LAYOUT, tokens)
+        shm, tcp = pull_seconds(source, "shm"), pull_seconds(source, "tcp")
         source.close()
         source.cache.close()
         sock = socket_baseline(nbytes)

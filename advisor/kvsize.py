@@ -1,0 +1,87 @@
+"""KV-cache arithmetic: bytes per token, a prompt's KV, and its time on a link."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.config import DTYPE_BYTES, load_model_config
+
+# Named links, in bytes per second (nominal, one direction).
+LINKS = {
+    "pcie3": 16e9, "pcie4": 32e9, "pcie5": 64e9,  # x16
+    "nvlink3": 300e9, "nvlink4": 450e9,  # per direction, all links of one GPU
+    "100gbe": 12.5e9, "ib-hdr": 25e9, "ib-ndr": 50e9,
+}
+_RATE = re.compile(r"^\s*([0-9.]+)\s*([kKmMgGtT]?)([bB])(ps|/s)\s*$")
+_UNIT = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_link(spec: str) -> float:
+    """'400Gbps' (bits), '25GBps' (bytes), or a name in LINKS -> bytes per second."""
+    if spec.lower() in LINKS:
+        return LINKS[spec.lower()]
+    m = _RATE.match(spec)
+    if not m or not float(m.group(1)) > 0:
+        raise ValueError(f"--link {spec!r}: expected e.g. 400Gbps, 25GBps, or one of "
+                         f"{', '.join(LINKS)}")
+    per_s = float(m.group(1)) * _UNIT[m.group(2).lower()]
+    return per_s if m.group(3) == "B" else per_s / 8
+
+
+_SSM_KEYS = ("mamba_d_state", "ssm_state_size", "layers_block_type", "hybrid_override_pattern",
+             "layer_types_mamba")
+
+
+def _refuse_other_state(model: str) -> None:
+    """MLA and hybrid-SSM configs keep state that is not per-head K and V: say so."""
+    path = Path(model)
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        return  # a preset, or an error load_model_config will name
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}") from None
+    if "kv_lora_rank" in d:
+        raise ValueError(f"{model}: MLA (latent KV, kv_lora_rank) models are not supported yet")
+    if any(k in d for k in _SSM_KEYS) or "mamba" in str(d.get("model_type", "")).lower():
+        raise ValueError(f"{model}: hybrid SSM models (per-request state, not per-token KV) "
+                         "are not supported yet")
+
+
+@dataclass(frozen=True)
+class KVSize:
+    model: str
+    bytes_per_token: int
+    tokens: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes_per_token * self.tokens
+
+    def seconds_on(self, bytes_per_s: float) -> float:
+        return self.total_bytes / bytes_per_s
+
+
+def kv_size(model: str, tokens: int, dtype: str = "bfloat16") -> KVSize:
+    """KV of `tokens` tokens: layers x 2 (K, V) x KV heads x head_dim x dtype bytes each.
+
+    MLA (DeepSeek-style latent KV) and hybrid SSM models keep other state, so
+    they are refused rather than guessed.
+    """
+    if tokens < 0:
+        raise ValueError(f"--tokens must be >= 0, not {tokens}")
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}")
+    _refuse_other_state(model)
+    cfg = load_model_config(model)
+    per = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * DTYPE_BYTES[dtype]
+    return KVSize(model, per, tokens, cfg.num_hidden_layers, cfg.num_key_value_heads,
+                  cfg.head_dim, dtype)

@@ -1,0 +1,129 @@
+"""The decision table: each row, applied where it clearly holds, gives the guide's action."""
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from advisor import evidence
+from advisor.decide import Thresholds, recommend
+
+# The guide's own L40S figures: collocated p99 ITL 169 ms at 0.4 req/s; P/D ITL fine, but
+# a ~1.3 s transfer of ~470 MB pushed P/D median TTFT to 2.2 s against 0.7 s collocated.
+L40S = {
+    "slo": {"ttft_ms": 2000, "itl_ms": 50, "attainment": 0.9},
+    "collocated": {"p50_itl_ms": 22, "p99_itl_ms": 169, "median_ttft_ms": 700, "p99_ttft_ms": 1500,
+                   "max_goodput_rps": 0.3, "attainment_at_rate": 0.4},
+    "disaggregated": {"p50_itl_ms": 23, "p99_itl_ms": 29, "median_ttft_ms": 2200,
+                      "p99_ttft_ms": 2600, "max_goodput_rps": 0.0, "attainment_at_rate": 0.1},
+    "kv_transfer": {"mean_ms": 1300, "p90_ms": 1400, "gbps": 0.36, "bytes_per_token": 57344,
+                    "p2p": "unsupported"},
+    "workload": {"rate_rps": 0.4, "mean_prompt_tokens": 8192, "mean_output_tokens": 256,
+                 "concurrency": 3.1, "burstiness_cv": 1.0, "multi_turn": False,
+                 "latency_sensitive": True},
+    "frontend": {"cpu_ms_per_request": 15, "cpu_share": 0.01},
+}
+
+# A neutral base where no row fires: short prompts, modest load, everything within SLO.
+QUIET = {
+    "slo": {"ttft_ms": 2000, "itl_ms": 50, "attainment": 0.9},
+    "collocated": {"p50_itl_ms": 20, "p99_itl_ms": 30, "median_ttft_ms": 200, "p99_ttft_ms": 400},
+    "disaggregated": None, "kv_transfer": None, "frontend": None,
+    "workload": {"rate_rps": 2, "mean_prompt_tokens": 512, "mean_output_tokens": 128,
+                 "concurrency": 1.5, "burstiness_cv": 1.0, "multi_turn": False,
+                 "latency_sensitive": True},
+}
+
+
+def with_(**changes):
+    ev = copy.deepcopy(QUIET)
+    for path, value in changes.items():
+        section, _, key = path.partition("__")
+        if key:
+            ev[section][key] = value
+        else:
+            ev[section] = value
+    return ev
+
+
+def fired(rec):
+    return {r["id"] for r in rec["rows"] if r["fired"]}
+
+
+def test_quiet_evidence_fires_nothing_and_stays_collocated():
+    rec = recommend(QUIET)
+    assert fired(rec) == set() and rec["action"] == "stay-collocated"
+
+
+@pytest.mark.parametrize("row,changes,actions", [
+    ("itl_p99_misses_slo", {"collocated__p99_itl_ms": 169}, {"disaggregate"}),
+    ("long_prompts_high_concurrency",
+     {"workload__mean_prompt_tokens": 8192, "workload__concurrency": 4}, {"disaggregate"}),
+    ("growing_context_loops", {"workload__multi_turn": True}, {"disaggregate-bidirectional"}),
+    ("frontend_cpu_heavy", {"frontend": {"cpu_ms_per_request": 40, "cpu_share": 0.3}},
+     {"split-render-tier"}),
+    ("ttft_binding", {"collocated__p99_ttft_ms": 1900}, {"measure-first", "stay-collocated"}),
+    ("kv_transfer_slow", {"kv_transfer": {"mean_ms": 900, "p90_ms": 1000}}, {"fix-transfer"}),
+    ("low_bursty_or_insensitive", {"workload__concurrency": 0.3, "workload__burstiness_cv": 3.0},
+     {"stay-collocated"}),
+])
+def test_each_row_gets_the_guides_action(row, changes, actions):
+    rec = recommend(with_(**changes))
+    assert row in fired(rec)
+    assert rec["action"] in actions
+    r = next(r for r in rec["rows"] if r["id"] == row)
+    assert any(v is not None for v in r["evidence"].values())  # the numbers behind it
+
+
+def test_the_guides_l40s_figures_never_say_disaggregate():
+    rec = recommend(L40S)
+    assert rec["action"] in ("fix-transfer", "stay-collocated")
+    assert {"itl_p99_misses_slo", "kv_transfer_slow", "ttft_binding"} <= fired(rec)
+    assert "0.3 req/s" in rec["reasons"][0]
+
+
+def test_the_measured_comparison_outranks_the_rules():
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"]["mean_ms"] = 8
+    ev["disaggregated"].update(median_ttft_ms=750, max_goodput_rps=0.9)
+    rec = recommend(ev)
+    assert rec["action"] == "disaggregate" and "3.00x" in rec["reasons"][0]
+    ev["disaggregated"]["max_goodput_rps"] = 0.31  # a tie within the margin: rules decide
+    assert recommend(ev)["action"] == "disaggregate"
+    assert recommend(ev, Thresholds(goodput_margin=0.0))["comparison"]["ratio"] > 1
+
+
+def test_secondary_actions():
+    ev = with_(collocated__p99_itl_ms=169, frontend={"cpu_ms_per_request": 40, "cpu_share": 0.3})
+    rec = recommend(ev)
+    assert rec["action"] == "disaggregate" and rec["secondary_actions"] == ["split-render-tier"]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("{", "not valid JSON"), ("[]", "not a JSON object"), ('{"slo": {}}', "slo.ttft_ms"),
+    (json.dumps({**QUIET, "collocated": {"p99_itl_ms": "high", "median_ttft_ms": 1}}),
+     "collocated.p99_itl_ms"),
+])
+def test_malformed_evidence_is_named(tmp_path, text, needle):
+    p = tmp_path / "ev.json"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=needle):
+        evidence.load(p)
+
+
+def test_recommend_cli(tmp_path):
+    p = tmp_path / "ev.json"
+    p.write_text(json.dumps(L40S))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "advisor.cli", "recommend", *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=60)
+    out = run("--evidence", str(p), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["action"] in ("fix-transfer", "stay-collocated")
+    text = run("--evidence", str(p))
+    assert "fix-transfer" in text.stdout or "stay-collocated" in text.stdout
+    for bad in (["--evidence", str(tmp_path / "missing.json")], [str(tmp_path)]):
+        out = run(*bad)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
