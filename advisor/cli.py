@@ -107,6 +107,44 @@ def bench(
 
 
 @app.command()
+def probe(
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    p2p_from: str = typer.Option(None, help="parse a saved `nvidia-smi topo -p2p r` output"),
+    link_mb: int = typer.Option(64, help="payload size for the link measurements (MB)"),
+    transfer_check: str = typer.Option(None, help="URL of a disaggregated deployment to check"),
+    metrics_url: list[str] = typer.Option(None, help="its decoders' /metrics (default URL/metrics)"),
+    check_prompts: int = typer.Option(3, help="transfer check: prompts, sent one at a time"),
+    check_prompt_tokens: int = typer.Option(2048, help="transfer check: tokens per prompt"),
+) -> None:
+    """Hardware and transfer checks: GPUs, P2P matrix, measured links, a live transfer check."""
+    from advisor.probe import ProbeOptions, run_probe
+
+    try:
+        run_probe(ProbeOptions(p2p_from, json_out, link_mb, transfer_check,
+                               tuple(metrics_url or ()), check_prompts, check_prompt_tokens))
+    except ValueError as e:
+        fail(str(e))
+
+
+@app.command("kv-size")
+def kv_size(
+    model: str = typer.Option("qwen2.5-7b", help="preset name or a local config.json / directory"),
+    tokens: int = typer.Option(8192, help="prompt tokens"),
+    dtype: str = typer.Option("bfloat16", help="KV dtype: bfloat16, float16 or float32"),
+    link: list[str] = typer.Option(None, help="also time it on a link: 400Gbps, 25GBps, pcie4, ..."),
+    measured: bool = typer.Option(False, help="also time it on this host's measured shm and TCP"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """KV bytes per token, a prompt's KV, and its transfer time on named or measured links."""
+    from advisor.kvsize import run_kv_size
+
+    try:
+        run_kv_size(model, tokens, dtype, link or [], measured, json_out)
+    except ValueError as e:
+        fail(str(e))
+
+
+@app.command()
 def recommend(
     run_dir: str = typer.Argument(None, help="a sweep's run directory (uses its evidence.json)"),
     evidence: str = typer.Option(None, help="an evidence file instead of a run directory"),

@@ -85,3 +85,30 @@ def kv_size(model: str, tokens: int, dtype: str = "bfloat16") -> KVSize:
     per = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * DTYPE_BYTES[dtype]
     return KVSize(model, per, tokens, cfg.num_hidden_layers, cfg.num_key_value_heads,
                   cfg.head_dim, dtype)
+
+
+def run_kv_size(model: str, tokens: int, dtype: str, links: list[str], measured: bool,
+                as_json: bool) -> dict:
+    """`advisor kv-size`: the arithmetic, and the time on each link asked for."""
+    size = kv_size(model, tokens, dtype)
+    rates = {spec: parse_link(spec) for spec in links}
+    if measured:
+        from advisor.links import host_links
+
+        for name, lk in host_links().items():
+            rates[f"measured {name}"] = lk["gbps"] * 1e9
+    result = {"model": model, "dtype": dtype, "layers": size.layers, "kv_heads": size.kv_heads,
+              "head_dim": size.head_dim, "bytes_per_token": size.bytes_per_token,
+              "tokens": tokens, "total_bytes": size.total_bytes,
+              "links": [{"link": k, "bytes_per_s": v, "ms": size.seconds_on(v) * 1000}
+                        for k, v in rates.items()]}
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{model}: {size.layers} layers x 2 x {size.kv_heads} KV heads x {size.head_dim} "
+              f"x {DTYPE_BYTES[dtype]} B = {size.bytes_per_token} B/token "
+              f"({size.bytes_per_token / 1024:g} KiB)")
+        print(f"{tokens} tokens: {size.total_bytes / 1e6:.1f} MB of KV")
+        for lk in result["links"]:
+            print(f"  on {lk['link']}: {lk['ms']:.1f} ms (no overhead)")
+    return result

@@ -41,6 +41,7 @@ class Proxy:
         self.app = web.Application(client_max_size=64 << 20)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/metrics", self.metrics),
             web.post("/v1/completions", self.handle),
             web.post("/v1/chat/completions", self.handle),
         ])
@@ -64,6 +65,18 @@ class Proxy:
                                     content_type="application/json")
         except aiohttp.ClientError as e:
             return _err(f"upstream unreachable: {e}", 502)
+
+    async def metrics(self, _req) -> web.Response:
+        """Every decoder's (or replica's) Prometheus text, one after the other, each under a
+        comment naming it: a client sums the samples (the KV-transfer ones live there)."""
+        parts = []
+        for url in self.decode_urls:
+            try:
+                async with self.session.get(url + "/metrics") as r:
+                    parts.append(f"# instance {url}\n" + (await r.text()))
+            except aiohttp.ClientError as e:
+                return _err(f"upstream {url} unreachable: {e}", 502)
+        return web.Response(text="".join(parts), content_type="text/plain")
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path

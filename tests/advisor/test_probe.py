@@ -1,0 +1,103 @@
+"""Probe: the P2P parser on recorded outputs, KV arithmetic, the inventory parser, and the
+host probe on this machine."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from advisor import hardware, p2p
+from advisor.kvsize import kv_size, parse_link
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def test_one_gpu():
+    m = p2p.parse((FIX / "p2p_1gpu.txt").read_text())
+    assert m.gpus == ["GPU0"] and m.status == [["X"]] and not m.all_ok
+
+
+def test_two_gpus_with_ansi_codes_around_the_header():
+    text = (FIX / "p2p_2gpu_ansi.txt").read_text()
+    assert "\x1b[" in text
+    m = p2p.parse(text)
+    assert m.status == [["X", "CNS"], ["CNS", "X"]]
+    assert m.to_json()["legend"]["CNS"] == "chipset not supported"
+
+
+def test_four_gpus_with_a_title_spaces_and_every_status_code():
+    m = p2p.parse((FIX / "p2p_4gpu_spaces.txt").read_text())
+    assert m.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"]
+    assert m.pair(0, 1) == "OK" and m.pair(0, 2) == "GNS" and m.pair(0, 3) == "TNS"
+    assert m.pair(1, 2) == "NS" and m.pair(1, 3) == "U" and m.pair(2, 3) == "DR"
+    codes = {s for row in m.status for s in row}
+    assert codes | {"CNS"} == set(p2p.CODES)  # CNS is in the 2- and 8-GPU fixtures
+
+
+def test_eight_gpus_with_tabs_and_trailing_tabs():
+    m = p2p.parse((FIX / "p2p_8gpu.txt").read_text())
+    assert len(m.gpus) == 8 and m.pair(0, 3) == "OK" and m.pair(0, 4) == "CNS"
+    assert m.pair(7, 7) == "X" and not m.all_ok
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("nothing here", "no GPU header"),
+    (" \tGPU0\tGPU1\n GPU0\tX\tOK\n", "1 rows for 2 GPUs"),
+    (" \tGPU0\tGPU1\n GPU0\tX\tWAT\n GPU1\tOK\tX\n", "unknown P2P status"),
+    (" \tGPU0\tGPU1\n GPU0\tX\n GPU1\tOK\tX\n", "malformed P2P row"),
+])
+def test_malformed_outputs_are_refused(text, needle):
+    with pytest.raises(ValueError, match=needle):
+        p2p.parse(text)
+
+
+def test_kv_arithmetic_matches_the_guide():
+    big = kv_size("llama-3.1-70b", 10_000)
+    assert big.bytes_per_token == 327680
+    assert big.seconds_on(parse_link("400Gbps")) * 1000 == pytest.approx(65.5, abs=0.5)
+    assert kv_size("qwen2.5-7b", 8192).bytes_per_token == 57344
+    assert parse_link("25GBps") == 25e9 and parse_link("pcie4") == 32e9
+
+
+@pytest.mark.parametrize("config,needle", [
+    ({"kv_lora_rank": 512, "num_hidden_layers": 2}, "MLA"),
+    ({"model_type": "jamba", "mamba_d_state": 16}, "hybrid SSM"),
+])
+def test_mla_and_hybrid_ssm_are_stated_not_guessed(tmp_path, config, needle):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=needle):
+        kv_size(str(tmp_path), 10)
+
+
+def test_inventory_parser():
+    text = "0, NVIDIA H200, 143771 MiB, 00000000:19:00.0\n1, NVIDIA H200, 143771 MiB, 00000000:3B:00.0\n"
+    gpus = hardware.parse_inventory(text)
+    assert [g.index for g in gpus] == [0, 1] and gpus[1].pci_bus_id == "00000000:3B:00.0"
+    with pytest.raises(ValueError):
+        hardware.parse_inventory("garbage line")
+
+
+def advisor(*args):
+    return subprocess.run([sys.executable, "-m", "advisor.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_probe_json_on_this_machine(tmp_path):
+    out = advisor("probe", "--json", "--link-mb", "8", "--p2p-from", str(FIX / "p2p_2gpu_ansi.txt"))
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    if not r["gpus"]:
+        assert r["gpu_note"] and r["torch"]["device_count"] == 0
+    assert r["links"]["shm"]["gbps"] > 0 and r["links"]["tcp"]["gbps"] > 0
+    assert r["p2p"]["status"] == [["X", "CNS"], ["CNS", "X"]]
+
+
+def test_kv_size_cli():
+    out = advisor("kv-size", "--model", "llama-3.1-70b", "--tokens", "10000", "--link", "400Gbps",
+                  "--json")
+    r = json.loads(out.stdout)
+    assert r["bytes_per_token"] == 327680 and round(r["links"][0]["ms"]) == 66
+    bad = advisor("kv-size", "--model", "nope")
+    assert bad.returncode == 2 and "unknown model" in bad.stderr and "Traceback" not in bad.stderr
