@@ -8,6 +8,7 @@ plus ours and a manifest) and `requests.jsonl` (one record per request).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -134,16 +135,25 @@ def discover_model(base_url: str) -> str:
     return data[0]["id"]
 
 
+def progress_bars() -> Progress:
+    """The rich progress display long work shows (on stderr, gone when done)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+
 def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
-            max_concurrency: int | None = None, label: str = "requests") -> RunResult:
-    """Send `workload` to `endpoint` with a progress bar; returns every record."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=workload.num_requests)
+            max_concurrency: int | None = None, label: str = "requests",
+            bars: Progress | None = None) -> RunResult:
+    """Send `workload` to `endpoint` with a progress bar (in `bars` if given); every record."""
+    with contextlib.ExitStack() as stack:
+        if bars is None:
+            bars = stack.enter_context(progress_bars())
+        task = bars.add_task(label, total=workload.num_requests)
+        stack.callback(bars.remove_task, task)
 
         def done(rec) -> None:
             if not rec.warmup:
-                bar.advance(task)
+                bars.advance(task)
 
         client = Client(endpoint, max_concurrency, on_done=done)
         return asyncio.run(client.run(workload, num_warmups))
@@ -171,7 +181,7 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> dict:
         manifest=manifest(opts.seed, dataclasses.asdict(opts), argv))
     if opts.result_dir:
         out = Path(opts.result_dir)
-        write_jsonl(out / "requests.jsonl", [_record_row(r, run.start) for r in run.records])
+        write_jsonl(out / "requests.jsonl", [record_row(r, run.start) for r in run.records])
         write_json(out / "result.json", result)
     console.print_summary(result, metrics, percentiles)
     return result
@@ -183,7 +193,7 @@ def _max_lateness_ms(run: RunResult) -> float:
     return max(late, default=0.0) * 1000
 
 
-def _record_row(r, start: float) -> dict:
+def record_row(r, start: float) -> dict:
     """A record with times as seconds from the run's t=0 (chunks too)."""
     row = dataclasses.asdict(r)
     row.pop("body_sent", None)

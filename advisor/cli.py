@@ -144,6 +144,65 @@ def kv_size(
         fail(str(e))
 
 
+@app.command(context_settings={"allow_extra_args": True})
+def sweep(
+    ctx: typer.Context,
+    workload: str = typer.Option("long-prompt", help="workload preset"),
+    model: str = typer.Option("small", help="preset name or a local HF model directory"),
+    slo: list[str] = typer.Option(None, help="SLOs in ms (default ttft:2000 itl:50)"),
+    attainment: float = typer.Option(0.9, help="share of requests that must meet every SLO"),
+    rates: str = typer.Option(None, help="a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)"),
+    num_prompts: int = typer.Option(None, help="requests per rate (default: ~16 s of them)"),
+    topologies: str = typer.Option("collocated:2,disagg:1p1d", help="collocated:N,disagg:XpYd"),
+    connector: str = typer.Option("shm", help="disagg KV connector: shm, tcp or cuda"),
+    link_emulation: str = typer.Option(None, help="make each KV transfer as slow as a link: "
+                                                  "1.3s, 800ms or 1GBps (marked as emulated)"),
+    collocated_url: str = typer.Option(None, help="measure an existing collocated deployment"),
+    disagg_url: str = typer.Option(None, help="measure an existing disaggregated deployment"),
+    out: str = typer.Option("results", help="parent of the run directory"),
+    resume: str = typer.Option(None, help="resume an interrupted sweep's run directory"),
+    scale: float = typer.Option(None, help="prompt length scale (default 0.05 on CPU, 1 on GPU)"),
+    output_scale: float = typer.Option(None, help="output length scale (default 0.4 on CPU)"),
+    dtype: str = typer.Option("bfloat16", help="engine dtype"),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+    start_rate: float = typer.Option(0.25, help="search: first rate (req/s)"),
+    max_steps: int = typer.Option(4, help="search: doublings, and the bracket's extra steps"),
+    bisect_steps: int = typer.Option(1, help="search: bisections per placement"),
+    seed: int = typer.Option(0, help="workload seed"),
+) -> None:
+    """Measure collocated against disaggregated on this machine and recommend a placement."""
+    from advisor.sweep import SweepOptions, run_sweep
+
+    slos = list(slo or [])
+    for extra in ctx.args:  # `--slo ttft:2000 itl:50`, as --goodput in vllm bench serve
+        if ":" not in extra or extra.startswith("-"):
+            fail(f"unexpected argument {extra!r}")
+        slos.append(extra)
+    try:
+        grid = tuple(float(r) for r in rates.split(",") if r.strip()) if rates else ()
+    except ValueError:
+        fail(f"--rates {rates!r}: expected comma-separated numbers")
+    if connector not in ("shm", "tcp", "cuda"):
+        fail(f"--connector must be shm, tcp or cuda, not {connector!r}")
+    opts = SweepOptions(workload=workload, scale=scale, output_scale=output_scale, model=model,
+                        dtype=dtype,
+                        slo=tuple(slos) or ("ttft:2000", "itl:50"), attainment=attainment,
+                        rates=grid, start_rate=start_rate, max_steps=max_steps,
+                        bisect_steps=bisect_steps, num_prompts=num_prompts, topologies=topologies,
+                        connector=connector, link_emulation=link_emulation,
+                        collocated_url=collocated_url, disagg_url=disagg_url, out=out, seed=seed,
+                        device=device)
+    try:
+        run_sweep(opts, resume=resume)
+    except ValueError as e:
+        fail(str(e))
+    except (RuntimeError, TimeoutError) as e:
+        fail(f"a deployment failed: {e}")
+    except KeyboardInterrupt:
+        typer.echo("advisor: interrupted; every finished run is saved (see --resume)", err=True)
+        raise typer.Exit(130) from None
+
+
 @app.command()
 def recommend(
     run_dir: str = typer.Argument(None, help="a sweep's run directory (uses its evidence.json)"),

@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import DTYPE_BYTES, load_model_config
-
-# Named links, in bytes per second (nominal, one direction).
-LINKS = {
-    "pcie3": 16e9, "pcie4": 32e9, "pcie5": 64e9,  # x16
-    "nvlink3": 300e9, "nvlink4": 450e9,  # per direction, all links of one GPU
-    "100gbe": 12.5e9, "ib-hdr": 25e9, "ib-ndr": 50e9,
-}
-_RATE = re.compile(r"^\s*([0-9.]+)\s*([kKmMgGtT]?)([bB])(ps|/s)\s*$")
-_UNIT = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-
-
-def parse_link(spec: str) -> float:
-    """'400Gbps' (bits), '25GBps' (bytes), or a name in LINKS -> bytes per second."""
-    if spec.lower() in LINKS:
-        return LINKS[spec.lower()]
-    m = _RATE.match(spec)
-    if not m or not float(m.group(1)) > 0:
-        raise ValueError(f"--link {spec!r}: expected e.g. 400Gbps, 25GBps, or one of "
-                         f"{', '.join(LINKS)}")
-    per_s = float(m.group(1)) * _UNIT[m.group(2).lower()]
-    return per_s if m.group(3) == "B" else per_s / 8
-
+from engine.links import parse_link
 
 _SSM_KEYS = ("mamba_d_state", "ssm_state_size", "layers_block_type", "hybrid_override_pattern",
              "layer_types_mamba")

@@ -17,6 +17,7 @@ from engine.connectors import puller
 from engine.connectors.frame import FrameError
 from engine.connectors.source import KVSource
 from engine.http_app import run_app
+from engine.links import LinkEmulation, parse_emulation
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
 from engine.protocol import ParsedRequest, RequestError, parse_json, parse_request
@@ -33,7 +34,8 @@ class EngineServer:
     """Routes, request handling and the KV side channel of one instance."""
 
     def __init__(self, config: EngineConfig, connector: str = "shm", served_model: str | None = None,
-                 kv_host: str = "127.0.0.1", kv_port: int = 0):
+                 kv_host: str = "127.0.0.1", kv_port: int = 0,
+                 link_emulation: LinkEmulation | None = None):
         if connector not in CONNECTORS:
             raise ValueError(f"connector must be one of {', '.join(CONNECTORS)}")
         if connector == "cuda" and not config.device.startswith("cuda"):
@@ -42,6 +44,7 @@ class EngineServer:
             config = dataclasses.replace(config, kv_shared_memory=True)
         self.engine = LLMEngine(config)
         self.role, self.connector = self.engine.config.role, connector
+        self.link_emulation = link_emulation
         self.model = served_model or config.model
         self.tokenizer = TextTokenizer.load(config.model)
         self.metrics = EngineMetrics(self.model)
@@ -106,6 +109,11 @@ class EngineServer:
             try:
                 pulled = await asyncio.to_thread(puller.pull, kv, self.connector,
                                                  self.engine.runner.layout, self.engine.runner.device)
+                if self.link_emulation:  # NOTE: the transfer then lasts as long as on that link
+                    rec = pulled.record
+                    await asyncio.sleep(rec.start + self.link_emulation.transfer_seconds(rec.nbytes)
+                                        - time.monotonic())
+                    rec.end = max(rec.end, time.monotonic())
             except (FrameError, OSError, ValueError) as e:
                 self.metrics.kv_failures.inc()
                 if self.engine.config.kv_load_failure_policy == "fail":
@@ -255,13 +263,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--kv-lease-duration", type=float, default=30.0)
     ap.add_argument("--kv-load-failure-policy", default="fail", choices=["fail", "recompute"])
+    ap.add_argument("--kv-link-emulation", default=None,
+                    help="decode: make each KV transfer take as long as on a slower link "
+                         "(1.3s per transfer, or a rate such as 1GBps); for experiments")
     a = ap.parse_args(argv)
     cfg = EngineConfig(model=a.model, seed=a.seed, device=a.device, dtype=a.dtype, role=a.role,
                        block_size=a.block_size, max_num_batched_tokens=a.max_num_batched_tokens,
                        num_threads=a.num_threads, kv_lease_duration=a.kv_lease_duration,
                        kv_load_failure_policy=a.kv_load_failure_policy)
     try:
-        server = EngineServer(cfg, a.connector, kv_host=a.host, kv_port=a.kv_port)
+        emulation = parse_emulation(a.kv_link_emulation) if a.kv_link_emulation else None
+        server = EngineServer(cfg, a.connector, kv_host=a.host, kv_port=a.kv_port,
+                              link_emulation=emulation)
     except ValueError as e:
         raise SystemExit(f"engine.server: {e}") from None
     try:

@@ -1,6 +1,8 @@
 """Named workloads that mirror the guide's situations.
 
 `scale` shrinks every length (a CPU engine cannot prefill 8k tokens quickly);
+`output_scale`, when given, shrinks output lengths instead (to keep a preset's
+decode:prefill time ratio on hardware whose ratio differs from a GPU's);
 `rate` and `num_prompts` override the preset's arrivals and size.
 """
 
@@ -39,14 +41,15 @@ PRESETS: dict[str, tuple[str, SyntheticSpec]] = {
 
 
 def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
-                num_prompts: int | None = None) -> SyntheticSpec:
+                num_prompts: int | None = None, output_scale: float | None = None) -> SyntheticSpec:
     """A preset's spec with lengths scaled and rate / size overridden."""
     if name not in PRESETS:
         raise ValueError(f"unknown workload preset {name!r}; one of {', '.join(PRESETS)}")
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, not {scale}")
+    out_scale = scale if output_scale is None else output_scale
+    if not scale > 0 or not out_scale > 0:
+        raise ValueError(f"scales must be > 0, not {scale} / {out_scale}")
     spec = PRESETS[name][1]
-    spec = replace(spec, input=spec.input.scaled(scale), output=spec.output.scaled(scale),
+    spec = replace(spec, input=spec.input.scaled(scale), output=spec.output.scaled(out_scale),
                    turn_input=spec.turn_input.scaled(scale) if spec.turn_input else None)
     if rate is not None:
         spec = replace(spec, arrivals=replace(spec.arrivals, rate=rate))

@@ -1,0 +1,84 @@
+"""Which request rate to measure next: a pure function of what has been measured.
+
+Per topology: first the grid (the leading topology builds it by doubling the
+rate until its p99 ITL falls apart; the others replay it), then the bracket is
+extended (halving while no rate meets the SLO, doubling while every rate does),
+then the highest passing and lowest failing rates are bisected geometrically.
+Being a function of the results alone, a resumed sweep makes the same choices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    rate: float
+    meets: bool  # SLO attainment at or above the target
+    collapsed: bool  # pooled p99 ITL fell apart (the leading topology stops stepping up here)
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    start: float = 0.5
+    max_steps: int = 4  # doublings while building the grid; also the bracket's extension budget
+    bisect_steps: int = 1
+    max_down: int = 1  # halvings below the grid when nothing meets (low rates are slow to measure)
+    min_ratio: float = 1.15  # stop bisecting when hi / lo is this close
+
+
+def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
+    """The doubling grid the leading topology measured: up to and including the first
+    rate where its p99 ITL collapsed, at most `max_steps` rates."""
+    grid = []
+    for o in leading[:plan.max_steps]:
+        grid.append(o.rate)
+        if o.collapsed:
+            break
+    return grid
+
+
+def next_rate(done: list[Outcome], plan: SearchPlan, grid: list[float] | None,
+              fixed: bool = False) -> float | None:
+    """The next rate for a topology, or None when it is finished.
+
+    `grid`: None for the leading topology (it builds the grid by doubling);
+    otherwise the rates to replay first. `fixed`: only the grid, no search.
+    """
+    rates = {o.rate for o in done}
+    if grid is None:  # leading: double until collapse or out of steps
+        if len(done) < plan.max_steps and not any(o.collapsed for o in done):
+            return plan.start * 2 ** len(done)
+        grid = grid_of(done, plan)
+    for r in grid:
+        if r not in rates:
+            return r
+    if fixed:
+        return None
+    ok = [o.rate for o in done if o.meets]
+    bad = [o.rate for o in done if not o.meets]
+    extra = len(done) - len(grid)
+    if not ok:  # nothing meets: look lower
+        return min(rates) / 2 if extra < plan.max_down else None
+    lo = max(ok)
+    above = [r for r in bad if r > lo]
+    if not above:  # everything meets: look higher
+        return lo * 2 if extra < plan.max_steps else None
+    hi = min(above)
+    bisections = sum(1 for o in done if not _on_lattice(o.rate, plan.start))
+    if bisections >= plan.bisect_steps or hi / lo < plan.min_ratio:
+        return None
+    return round(math.sqrt(lo * hi), 4)
+
+
+def _on_lattice(rate: float, start: float) -> bool:
+    """Grid and bracket rates are start x 2^k; bisection rates fall between."""
+    k = math.log2(rate / start)
+    return abs(k - round(k)) < 1e-9
+
+
+def max_goodput_rate(done: list[Outcome]) -> float:
+    """The highest measured rate that met the SLO (0 when none did)."""
+    return max((o.rate for o in done if o.meets), default=0.0)

@@ -1,0 +1,1 @@
+"""Renderers for run directories: Markdown now; HTML and plots arrive with the report issue."""

@@ -1,0 +1,51 @@
+"""The rate search, driven by fabricated outcomes."""
+
+from advisor.rate_search import Outcome, SearchPlan, max_goodput_rate, next_rate
+
+PLAN = SearchPlan(start=0.5, max_steps=4, bisect_steps=1)
+
+
+def drive(capacity: float, grid=None, collapse_at=None, fixed=False, plan=PLAN):
+    """Run the search against a topology that meets the SLO up to `capacity` req/s and whose
+    p99 ITL collapses from `collapse_at`."""
+    done = []
+    while (r := next_rate(done, plan, grid, fixed)) is not None:
+        done.append(Outcome(r, r <= capacity, collapse_at is not None and r >= collapse_at))
+        assert len(done) < 20
+    return done
+
+
+def test_leading_topology_doubles_until_collapse_then_bisects():
+    done = drive(capacity=1.5, collapse_at=2.0)
+    assert [o.rate for o in done][:3] == [0.5, 1.0, 2.0]
+    assert len(done) == 4 and 1.0 < done[3].rate < 2.0  # one geometric bisection
+    assert max_goodput_rate(done) == done[3].rate == 1.4142
+
+
+def test_leading_topology_keeps_stepping_past_slo_misses_until_itl_collapses():
+    done = drive(capacity=0.8, collapse_at=2.0)
+    assert [o.rate for o in done][:3] == [0.5, 1.0, 2.0]
+    assert max_goodput_rate(done) == 0.7071  # bisected between 0.5 (met) and 1.0 (missed)
+
+
+def test_follower_replays_the_grid_then_extends_upward():
+    done = drive(capacity=3.0, grid=[0.5, 1.0, 2.0])
+    assert [o.rate for o in done] == [0.5, 1.0, 2.0, 4.0, 2.8284]
+    assert max_goodput_rate(done) == 2.8284
+
+
+def test_nothing_meets_halves_downward_within_budget():
+    done = drive(capacity=0.3, grid=[0.5])
+    assert [o.rate for o in done] == [0.5, 0.25, 0.3536]  # one halving, then bisected
+    assert max_goodput_rate(done) == 0.25
+    assert [o.rate for o in drive(capacity=0.0, grid=[0.5])] == [0.5, 0.25]
+
+
+def test_fixed_grid_measures_only_the_grid():
+    assert [o.rate for o in drive(1.0, grid=[0.2, 0.4, 3.0], fixed=True)] == [0.2, 0.4, 3.0]
+
+
+def test_replaying_a_prefix_gives_the_same_next_rate():
+    done = drive(capacity=1.5, collapse_at=2.0)
+    for k in range(len(done)):
+        assert next_rate(done[:k], PLAN, None) == done[k].rate

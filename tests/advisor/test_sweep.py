@@ -1,0 +1,104 @@
+"""advisor sweep: the run directory, resume, bad input; and (slow) the guide's effect on
+this machine's bundled engine, with and without an emulated slow link."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.advisor.helpers import scripted
+
+RUN_FILES = ("manifest.json", "summary.csv", "evidence.json", "recommendation.json", "summary.md")
+
+
+def advisor(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "advisor.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def run_dir_of(out):
+    dirs = [d for d in out.iterdir() if d.is_dir()]
+    assert len(dirs) == 1
+    return dirs[0]
+
+
+def engine_processes() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if "-m engine.server" in line or "-m engine.proxy" in line]
+
+
+def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_path):
+    with scripted(ttft_ms=30, itl_ms=10) as col, scripted(ttft_ms=60, itl_ms=5) as dis:
+        out = advisor("sweep", "--collocated-url", col, "--disagg-url", dis, "--rates", "2,4",
+                      "--num-prompts", "6", "--scale", "0.01", "--out", str(tmp_path),
+                      "--slo", "ttft:1000", "itl:50")
+        assert out.returncode == 0, out.stderr
+        run = run_dir_of(tmp_path)
+        for name in RUN_FILES:
+            assert (run / name).is_file(), name
+        for placement in ("collocated-url", "disagg-url"):
+            for rate in ("2", "4"):
+                assert (run / "runs" / placement / f"rate-{rate}" / "result.json").is_file()
+                assert (run / "runs" / placement / f"rate-{rate}" / "requests.jsonl").is_file()
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["seed"] == 0 and manifest["versions"]["python"] and manifest["probe"]["links"]
+        assert len((run / "summary.csv").read_text().splitlines()) == 5
+        ev = json.loads((run / "evidence.json").read_text())
+        assert ev["collocated"]["max_goodput_rps"] == 4 and ev["disaggregated"]["max_goodput_rps"] == 4
+        assert ev["kv_transfer"] is None  # the scripted servers export no transfer metrics
+
+        # an interrupted sweep: one run and the decision are missing
+        kept = run / "runs" / "collocated-url" / "rate-2" / "result.json"
+        before = kept.stat().st_mtime_ns
+        (run / "runs" / "disagg-url" / "rate-4" / "result.json").unlink()
+        (run / "recommendation.json").unlink()
+        again = advisor("sweep", "--resume", str(run))
+        assert again.returncode == 0, again.stderr
+    assert (run / "runs" / "disagg-url" / "rate-4" / "result.json").is_file()
+    assert (run / "recommendation.json").is_file() and kept.stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--workload", "nope"], "--workload"),
+    (["--topologies", "collocated:3,disagg:1p1d"], "3 instances need 3 cores"),
+    (["--topologies", "disagg:1x1"], "--topologies"),
+    (["--slo", "ttft:2000"], "itl"),
+    (["--link-emulation", "fast"], "link emulation"),
+    (["--model", "nope"], "unknown model"),
+    (["--resume", "/nonexistent"], "--resume"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, args, needle):
+    out = advisor("sweep", "--out", str(tmp_path), *args)
+    assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_default_sweep_reproduces_the_guides_itl_effect_and_says_disaggregate(tmp_path):
+    out = advisor("sweep", "--out", str(tmp_path), timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert engine_processes() == []
+    run = run_dir_of(tmp_path)
+    for name in RUN_FILES:
+        assert (run / name).is_file(), name
+    ev = json.loads((run / "evidence.json").read_text())
+    col, dis = ev["collocated"], ev["disaggregated"]
+    assert col["rate_rps"] == dis["rate_rps"]  # the highest rate, where collocated fell apart
+    assert col["p99_itl_ms"] > 100 and col["p99_itl_ms"] > 2 * dis["p99_itl_ms"]
+    rec = json.loads((run / "recommendation.json").read_text())
+    assert rec["action"] == "disaggregate"
+
+
+@pytest.mark.slow
+def test_a_slow_emulated_link_turns_the_advice_around(tmp_path):
+    out = advisor("sweep", "--out", str(tmp_path), "--link-emulation", "2s", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert engine_processes() == []
+    run = run_dir_of(tmp_path)
+    rec = json.loads((run / "recommendation.json").read_text())
+    assert rec["action"] in ("fix-transfer", "stay-collocated")
+    ev = json.loads((run / "evidence.json").read_text())
+    assert ev["kv_transfer"]["emulated"] == "2s" and ev["kv_transfer"]["mean_ms"] >= 2000
+    assert "emulated" in (run / "summary.md").read_text()
+    assert ",2s" in (run / "summary.csv").read_text()
