@@ -204,6 +204,23 @@ def sweep(
 
 
 @app.command()
+def report(
+    run_dir: str = typer.Argument(..., help="a sweep's run directory"),
+    format: str = typer.Option("html,md", "--format", help="html, md or both (comma-separated)"),
+    compare: str = typer.Option(None, help="another run directory to overlay"),
+) -> None:
+    """Write report.html and report.md (with PNG plots) into a run directory."""
+    from advisor.report import run_report
+
+    try:
+        paths = run_report(run_dir, tuple(f.strip() for f in format.split(",") if f.strip()), compare)
+    except ValueError as e:
+        fail(str(e))
+    for path in paths:
+        typer.echo(str(path))
+
+
+@app.command()
 def recommend(
     run_dir: str = typer.Argument(None, help="a sweep's run directory (uses its evidence.json)"),
     evidence: str = typer.Option(None, help="an evidence file instead of a run directory"),

@@ -64,6 +64,7 @@ class RequestRecord:
     token_source: str = "chunks"  # usage | chunks: where output_tokens came from
     status: int | None = None
     error: str | None = None
+    kv_transfer_ms: float | None = None  # when the server reports its KV transfer (ours does)
     body_sent: bool = field(default=False, repr=False)
 
     @property
@@ -240,6 +241,9 @@ class Client:
                                 if "error" in chunk:
                                     rec.error = _error_text(json.dumps(chunk))
                                     break
+                                if isinstance(chunk.get("kv_transfer"), dict):
+                                    secs = chunk["kv_transfer"].get("seconds")
+                                    rec.kv_transfer_ms = secs * 1000 if secs is not None else None
                                 if chunk.get("usage"):
                                     u = chunk["usage"]
                                     rec.prompt_tokens = u.get("prompt_tokens") or rec.prompt_tokens

@@ -6,7 +6,7 @@ and the recommendation, in one resumable run directory.
     RUN_DIR/summary.csv              one row per topology x rate
     RUN_DIR/evidence.json            what the decision rests on
     RUN_DIR/recommendation.json      the decision
-    RUN_DIR/summary.md               all of it, readable
+    RUN_DIR/report.html, report.md   all of it, readable, with plots (report-*.png)
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from advisor.decide import recommend
 from advisor.metrics import parse_percentiles, parse_slos, summarize
 from advisor.rate_search import Outcome, SearchPlan, grid_of, next_rate
 from advisor.results import write_json, write_jsonl
-from advisor.sweep_evidence import build_evidence, sweep_manifest, write_tables
+from advisor.report import run_report
+from advisor.sweep_evidence import build_evidence, sweep_manifest, write_summary
 from advisor.topologies import Placement, parse_topologies
 from engine.launch import launch
 from engine.links import parse_emulation
@@ -134,9 +135,10 @@ def run_sweep(opts: SweepOptions, resume: str | None = None, argv: list[str] | N
     write_json(run_dir / "evidence.json", evidence)
     rec = recommend(evidence)
     write_json(run_dir / "recommendation.json", rec)
-    write_tables(run_dir, placements, done, evidence, rec)
+    write_summary(run_dir, placements, done)
+    run_report(str(run_dir))
     console.print_recommendation(rec)
-    print(f"run directory: {run_dir}: summary.md, evidence.json, recommendation.json")
+    print(f"run directory: {run_dir}: report.html, report.md, evidence.json, recommendation.json")
     return run_dir
 
 

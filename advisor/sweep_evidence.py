@@ -14,7 +14,6 @@ from advisor.kvsize import kv_size
 from advisor.prom import parse_transfer
 from advisor.rate_search import Outcome, max_goodput_rate
 from advisor.results import manifest, write_atomic
-from reports.markdown import sweep_markdown
 
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
                    "slo_attainment", "request_goodput", "request_throughput", "output_throughput",
@@ -102,9 +101,8 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
     }
 
 
-def write_tables(run_dir: Path, placements, done: dict[str, list[Outcome]], evidence: dict,
-                 rec: dict) -> None:
-    """summary.csv (one row per placement x rate) and summary.md."""
+def write_summary(run_dir: Path, placements, done: dict[str, list[Outcome]]) -> None:
+    """summary.csv: one row per placement x rate."""
     rows = []
     for p in placements:
         for o in sorted(done[p.name], key=lambda o: o.rate):
@@ -113,5 +111,3 @@ def write_tables(run_dir: Path, placements, done: dict[str, list[Outcome]], evid
                         | {"emulated_link": p.emulated or ""})
     table = pd.DataFrame(rows)
     write_atomic(run_dir / "summary.csv", table.to_csv(index=False))
-    write_atomic(run_dir / "summary.md", sweep_markdown(table, evidence, rec,
-                                                        json.loads((run_dir / "manifest.json").read_text())))

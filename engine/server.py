@@ -140,6 +140,8 @@ class EngineServer:
         ctx.pulled.close(imported=out is not None)
         ctx.pulled = None
         if out is not None:
+            ctx.transfer = {"seconds": rec.seconds, "bytes": rec.nbytes, "connector": rec.connector,
+                            "emulated": self.link_emulation.spec if self.link_emulation else None}
             self.metrics.kv_transfer_time.observe(rec.seconds)
             self.metrics.kv_transfer_bytes.inc(rec.nbytes)
             self.metrics.kv_transfers.inc()
@@ -204,6 +206,8 @@ class _Ctx:
         self.arrival, self.pulled, self.kv, self.num_prompt = arrival, pulled, kv, num_prompt
         self.created = int(time.time())
         self.obj = "chat.completion" if chat else "text_completion"
+        # the pulled KV's transfer, reported once (first chunk) so clients can see it per request
+        self.transfer: dict | None = None
 
     def _usage(self, out: RequestOutput) -> dict:
         n = len(out.token_ids)
@@ -225,6 +229,7 @@ class _Ctx:
             choice["text"] = text
         body = {"id": self.rid, "object": self.obj, "created": self.created,
                 "model": self.server.model, "choices": [choice], "usage": self._usage(out)}
+        self._add_transfer(body)
         if out.finish_reason == "remote_decode" and self.server.source is not None:
             held = self.server.engine.held.get(self.rid)
             blocks = list(held.request.block_ids) if held else []
@@ -238,8 +243,14 @@ class _Ctx:
             choice["delta"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        return {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
+        body = {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
                 "created": self.created, "model": self.server.model, "choices": [choice]}
+        self._add_transfer(body)
+        return body
+
+    def _add_transfer(self, body: dict) -> None:
+        if self.transfer is not None:
+            body["kv_transfer"], self.transfer = self.transfer, None
 
     def usage_chunk(self, out: RequestOutput) -> dict:
         return {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,

@@ -1,12 +1,11 @@
 """`advisor bench` end to end: result files with vLLM's keys, and clear errors for bad input."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from tests.advisor.helpers import scripted
+from tests.cli import advisor
 
 VLLM_KEYS = ("completed", "failed", "duration", "request_throughput", "request_goodput",
              "output_throughput", "total_input_tokens", "total_output_tokens",
@@ -14,9 +13,6 @@ VLLM_KEYS = ("completed", "failed", "duration", "request_throughput", "request_g
              "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms")
 
 
-def advisor(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "advisor.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_bench_writes_result_and_records_atomically(tmp_path):

@@ -2,14 +2,14 @@
 host probe on this machine."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from advisor import hardware, p2p
 from advisor.kvsize import kv_size, parse_link
+
+from tests.cli import advisor
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -79,9 +79,6 @@ def test_inventory_parser():
         hardware.parse_inventory("garbage line")
 
 
-def advisor(*args):
-    return subprocess.run([sys.executable, "-m", "advisor.cli", *args], capture_output=True,
-                          text=True, timeout=120)
 
 
 def test_probe_json_on_this_machine(tmp_path):

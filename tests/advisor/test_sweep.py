@@ -3,18 +3,16 @@ this machine's bundled engine, with and without an emulated slow link."""
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from tests.advisor.helpers import scripted
+from tests.cli import advisor
 
-RUN_FILES = ("manifest.json", "summary.csv", "evidence.json", "recommendation.json", "summary.md")
+RUN_FILES = ("manifest.json", "summary.csv", "evidence.json", "recommendation.json", "report.html",
+             "report.md")
 
 
-def advisor(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "advisor.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def run_dir_of(out):
@@ -75,6 +73,7 @@ def test_bad_input_is_one_clear_line(tmp_path, args, needle):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_default_sweep_reproduces_the_guides_itl_effect_and_says_disaggregate(tmp_path):
     out = advisor("sweep", "--out", str(tmp_path), timeout=900)
     assert out.returncode == 0, out.stderr
@@ -91,6 +90,7 @@ def test_default_sweep_reproduces_the_guides_itl_effect_and_says_disaggregate(tm
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_slow_emulated_link_turns_the_advice_around(tmp_path):
     out = advisor("sweep", "--out", str(tmp_path), "--link-emulation", "2s", timeout=900)
     assert out.returncode == 0, out.stderr
@@ -100,5 +100,6 @@ def test_a_slow_emulated_link_turns_the_advice_around(tmp_path):
     assert rec["action"] in ("fix-transfer", "stay-collocated")
     ev = json.loads((run / "evidence.json").read_text())
     assert ev["kv_transfer"]["emulated"] == "2s" and ev["kv_transfer"]["mean_ms"] >= 2000
-    assert "emulated" in (run / "summary.md").read_text()
+    assert "emulated" in (run / "report.md").read_text()
+    assert "emulated" in (run / "report.html").read_text()
     assert ",2s" in (run / "summary.csv").read_text()

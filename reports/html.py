@@ -1,0 +1,39 @@
+"""One self-contained HTML page: inline CSS and SVG, no scripts, fonts or links to fetch.
+
+Every string from the run goes through jinja2's autoescaping; only the SVG that
+matplotlib wrote here is inserted as markup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from reports import model, plots
+from reports.figures import figure_specs
+from reports.model import ReportData
+
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
+                          autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.Undefined)
+_ENV.filters["kv"] = lambda d: ", ".join(f"{k}={model._fmt(v)}" for k, v in (d or {}).items()
+                                         if v is not None)
+_ENV.globals["zip"] = zip
+
+
+def render(data: ReportData, other: ReportData | None = None) -> str:
+    """The page as a string."""
+    figures = [{"svg": plots.svg(spec.make()), "caption": spec.caption}
+               for spec in figure_specs(data, other)]
+    columns, rows = model.table(data)
+    return _ENV.get_template("report.html").render(
+        data=data, rec=data.recommendation, figures=figures, columns=columns, rows=rows,
+        setup=model.setup(data), p2p=((data.manifest or {}).get("probe") or {}).get("p2p"),
+        created=(data.manifest or {}).get("created"))
+
+
+def write(data: ReportData, path: Path, other: ReportData | None = None) -> Path:
+    from advisor.results import write_atomic
+
+    write_atomic(path, render(data, other))
+    return path

@@ -1,0 +1,111 @@
+"""Reports from real (quick) sweeps: rendered in headless Chromium, escaped, honest about
+failures and about damaged run directories."""
+
+import json
+import shutil
+
+import pytest
+
+from tests.advisor.helpers import scripted
+from tests.reports import browser
+from tests.cli import advisor
+
+PLOTS = ("itl", "ttft", "attainment", "kv_transfer", "timeline")
+
+
+
+
+def only_dir(parent):
+    (d,) = [p for p in parent.iterdir() if p.is_dir()]
+    return d
+
+
+@pytest.fixture(scope="module")
+def engine_run(tmp_path_factory):
+    """A quick sweep of the bundled tiny engine: both placements, two rates."""
+    out = tmp_path_factory.mktemp("sweep")
+    p = advisor("sweep", "--model", "tiny", "--dtype", "float32", "--rates", "2,4",
+                "--num-prompts", "6", "--scale", "0.02", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    return only_dir(out)
+
+
+def test_report_renders_in_chromium_with_every_plot_and_nothing_fetched(engine_run, tmp_path):
+    p = advisor("report", str(engine_run))
+    assert p.returncode == 0, p.stderr
+    html = engine_run / "report.html"
+    md = (engine_run / "report.md").read_text()
+    for name in PLOTS:
+        assert f"](report-{name}.png)" in md and (engine_run / f"report-{name}.png").is_file()
+    text = html.read_text()
+    assert "<script" not in text and "@import" not in text
+    for attr in ('src="http', "src='http", 'href="http', "href='http", "url(http"):
+        assert attr not in text
+    if browser.CHROMIUM is None:
+        pytest.skip("chromium is not installed (.ci/setup installs it)")
+    shot = tmp_path / "report.png"
+    seen = browser.inspect(html.as_uri(), str(shot))
+    assert seen["console_errors"] == [] and seen["exceptions"] == [] and seen["dialogs"] == []
+    assert seen["requests"] == [html.as_uri()]  # the page itself, nothing else
+    assert len(seen["svg_boxes"]) == len(PLOTS)
+    assert all(w > 300 and h > 150 for w, h in seen["svg_boxes"])
+    assert shot.stat().st_size > 50_000  # a real full-page picture, not a blank one
+
+
+def test_hostile_strings_are_escaped_and_never_run(engine_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(engine_run, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["model"] = "<script>alert(1)</script>"
+    manifest["command"] = ["advisor", "sweep", "--model", "<img src=x onerror=alert(2)>"]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert advisor("report", str(run)).returncode == 0
+    text = (run / "report.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "<script>" not in text
+    assert "<img src=x" not in text
+    if browser.CHROMIUM is None:
+        pytest.skip("chromium is not installed")
+    seen = browser.inspect((run / "report.html").as_uri(), str(tmp_path / "x.png"))
+    assert seen["dialogs"] == [] and seen["scripts"] == 0
+
+
+def test_failed_requests_show_in_the_tables_and_count_in_attainment(tmp_path):
+    with scripted(ttft_ms=20, itl_ms=5, fail_every=3) as col, scripted(ttft_ms=20, itl_ms=5) as dis:
+        p = advisor("sweep", "--collocated-url", col, "--disagg-url", dis, "--rates", "4",
+                    "--num-prompts", "9", "--scale", "0.01", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    run = only_dir(tmp_path)
+    html, md = (run / "report.html").read_text(), (run / "report.md").read_text()
+    assert 'class="failed"' in html
+    row = next(line for line in md.splitlines() if line.startswith("| collocated-url"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:6] == ["6", "3", "0.667"]  # completed, failed, attainment 6/9
+
+
+def test_damaged_run_directories_are_named_never_a_traceback(engine_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(engine_run, run)
+    (run / "evidence.json").unlink()
+    (run / "recommendation.json").write_text("{not json")
+    first = next(run.glob("runs/*/rate-*/requests.jsonl"))
+    first.write_text(first.read_text() + "garbage\n")
+    p = advisor("report", str(run))
+    assert p.returncode == 0, p.stderr
+    text = (run / "report.html").read_text()
+    assert "evidence.json is missing" in text and "recommendation.json is corrupt" in text
+    assert "is corrupt and was skipped" in text
+    for bad in (tmp_path / "empty", tmp_path / "nowhere"):
+        if bad.name == "empty":
+            bad.mkdir()
+        p = advisor("report", str(bad))
+        assert p.returncode == 2 and "Traceback" not in p.stderr and str(bad) in p.stderr
+
+
+def test_compare_overlays_two_runs(engine_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(engine_run, other)
+    run = tmp_path / "run"
+    shutil.copytree(engine_run, run)
+    assert advisor("report", str(run), "--compare", str(other), "--format", "md").returncode == 0
+    assert "](report-compare.png)" in (run / "report.md").read_text()
+    assert advisor("report", str(run), "--format", "pdf").returncode == 2
