@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from advisor import hardware, links
+from advisor import hardware, links, p2p
 from advisor.kvsize import kv_size
 from advisor.prom import parse_transfer
 from advisor.rate_search import Outcome, max_goodput_rate
@@ -23,8 +23,9 @@ SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "fai
 def sweep_manifest(opts, argv: list[str] | None) -> dict:
     """The run's manifest, with what probe finds on this host."""
     gpus, note = hardware.inventory()
+    matrix = p2p.query() if gpus else None
     probe = {"gpus": hardware.gpus_json(gpus), "gpu_note": note,
-             "links": links.host_links(16 << 20)}
+             "p2p": matrix.to_json() if matrix else None, "links": links.host_links(16 << 20)}
     return {**manifest(opts.seed, dataclasses.asdict(opts), argv), "probe": probe}
 
 

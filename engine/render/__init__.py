@@ -1,0 +1,1 @@
+"""The render tier: templating and tokenization in, detokenization and parsing out."""

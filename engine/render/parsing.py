@@ -1,0 +1,157 @@
+"""Incremental reasoning and tool-call parsing with a small, serializable state.
+
+Text arrives in pieces; `feed` returns what each piece completes, and costs work
+proportional to the piece (plus at most one tag's length held back), never to
+the history: the state is the current mode, a held-back suffix that may be the
+start of a tag, and the text of an unfinished tool call. vLLM's streaming
+derender instead rebuilds its parser and replays the whole history per chunk.
+
+Markup (Qwen3 / DeepSeek-R1 reasoning, Hermes tool calls):
+    <think> reasoning </think> content <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+A tool call whose body is not a JSON object with a "name" stays in `content` as
+the raw markup, as does markup left unterminated when the stream ends.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+_OPENERS = (THINK_OPEN, TOOL_OPEN)
+_CLOSER = {"reasoning": THINK_CLOSE, "tool": TOOL_CLOSE}
+
+
+@dataclass
+class Parsed:
+    """What some text (or a whole output) parsed into."""
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+
+    def extend(self, other: Parsed) -> None:
+        self.content += other.content
+        self.reasoning += other.reasoning
+        self.tool_calls += other.tool_calls
+
+
+@dataclass
+class ParserState:
+    """Everything the parser carries between pieces (JSON-serializable via asdict)."""
+
+    mode: str = "content"  # content | reasoning | tool
+    held: str = ""  # a suffix that may be the start of the next tag
+    tool_text: str = ""  # the body of an unfinished tool call
+    num_tool_calls: int = 0
+
+
+def _partial_suffix(text: str, tags: tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of one of `tags`."""
+    best = 0
+    for tag in tags:
+        for n in range(min(len(tag) - 1, len(text)), best, -1):
+            if text.endswith(tag[:n]):
+                best = n
+                break
+    return best
+
+
+class StreamParser:
+    def __init__(self, state: ParserState | None = None):
+        self.state = state or ParserState()
+
+    def feed(self, piece: str) -> Parsed:
+        """Parse the next piece of text; returns what it completed."""
+        st, out = self.state, Parsed()
+        text, st.held = st.held + piece, ""
+        while text:
+            if st.mode == "content":
+                hits = [(text.find(t), t) for t in _OPENERS if t in text]
+                if hits:
+                    at, tag = min(hits)
+                    out.content += text[:at]
+                    st.mode = "reasoning" if tag == THINK_OPEN else "tool"
+                    text = text[at + len(tag):]
+                    continue
+                keep = _partial_suffix(text, _OPENERS)
+            else:
+                closer = _CLOSER[st.mode]
+                at = text.find(closer)
+                if at >= 0:
+                    self._emit(out, text[:at], closed=True)
+                    st.mode = "content"
+                    text = text[at + len(closer):]
+                    continue
+                keep = _partial_suffix(text, (closer,))
+            self._emit(out, text[:len(text) - keep], closed=False)
+            st.held = text[len(text) - keep:]
+            break
+        return out
+
+    def finish(self) -> Parsed:
+        """The end of the stream: held text and unterminated markup become content/reasoning."""
+        st, out = self.state, Parsed()
+        if st.mode == "reasoning":
+            out.reasoning += st.held
+        elif st.mode == "tool":
+            out.content += TOOL_OPEN + st.tool_text + st.held
+        else:
+            out.content += st.held
+        self.state = ParserState(num_tool_calls=st.num_tool_calls)
+        return out
+
+    def _emit(self, out: Parsed, text: str, closed: bool) -> None:
+        st = self.state
+        if st.mode == "content":
+            out.content += text
+        elif st.mode == "reasoning":
+            out.reasoning += text
+        else:
+            st.tool_text += text
+            if closed:
+                body, st.tool_text = st.tool_text, ""
+                call = _tool_call(body, st.num_tool_calls)
+                if call is None:
+                    out.content += TOOL_OPEN + body + TOOL_CLOSE
+                else:
+                    out.tool_calls.append(call)
+                    st.num_tool_calls += 1
+
+    def to_json(self) -> dict:
+        return asdict(self.state)
+
+    @classmethod
+    def from_json(cls, d: dict) -> StreamParser:
+        """Rebuild from to_json(); ValueError when `d` is not such a state."""
+        if not isinstance(d, dict) or set(d) != {f for f in ParserState.__dataclass_fields__}:
+            raise ValueError("parser state has the wrong fields")
+        st = ParserState(**d)
+        if st.mode not in ("content", "reasoning", "tool") or not isinstance(st.held, str) \
+                or not isinstance(st.tool_text, str) or not isinstance(st.num_tool_calls, int) \
+                or len(st.held) >= max(map(len, (*_OPENERS, *_CLOSER.values()))):
+            raise ValueError("parser state is malformed")
+        return cls(st)
+
+
+def _tool_call(body: str, index: int) -> dict | None:
+    """An OpenAI tool call from a Hermes body, or None when it is not one."""
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", {})
+    return {"id": f"call_{index}", "type": "function",
+            "function": {"name": obj["name"],
+                         "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+
+def parse(text: str) -> Parsed:
+    """A whole output at once (the non-streaming path)."""
+    p = StreamParser()
+    out = p.feed(text)
+    out.extend(p.finish())
+    return out
