@@ -61,7 +61,13 @@ class IncrementalDetokenizer:
     def feed(self, new_ids: list[int]) -> str:
         self.pending.extend(new_ids)
         text = self.tokenizer.decode(self.pending)
-        if text.endswith("\ufffd"):
-            return ""
-        self.pending = []
-        return text
+        if not text.endswith("\ufffd"):
+            self.pending = []
+            return text
+        # emit up to the last whole character; hold the tokens of the unfinished one
+        for keep in range(1, min(len(self.pending) - 1, 4) + 1):  # a character is <= 4 bytes
+            head = self.tokenizer.decode(self.pending[:-keep])
+            if not head.endswith("\ufffd"):
+                self.pending = self.pending[-keep:]
+                return head
+        return ""
