@@ -98,3 +98,13 @@ def test_kv_size_cli():
     assert r["bytes_per_token"] == 327680 and round(r["links"][0]["ms"]) == 66
     bad = advisor("kv-size", "--model", "nope")
     assert bad.returncode == 2 and "unknown model" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_gpu_link_measurement_runs_the_connectors_copy_path():
+    # On a GPU machine the same function times cuda:i -> cuda:j; here both ends are the CPU.
+    import torch
+
+    from advisor.links import copy_gbps, gpu_links
+
+    assert copy_gbps(torch.device("cpu"), torch.device("cpu"), "staged", 4 << 20) > 0
+    assert gpu_links(0) == [] and gpu_links(1) == []
