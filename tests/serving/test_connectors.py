@@ -135,3 +135,19 @@ def test_scatter_gather_send_survives_partial_writes():
     a.close()
     b.close()
     assert bytes(got) == expected
+
+
+def test_launcher_gives_each_instance_its_gpu_and_keeps_both_visible_for_cuda_ipc():
+    from engine.launch import Topology
+
+    ipc = Topology(mode="disagg", device="cuda", connector="cuda")
+    env: dict = {}
+    assert [ipc.instance_device(i, env) for i in range(2)] == ["cuda:0", "cuda:1"]
+    assert "CUDA_VISIBLE_DEVICES" not in env  # IPC must see both GPUs
+    pinned = Topology(mode="disagg", device="cuda", connector="shm")
+    env = {}
+    assert pinned.instance_device(1, env) == "cuda:0" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    shared = Topology(mode="disagg", device="cuda", connector="cuda", gpus=(0,))
+    assert [shared.instance_device(i, {}) for i in range(2)] == ["cuda:0", "cuda:0"]
+    with pytest.raises(ValueError, match="needs device cuda"):
+        Topology(mode="disagg", connector="cuda").validate()
