@@ -83,6 +83,21 @@ def _prompt(body: dict) -> str | list[int]:
     raise RequestError("'prompt' must be a non-empty string or list of token ids", "prompt")
 
 
+def tokens_request(body, served_model: str) -> dict:
+    """A tokens-only /inference/v1/generate body as the equivalent completions body:
+    {"token_ids": [...], "sampling_params": {...}, "stream", "kv_transfer_params"}."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    if "token_ids" not in body:
+        raise RequestError("'token_ids' is required", "token_ids")
+    params = _typed(body, "sampling_params", (dict,), {}, what="an object")
+    out = {k: v for k, v in params.items() if k not in ("model", "prompt", "messages", "stream")}
+    out.update(model=served_model, prompt=body["token_ids"], stream=body.get("stream", False))
+    if "kv_transfer_params" in body:
+        out["kv_transfer_params"] = body["kv_transfer_params"]
+    return out
+
+
 def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
     """Validate a /v1/completions (chat=False) or /v1/chat/completions body."""
     model = _typed(body, "model", (str,), served_model, what="a string")

@@ -44,6 +44,7 @@ class Proxy:
             web.get("/metrics", self.metrics),
             web.post("/v1/completions", self.handle),
             web.post("/v1/chat/completions", self.handle),
+            web.post("/inference/v1/generate", self.handle),
         ])
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
@@ -91,6 +92,8 @@ class Proxy:
             leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS))
             if "max_completion_tokens" in leg:
                 leg["max_completion_tokens"] = 1
+            if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
+                leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
             try:
                 async with self.session.post(next(self._prefill) + path, json=leg,
                                              headers=headers) as r:

@@ -20,7 +20,7 @@ from engine.http_app import run_app
 from engine.links import LinkEmulation, parse_emulation
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
-from engine.protocol import ParsedRequest, RequestError, parse_json, parse_request
+from engine.protocol import ParsedRequest, RequestError, parse_json, parse_request, tokens_request
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 CONNECTORS = ("shm", "tcp", "cuda")
@@ -59,6 +59,7 @@ class EngineServer:
             web.get("/metrics", self.prometheus),
             web.post("/v1/completions", self.completions),
             web.post("/v1/chat/completions", self.chat_completions),
+            web.post("/inference/v1/generate", self.generate_tokens),
         ])
         self.app.on_cleanup.append(self._close)
 
@@ -95,10 +96,18 @@ class EngineServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self.generate(request, chat=True)
 
-    async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def generate_tokens(self, request: web.Request) -> web.StreamResponse:
+        """Tokens in, tokens out (the engine behind a render tier): no text anywhere."""
+        return await self.generate(request, chat=False, tokens_only=True)
+
+    async def generate(self, request: web.Request, chat: bool,
+                       tokens_only: bool = False) -> web.StreamResponse:
         arrival = time.monotonic()
         try:
-            req = parse_request(parse_json(await request.read()), chat, self.model)
+            body = parse_json(await request.read())
+            if tokens_only:
+                body = tokens_request(body, self.model)
+            req = parse_request(body, chat, self.model)
             prompt = self._prompt_ids(req)
             self.engine.validate(prompt, req.params)
         except (RequestError, ValueError) as e:
@@ -119,11 +128,11 @@ class EngineServer:
                 if self.engine.config.kv_load_failure_policy == "fail":
                     return _error(RequestError(f"KV transfer failed: {e}", status=500,
                                                err_type="kv_transfer_error"))
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        rid = f"{'gen' if tokens_only else 'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         stream = self.aengine.generate(prompt, req.params, rid,
                                        kv=pulled.payload if pulled else None,
                                        remote_decode=True if kv.get("do_remote_decode") else None)
-        ctx = _Ctx(self, req, rid, chat, arrival, pulled, kv, len(prompt))
+        ctx = _Ctx(self, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only)
         try:
             first = await stream.__anext__()
         except (KVImportError, ValueError) as e:
@@ -177,7 +186,8 @@ class EngineServer:
         try:
             async for out in self._outputs(ctx, first, stream):
                 final = out
-                await resp.write(_sse(ctx.chunk(detok.feed(out.new_token_ids), out)))
+                text = "" if ctx.tokens_only else detok.feed(out.new_token_ids)
+                await resp.write(_sse(ctx.chunk(text, out)))
             if ctx.req.include_usage:
                 await resp.write(_sse(ctx.usage_chunk(final)))
             await resp.write(b"data: [DONE]\n\n")
@@ -201,8 +211,9 @@ class _Ctx:
     """Per-request response building (OpenAI shapes)."""
 
     def __init__(self, server: EngineServer, req: ParsedRequest, rid: str, chat: bool,
-                 arrival: float, pulled, kv: dict, num_prompt: int):
+                 arrival: float, pulled, kv: dict, num_prompt: int, tokens_only: bool = False):
         self.server, self.req, self.rid, self.chat = server, req, rid, chat
+        self.tokens_only = tokens_only
         self.arrival, self.pulled, self.kv, self.num_prompt = arrival, pulled, kv, num_prompt
         self.created = int(time.time())
         self.obj = "chat.completion" if chat else "text_completion"
@@ -220,7 +231,23 @@ class _Ctx:
             return None
         return "length" if out.finish_reason in ("length", "remote_decode") else out.finish_reason
 
+    def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict:
+        body = {"request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out)}
+        if final:
+            body["usage"] = self._usage(out)
+            self._add_held_kv(body, out)
+        self._add_transfer(body)
+        return body
+
+    def _add_held_kv(self, body: dict, out: RequestOutput) -> None:
+        if out.finish_reason == "remote_decode" and self.server.source is not None:
+            held = self.server.engine.held.get(self.rid)
+            blocks = list(held.request.block_ids) if held else []
+            body["kv_transfer_params"] = self.server.source.transfer_params(self.rid, blocks)
+
     def body(self, out: RequestOutput) -> dict:
+        if self.tokens_only:
+            return self._tokens(out.token_ids, out, final=True)
         text = self.server.tokenizer.decode(out.token_ids)
         choice = {"index": 0, "finish_reason": self._finish_reason(out), "token_ids": out.token_ids}
         if self.chat:
@@ -230,13 +257,12 @@ class _Ctx:
         body = {"id": self.rid, "object": self.obj, "created": self.created,
                 "model": self.server.model, "choices": [choice], "usage": self._usage(out)}
         self._add_transfer(body)
-        if out.finish_reason == "remote_decode" and self.server.source is not None:
-            held = self.server.engine.held.get(self.rid)
-            blocks = list(held.request.block_ids) if held else []
-            body["kv_transfer_params"] = self.server.source.transfer_params(self.rid, blocks)
+        self._add_held_kv(body, out)
         return body
 
     def chunk(self, text: str, out: RequestOutput) -> dict:
+        if self.tokens_only:
+            return self._tokens(out.new_token_ids, out, final=False)
         choice = {"index": 0, "finish_reason": self._finish_reason(out),
                   "token_ids": out.new_token_ids}
         if self.chat:

@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from advisor.client import CHAT, Client, Endpoint
@@ -12,34 +13,51 @@ from tests.advisor.helpers import pinned_apart, received, scripted, workload
 from tests.cli import advisor
 
 
+RULER_SLACK_MS = 1.0
+
+
 def run(url, w, path="/v1/completions", timeout_s=60.0, warmups=0, **client_kw):
     endpoint = Endpoint(url, "scripted", path, timeout_s=timeout_s)
     return asyncio.run(Client(endpoint, **client_kw).run(w, warmups))
 
 
-def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight(tmp_path):
-    # The client runs as users run it (`advisor bench`, its own process), pinned to one core
-    # and the ruler to the others: sharing cores adds scheduler delays to both sides.
+def _measure_against_the_ruler(out_dir):
+    """Run `advisor bench` (its own process, pinned to one core; the ruler on the others)
+    against the ruler; returns (result, records, truth TTFTs, truth ITLs) in ms."""
     with pinned_apart() as server_cores, scripted(200, 100, cores=server_cores) as url:
         p = advisor("bench", "--base-url", url, "--num-prompts", "500", "--request-rate", "55",
                     "--random-input-len", "10", "--random-output-len", "20", "--ignore-eos",
                     "--percentile-metrics", "ttft,itl", "--metric-percentiles", "50,90,99",
-                    "--result-dir", str(tmp_path))
+                    "--result-dir", str(out_dir))
         truth = [g["timing"] for g in received(url)]
     assert p.returncode == 0, p.stderr
-    s = json.loads((tmp_path / "result.json").read_text())
-    recs = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    s = json.loads((out_dir / "result.json").read_text())
+    recs = [json.loads(line) for line in (out_dir / "requests.jsonl").read_text().splitlines()]
+    # Truth: when the server wrote each chunk, from when the kernel received the request.
+    ttft = np.array([(t["writes"][0] - t["arrived"]) * 1000 for t in truth])
+    itl = np.concatenate([np.diff(t["writes"]) * 1000 for t in truth])
+    return s, recs, ttft, itl
+
+
+def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight(tmp_path):
+    # NOTE: a run in which the ruler itself could not keep its script (its own p99 off by
+    # more than RULER_SLACK_MS: the machine was disturbed, e.g. by another process or a
+    # noisy neighbour of this VM) says nothing about the client; such a run is repeated,
+    # and if every try is disturbed the machine cannot resolve 1 ms today: skip, saying so.
+    for attempt in range(3):
+        s, recs, ttft, itl = _measure_against_the_ruler(tmp_path / f"try{attempt}")
+        disturbed = max(abs(np.percentile(ttft, 99) - 200), abs(np.percentile(itl, 99) - 100))
+        if disturbed <= RULER_SLACK_MS:
+            break
+    else:
+        pytest.skip(f"too noisy to resolve 1 ms: the ruler missed its own schedule by "
+                    f"{disturbed:.2f} ms at p99 in 3 runs")
     in_flight = max(sum(1 for r in recs if r["sent"] <= t < r["end"]) for t in (r["sent"] for r in recs))
     assert in_flight >= 100
     assert s["completed"] == 500 and s["failed"] == 0
-    # Truth: when the server wrote each chunk, from when the kernel received the request.
-    ttft = [(t["writes"][0] - t["arrived"]) * 1000 for t in truth]
-    itl = np.concatenate([np.diff(t["writes"]) * 1000 for t in truth])
     for q in (50, 90, 99):
         assert abs(s[f"p{q}_ttft_ms"] - np.percentile(ttft, q)) <= 1.0, q
         assert abs(s[f"p{q}_itl_ms"] - np.percentile(itl, q)) <= 1.0, q
-    # and the ruler kept to its script
-    assert abs(np.median(ttft) - 200) < 1.0 and abs(np.median(itl) - 100) < 1.0
     # the schedule actually sent is still Poisson at the asked rate
     gaps = np.diff(sorted(r["dispatched"] for r in recs))
     assert stats.kstest(gaps, "expon", args=(0, 1 / 55.0)).pvalue > 0.01

@@ -67,3 +67,15 @@ def test_fuzzed_bodies_never_get_a_5xx(url, body, chat):
     except urllib.error.HTTPError as e:
         status = e.code
     assert status < 500
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"sampling_params": {"max_tokens": 4}}, "token_ids"),
+    ({"token_ids": [1, 2], "sampling_params": "fast"}, "sampling_params"),
+    ({"token_ids": [1, 2], "sampling_params": {"max_tokens": -3}}, "max_tokens"),
+    ({"token_ids": [1, 10_000_000]}, "vocab"),
+    ([1, 2, 3], "object"),
+])
+def test_tokens_only_generate_rejects_bad_bodies(url, body, needle):
+    status, out = post(url, body, path="/inference/v1/generate")
+    assert status == 400 and needle in out["error"]["message"]

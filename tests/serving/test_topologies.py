@@ -1,5 +1,6 @@
 """Both topologies through the official openai client; disaggregated == collocated, token for token."""
 
+import json
 import urllib.request
 
 import pytest
@@ -67,3 +68,23 @@ def _bytes(url: str) -> float:
     text = urllib.request.urlopen(url + "/metrics").read().decode()
     line = next(l for l in text.splitlines() if l.startswith("engine:kv_transfer_bytes_total"))
     return float(line.split()[-1])
+
+
+def _stream_token_ids(url: str, body: dict) -> list[int]:
+    req = urllib.request.Request(url + "/inference/v1/generate", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({**body, "stream": True}).encode())
+    ids = []
+    with urllib.request.urlopen(req, timeout=60) as r:
+        for line in r:
+            if line.startswith(b"data: {"):
+                ids += json.loads(line[6:])["token_ids"]
+    return ids
+
+
+def test_tokens_only_generate_matches_through_every_topology(deployment, collocated_tokens):
+    _, d = deployment
+    for prompt, expected in zip(PROMPTS, collocated_tokens):
+        body = {"token_ids": prompt, "sampling_params": GREEDY}
+        status, out = post(d.url, body, path="/inference/v1/generate")
+        assert status == 200 and out["token_ids"] == expected and out["finish_reason"] == "length"
+        assert _stream_token_ids(d.url, body) == expected
