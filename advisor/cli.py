@@ -21,6 +21,17 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _slo_items(values: list[str] | None, ctx: typer.Context) -> list[str]:
+    """An SLO option's values plus the NAME:MS words after it: vLLM's `--goodput ttft:2000
+    itl:50` takes several values per flag, which click leaves as extra arguments."""
+    items = list(values or [])
+    for extra in ctx.args:
+        if ":" not in extra or extra.startswith("-"):
+            fail(f"unexpected argument {extra!r}")
+        items.append(extra)
+    return items
+
+
 @app.command()
 def serve(
     mode: str = typer.Option("collocated", help="collocated (N replicas) or disagg (xPyD + proxy)"),
@@ -90,11 +101,7 @@ def bench(
     """Measure an OpenAI-compatible endpoint under a workload (flags as in `vllm bench serve`)."""
     from advisor.bench import BenchOptions, run_bench
 
-    slos = list(goodput or [])
-    for extra in ctx.args:  # `--goodput ttft:2000 itl:50`: vLLM takes several values per flag
-        if ":" not in extra or extra.startswith("-"):
-            fail(f"unexpected argument {extra!r}")
-        slos.append(extra)
+    slos = _slo_items(goodput, ctx)
     opts = BenchOptions(base_url, endpoint, model, dataset, random_input_len, random_output_len,
                         random_range_ratio, random_prefix_len, ignore_eos, request_rate, burstiness,
                         num_prompts, max_concurrency, tuple(slos), percentile_metrics,
@@ -173,11 +180,7 @@ def sweep(
     """Measure collocated against disaggregated on this machine and recommend a placement."""
     from advisor.sweep import SweepOptions, run_sweep
 
-    slos = list(slo or [])
-    for extra in ctx.args:  # `--slo ttft:2000 itl:50`, as --goodput in vllm bench serve
-        if ":" not in extra or extra.startswith("-"):
-            fail(f"unexpected argument {extra!r}")
-        slos.append(extra)
+    slos = _slo_items(slo, ctx)
     try:
         grid = tuple(float(r) for r in rates.split(",") if r.strip()) if rates else ()
     except ValueError:

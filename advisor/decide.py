@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-ACTIONS = ("disaggregate", "disaggregate-bidirectional", "split-render-tier", "stay-collocated",
-           "fix-transfer", "measure-first")
-
 
 @dataclass(frozen=True)
 class Thresholds:

@@ -51,9 +51,9 @@ def _side(run_dir: Path, name: str, outcomes: list[Outcome], rate: float) -> dic
 
 def _workload(run_dir: Path, name: str, rate: float, lowest: float) -> dict:
     r = load_result(run_dir, name, rate)
-    recs = [x for x in _records(run_dir, name, rate) if x["ok"]]
-    busy = sum(x["end"] - x["sent"] for x in _records(run_dir, name, rate) if x["sent"] is not None
-               and x["end"] is not None)
+    every = _records(run_dir, name, rate)
+    recs = [x for x in every if x["ok"]]
+    busy = sum(x["end"] - x["sent"] for x in every if x["sent"] is not None and x["end"] is not None)
     gaps = np.diff(r.get("arrival_offsets") or [0.0])
     cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
     return {"rate_rps": rate,
