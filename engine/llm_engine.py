@@ -72,6 +72,8 @@ class LLMEngine:
         bad = [t for t in prompt_token_ids if not isinstance(t, int) or not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt token id {bad[0]!r} is outside the vocabulary [0, {vocab})")
+        if any(not 0 <= t < vocab for t, _ in params.logit_bias):
+            raise ValueError(f"logit_bias names a token id outside the vocabulary [0, {vocab})")
         limit = self.model_config.max_position_embeddings
         if n + params.max_tokens > limit:
             raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds "

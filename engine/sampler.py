@@ -31,6 +31,10 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, reqs: list[Request]) -> list[int]:
         """logits: [N, vocab] float32, row i for reqs[i] -> one token id per request."""
+        for i, req in enumerate(reqs):
+            if req.params.logit_bias:
+                ids, bias = zip(*req.params.logit_bias)
+                logits[i, list(ids)] += torch.tensor(bias, dtype=logits.dtype, device=logits.device)
         tokens = logits.argmax(dim=-1).tolist()
         for i, req in enumerate(reqs):
             if not req.params.greedy:
