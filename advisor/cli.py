@@ -34,7 +34,8 @@ def _slo_items(values: list[str] | None, ctx: typer.Context) -> list[str]:
 
 @app.command()
 def serve(
-    mode: str = typer.Option("collocated", help="collocated (N replicas) or disagg (xPyD + proxy)"),
+    mode: str = typer.Option("collocated", help="collocated (N replicas), disagg (xPyD + proxy) "
+                             "or render (a render-tier server: chat <-> token IDs, no model)"),
     replicas: int = typer.Option(2, min=1, help="collocated: number of replicas"),
     prefill: int = typer.Option(1, min=1, help="disagg: number of prefill instances"),
     decode: int = typer.Option(1, min=1, help="disagg: number of decode instances"),
@@ -44,17 +45,27 @@ def serve(
     device: str = typer.Option("cpu", help="cpu or cuda"),
     host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
     port: int = typer.Option(8000, min=0, max=65535, help="the front's port"),
+    chat_template: str = typer.Option(None, help="a jinja2 chat template file (engines and render)"),
+    reasoning_parser: str = typer.Option("qwen3", help="qwen3 (<think> markup) or none"),
+    tool_call_parser: str = typer.Option("hermes", help="hermes (<tool_call> markup) or none"),
 ) -> None:
-    """Run the bundled engine as a collocated or disaggregated topology until interrupted."""
+    """Run the bundled engine (collocated or disaggregated), or a render-tier server, until
+    interrupted."""
     from advisor.serve import run_serve
+    from engine.render.frontend import FrontendConfig
 
-    if mode not in ("collocated", "disagg"):
-        fail(f"--mode must be collocated or disagg, not {mode!r}")
+    if mode not in ("collocated", "disagg", "render"):
+        fail(f"--mode must be collocated, disagg or render, not {mode!r}")
+    frontend = FrontendConfig(None, chat_template, reasoning_parser, tool_call_parser)
+    try:
+        frontend.validate()
+    except ValueError as e:
+        fail(str(e))
     if connector not in ("shm", "tcp", "cuda"):
         fail(f"--connector must be shm, tcp or cuda, not {connector!r}")
     topology = Topology(mode=mode, replicas=replicas, prefill=prefill, decode=decode,
                         model=model, connector=connector, dtype=dtype, device=device,
-                        port=port, host=host)
+                        port=port, host=host, frontend_args=frontend.args())
     try:
         topology.validate()
         from engine.config import load_model_config

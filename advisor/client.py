@@ -123,10 +123,12 @@ class Client:
         self._cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self._records: list[RequestRecord] = []
         self._session: aiohttp.ClientSession | None = None
+        self._tools: list[dict] | None = None
 
     async def run(self, workload: Workload, warmups: int = 0) -> RunResult:
         """Send `warmups` requests one at a time (recorded, marked warmup), then the workload."""
         gc.disable()  # NOTE: a full collection mid-run stalls every stream's timestamps by ms
+        self._tools = workload.tools
         try:
             return await self._run(workload, warmups)
         finally:
@@ -177,6 +179,8 @@ class Client:
             if self.endpoint.path == CHAT:
                 messages.append({"role": "user", "content": text_of(turn.new_tokens)})
                 body = {"messages": list(messages)}
+                if self._tools:
+                    body["tools"] = self._tools
             else:
                 history += turn.new_tokens
                 body = {"prompt": list(history)}
@@ -281,9 +285,12 @@ def _content(chunk: dict, chat: bool):
     """(text, token ids or None) of each choice that carries generated content."""
     for choice in chunk.get("choices") or []:
         if chat:
+            # NOTE: reasoning and tool calls are output tokens too (they count for TTFT and
+            # ITL), but only content goes into the next turn's history.
             delta = choice.get("delta") or {}
-            piece = delta.get("content") or delta.get("reasoning_content") or ""
-            has = bool(piece or delta.get("tool_calls") or choice.get("token_ids"))
+            piece = delta.get("content") or ""
+            has = bool(piece or delta.get("reasoning") or delta.get("reasoning_content")
+                       or delta.get("tool_calls") or choice.get("token_ids"))
         else:
             piece = choice.get("text") or ""
             has = bool(piece or choice.get("token_ids"))

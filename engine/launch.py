@@ -1,7 +1,7 @@
 """Start a topology as processes, wait for health, and always tear it down.
 
 collocated: N `both` replicas behind a round-robin front; disagg: x prefillers +
-y decoders behind the P/D proxy. Each instance is pinned to its CPU cores
+y decoders behind the P/D proxy; render: one render-tier server (no model). Each instance is pinned to its CPU cores
 (sched_setaffinity + its torch thread count) or, on GPUs, to one device via
 CUDA_VISIBLE_DEVICES. Children get SIGTERM if this process dies (PR_SET_PDEATHSIG).
 """
@@ -27,7 +27,7 @@ _PR_SET_PDEATHSIG = 1
 class Topology:
     """What to start. `cores`: CPU cores to share out, one slice per instance."""
 
-    mode: str = "collocated"  # collocated | disagg
+    mode: str = "collocated"  # collocated | disagg | render
     replicas: int = 2
     prefill: int = 1
     decode: int = 1
@@ -42,14 +42,16 @@ class Topology:
     max_num_batched_tokens: int = 2048
     kv_lease_duration: float = 30.0
     extra_args: tuple[str, ...] = ()
+    # --chat-template / --reasoning-parser / --tool-call-parser: alike on every engine and render
+    frontend_args: tuple[str, ...] = ()
 
     @property
     def num_instances(self) -> int:
-        return self.replicas if self.mode == "collocated" else self.prefill + self.decode
+        return {"collocated": self.replicas, "render": 1}.get(self.mode, self.prefill + self.decode)
 
     def validate(self) -> None:
-        if self.mode not in ("collocated", "disagg"):
-            raise ValueError(f"mode must be collocated or disagg, not {self.mode!r}")
+        if self.mode not in ("collocated", "disagg", "render"):
+            raise ValueError(f"mode must be collocated, disagg or render, not {self.mode!r}")
         if min(self.replicas, self.prefill, self.decode) < 1:
             raise ValueError("replicas, prefill and decode must be >= 1")
         cores = self.cores or tuple(sorted(os.sched_getaffinity(0)))
@@ -148,13 +150,16 @@ def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
             "--port", str(port), "--connector", t.connector, "--dtype", t.dtype,
             "--device", device,
             "--num-threads", "1", "--max-num-batched-tokens", str(t.max_num_batched_tokens),
-            "--kv-lease-duration", str(t.kv_lease_duration), *t.extra_args]
+            "--kv-lease-duration", str(t.kv_lease_duration), *t.frontend_args, *t.extra_args]
 
 
 @contextlib.contextmanager
 def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     """Start `t`, yield its Deployment once every process is healthy, stop all on exit."""
     t.validate()
+    if t.mode == "render":
+        yield from _launch_render(t, health_timeout)
+        return
     cores = list(t.cores or sorted(os.sched_getaffinity(0)))
     roles = ["both"] * t.replicas if t.mode == "collocated" else \
         ["prefill"] * t.prefill + ["decode"] * t.decode
@@ -186,3 +191,15 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         yield Deployment(url, {k: v for k, v in urls.items() if v}, procs)
     finally:
         stop(procs)
+
+
+def _launch_render(t: Topology, health_timeout: float) -> Iterator[Deployment]:
+    port = t.port or free_port(t.host)
+    url = f"http://{t.host}:{port}"
+    proc = _spawn(["-m", "engine.render.server", "--model", t.model, "--host", t.host,
+                   "--port", str(port), *t.frontend_args], None, dict(os.environ))
+    try:
+        _wait_healthy(url, proc, health_timeout)
+        yield Deployment(url, {"render": [url]}, [proc])
+    finally:
+        stop([proc])

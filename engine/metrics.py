@@ -2,17 +2,50 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
                     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 
 
+class FrontendCollector:
+    """A front end's CPU seconds and requests per stage (render, derender), read at scrape
+    time, beside the process's own CPU (process_cpu_seconds_total): their ratio is the share
+    of this host's CPU that the front end takes."""
+
+    def __init__(self, frontend, model: str):
+        self.frontend, self.model = frontend, model
+
+    def collect(self):
+        cpu = CounterMetricFamily("engine:frontend_cpu_seconds",
+                                  "CPU time of chat templating + tokenization (render) and "
+                                  "detokenization + parsing (derender)", labels=["model_name", "stage"])
+        reqs = CounterMetricFamily("engine:frontend_requests", "Requests through each front-end stage",
+                                   labels=["model_name", "stage"])
+        for stage, seconds in self.frontend.cpu_seconds.items():
+            cpu.add_metric([self.model, stage], seconds)
+            reqs.add_metric([self.model, stage], self.frontend.requests[stage])
+        yield cpu
+        yield reqs
+
+
+def frontend_registry(frontend, model: str, registry: CollectorRegistry | None = None
+                      ) -> CollectorRegistry:
+    """`registry` (or a new one) with the front end's and the process's CPU counters."""
+    registry = registry or CollectorRegistry()
+    registry.register(FrontendCollector(frontend, model))
+    ProcessCollector(registry=registry)
+    return registry
+
+
 class EngineMetrics:
     """One registry per server (never the process-global one), so tests can run several."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, frontend=None):
         self.registry = r = CollectorRegistry()
+        if frontend is not None:
+            frontend_registry(frontend, model, r)
         lbl = ["model_name"]
         self.model = model
 

@@ -35,6 +35,8 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     kv_transfer_params: dict | None
+    tools: list[dict] | None = None  # chat: function tools offered to the model
+    tool_choice: str | dict = "auto"
 
 
 def _typed(body: dict, key: str, types, default, check=None, what: str = ""):
@@ -71,6 +73,31 @@ def _messages(body: dict) -> list[dict]:
     return [{"role": m["role"], "content": m.get("content") or ""} for m in msgs]
 
 
+def _tools(body: dict) -> tuple[list[dict] | None, str | dict]:
+    tools = _typed(body, "tools", (list,), None, what="a list of tools")
+    for t in tools or []:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or t.get("type", "function") != "function" \
+                or not isinstance(fn.get("name"), str):
+            raise RequestError("each of 'tools' must be {\"type\": \"function\", \"function\": "
+                               "{\"name\": ...}}", "tools")
+    choice = body.get("tool_choice", "auto")
+    if choice not in ("auto", "none", "required") and not isinstance(choice, dict):
+        raise RequestError("'tool_choice' must be auto, none, required or a function", "tool_choice")
+    return tools or None, choice
+
+
+def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
+    bias = _typed(body, "logit_bias", (dict,), {}, what="an object of token id -> bias")
+    out = []
+    for k, v in bias.items():
+        if not str(k).isdigit() or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                or not -100 <= v <= 100:
+            raise RequestError("'logit_bias' maps token ids to numbers in [-100, 100]", "logit_bias")
+        out.append((int(k), float(v)))
+    return tuple(sorted(out))
+
+
 def _prompt(body: dict) -> str | list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -98,6 +125,14 @@ def tokens_request(body, served_model: str) -> dict:
     return out
 
 
+def sampling_body(params: SamplingParams) -> dict:
+    """`params` as the request fields parse_request reads back (a render's sampling_params)."""
+    return {"max_tokens": params.max_tokens, "temperature": params.temperature,
+            "top_p": params.top_p, "top_k": params.top_k, "seed": params.seed,
+            "ignore_eos": params.ignore_eos, "stop_token_ids": list(params.stop_token_ids),
+            "logit_bias": {str(t): b for t, b in params.logit_bias}}
+
+
 def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
     """Validate a /v1/completions (chat=False) or /v1/chat/completions body."""
     model = _typed(body, "model", (str,), served_model, what="a string")
@@ -123,9 +158,12 @@ def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
         seed=_typed(body, "seed", (int,), None, what="an integer"),
         ignore_eos=_typed(body, "ignore_eos", (bool,), False, what="a boolean"),
         stop_token_ids=tuple(stop_ids),
+        logit_bias=_logit_bias(body),
     )
     stream = _typed(body, "stream", (bool,), False, what="a boolean")
     opts = _typed(body, "stream_options", (dict,), {}, what="an object")
     include_usage = _typed(opts, "include_usage", (bool,), False, what="a boolean")
     kv = _typed(body, "kv_transfer_params", (dict,), None, what="an object")
-    return ParsedRequest(model, prompt, messages, params, stream, include_usage, kv)
+    tools, tool_choice = _tools(body) if chat else (None, "none")
+    return ParsedRequest(model, prompt, messages, params, stream, include_usage, kv, tools,
+                         tool_choice)

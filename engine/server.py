@@ -21,7 +21,9 @@ from engine.links import LinkEmulation, parse_emulation
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
 from engine.protocol import ParsedRequest, RequestError, parse_json, parse_request, tokens_request
-from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
+from engine.render import chat
+from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
+from engine.tokenizer import IncrementalDetokenizer
 
 CONNECTORS = ("shm", "tcp", "cuda")
 
@@ -35,7 +37,7 @@ class EngineServer:
 
     def __init__(self, config: EngineConfig, connector: str = "shm", served_model: str | None = None,
                  kv_host: str = "127.0.0.1", kv_port: int = 0,
-                 link_emulation: LinkEmulation | None = None):
+                 link_emulation: LinkEmulation | None = None, frontend: FrontendConfig | None = None):
         if connector not in CONNECTORS:
             raise ValueError(f"connector must be one of {', '.join(CONNECTORS)}")
         if connector == "cuda" and not config.device.startswith("cuda"):
@@ -46,8 +48,8 @@ class EngineServer:
         self.role, self.connector = self.engine.config.role, connector
         self.link_emulation = link_emulation
         self.model = served_model or config.model
-        self.tokenizer = TextTokenizer.load(config.model)
-        self.metrics = EngineMetrics(self.model)
+        self.frontend = Frontend(frontend or FrontendConfig(model_dir=config.model))
+        self.metrics = EngineMetrics(self.model, self.frontend)
         self.source = None
         if self.role == "prefill":
             self.source = KVSource(self.engine.lend_kv, self._release, self.engine.runner.cache,
@@ -85,11 +87,6 @@ class EngineServer:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     # ---- generation ----------------------------------------------------------------------------
-    def _prompt_ids(self, req: ParsedRequest) -> list[int]:
-        if req.messages is not None:
-            return self.tokenizer.encode(self.tokenizer.render_chat(req.messages))
-        return req.prompt if isinstance(req.prompt, list) else self.tokenizer.encode(req.prompt)
-
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self.generate(request, chat=False)
 
@@ -106,9 +103,10 @@ class EngineServer:
         try:
             body = parse_json(await request.read())
             if tokens_only:
+                self.frontend.check(body.get("fingerprint"), "this request")
                 body = tokens_request(body, self.model)
             req = parse_request(body, chat, self.model)
-            prompt = self._prompt_ids(req)
+            prompt = self.frontend.prompt_ids(req)
             self.engine.validate(prompt, req.params)
         except (RequestError, ValueError) as e:
             return _error(e if isinstance(e, RequestError) else RequestError(str(e)))
@@ -181,13 +179,11 @@ class EngineServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        detok = IncrementalDetokenizer(self.tokenizer)
         final = first
         try:
             async for out in self._outputs(ctx, first, stream):
                 final = out
-                text = "" if ctx.tokens_only else detok.feed(out.new_token_ids)
-                await resp.write(_sse(ctx.chunk(text, out)))
+                await resp.write(_sse(ctx.chunk(out)))
             if ctx.req.include_usage:
                 await resp.write(_sse(ctx.usage_chunk(final)))
             await resp.write(b"data: [DONE]\n\n")
@@ -217,6 +213,10 @@ class _Ctx:
         self.arrival, self.pulled, self.kv, self.num_prompt = arrival, pulled, kv, num_prompt
         self.created = int(time.time())
         self.obj = "chat.completion" if chat else "text_completion"
+        fe = server.frontend
+        # streaming state: the chat derender's, or the completions detokenizer
+        self.state = fe.start_stream(rid, req) if chat and req.stream else None
+        self.detok = IncrementalDetokenizer(fe.tokenizer) if req.stream and not chat else None
         # the pulled KV's transfer, reported once (first chunk) so clients can see it per request
         self.transfer: dict | None = None
 
@@ -226,13 +226,12 @@ class _Ctx:
                 "total_tokens": self.num_prompt + n,
                 "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
 
-    def _finish_reason(self, out: RequestOutput) -> str | None:
-        if not out.finished:
-            return None
-        return "length" if out.finish_reason in ("length", "remote_decode") else out.finish_reason
+    def _finish_reason(self, out: RequestOutput, tool_calls: bool = False) -> str | None:
+        return chat.finish_reason(out.finish_reason if out.finished else None, tool_calls)
 
     def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict:
-        body = {"request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out)}
+        body = {"request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out),
+                "fingerprint": self.server.frontend.fingerprint}
         if final:
             body["usage"] = self._usage(out)
             self._add_held_kv(body, out)
@@ -248,27 +247,39 @@ class _Ctx:
     def body(self, out: RequestOutput) -> dict:
         if self.tokens_only:
             return self._tokens(out.token_ids, out, final=True)
-        text = self.server.tokenizer.decode(out.token_ids)
-        choice = {"index": 0, "finish_reason": self._finish_reason(out), "token_ids": out.token_ids}
+        fe = self.server.frontend
+        choice = {"index": 0, "token_ids": out.token_ids}
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            parsed = fe.derender(self.rid, out.token_ids, self.req)
+            choice.update(message=chat.message(parsed),
+                          finish_reason=self._finish_reason(out, bool(parsed.tool_calls)))
         else:
-            choice["text"] = text
+            with fe.timed("derender", request_done=True):
+                choice.update(text=fe.tokenizer.decode(out.token_ids),
+                              finish_reason=self._finish_reason(out))
         body = {"id": self.rid, "object": self.obj, "created": self.created,
                 "model": self.server.model, "choices": [choice], "usage": self._usage(out)}
         self._add_transfer(body)
         self._add_held_kv(body, out)
         return body
 
-    def chunk(self, text: str, out: RequestOutput) -> dict:
+    def chunk(self, out: RequestOutput) -> dict:
         if self.tokens_only:
             return self._tokens(out.new_token_ids, out, final=False)
-        choice = {"index": 0, "finish_reason": self._finish_reason(out),
-                  "token_ids": out.new_token_ids}
+        fe = self.server.frontend
+        choice = {"index": 0, "token_ids": out.new_token_ids}
         if self.chat:
-            choice["delta"] = {"role": "assistant", "content": text}
+            first, before = self.state.num_tokens == 0, self.state.parser["num_tool_calls"]
+            parsed, self.state = fe.derender_chunk(self.state, self.rid, out.new_token_ids,
+                                                   out.finished)
+            choice.update(delta=chat.delta(parsed, first, before), finish_reason=self._finish_reason(
+                out, self.state.parser["num_tool_calls"] > 0))
         else:
-            choice["text"] = text
+            with fe.timed("derender", request_done=out.finished):
+                text = self.detok.feed(out.new_token_ids)
+                if out.finished and self.detok.pending:  # the output ends mid-character
+                    text += fe.tokenizer.decode(self.detok.pending)
+            choice.update(text=text, finish_reason=self._finish_reason(out))
         body = {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
                 "created": self.created, "model": self.server.model, "choices": [choice]}
         self._add_transfer(body)
@@ -303,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kv-link-emulation", default=None,
                     help="decode: make each KV transfer take as long as on a slower link "
                          "(1.3s per transfer, or a rate such as 1GBps); for experiments")
+    add_frontend_args(ap)
     a = ap.parse_args(argv)
     cfg = EngineConfig(model=a.model, seed=a.seed, device=a.device, dtype=a.dtype, role=a.role,
                        block_size=a.block_size, max_num_batched_tokens=a.max_num_batched_tokens,
@@ -311,8 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         emulation = parse_emulation(a.kv_link_emulation) if a.kv_link_emulation else None
         server = EngineServer(cfg, a.connector, kv_host=a.host, kv_port=a.kv_port,
-                              link_emulation=emulation)
-    except ValueError as e:
+                              link_emulation=emulation, frontend=frontend_config(a))
+    except (ValueError, OSError) as e:
         raise SystemExit(f"engine.server: {e}") from None
     try:
         asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}"))

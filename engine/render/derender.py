@@ -22,26 +22,32 @@ class DerenderError(ValueError):
 
 @dataclass
 class StreamState:
+    """What a stream carries from chunk to chunk (a few hundred bytes of JSON at most)."""
+
     request_id: str
     pending_ids: list[int]
     parser: dict
     num_tokens: int = 0
+    fingerprint: str = ""  # of the front end that started the stream (see frontend.py)
 
     def to_json(self) -> dict:
         return {"request_id": self.request_id, "pending_ids": self.pending_ids,
-                "parser": self.parser, "num_tokens": self.num_tokens}
+                "parser": self.parser, "num_tokens": self.num_tokens,
+                "fingerprint": self.fingerprint}
 
     @classmethod
-    def start(cls, request_id: str) -> StreamState:
-        return cls(request_id, [], StreamParser().to_json())
+    def start(cls, request_id: str, reasoning: bool = True, tools: bool = True,
+              fingerprint: str = "") -> StreamState:
+        return cls(request_id, [], StreamParser.make(reasoning, tools).to_json(), 0, fingerprint)
 
     @classmethod
     def from_json(cls, d) -> StreamState:
         """Validate a state a client echoed back; DerenderError names what is wrong."""
-        if not isinstance(d, dict) or set(d) != {"request_id", "pending_ids", "parser", "num_tokens"}:
+        if not isinstance(d, dict) or set(d) != set(cls.__dataclass_fields__):
             raise DerenderError("stream_state must be the object a previous chunk returned")
         ids, n = d["pending_ids"], d["num_tokens"]
-        if not isinstance(d["request_id"], str) or not isinstance(n, int) or n < 0 \
+        if not isinstance(d["request_id"], str) or not isinstance(d["fingerprint"], str) \
+                or not isinstance(n, int) or n < 0 \
                 or not isinstance(ids, list) or len(ids) > MAX_PENDING_IDS \
                 or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise DerenderError("stream_state is malformed")
@@ -49,7 +55,7 @@ class StreamState:
             StreamParser.from_json(d["parser"])
         except ValueError as e:
             raise DerenderError(f"stream_state is malformed: {e}") from None
-        return cls(d["request_id"], ids, d["parser"], n)
+        return cls(d["request_id"], ids, d["parser"], n, d["fingerprint"])
 
 
 def check_ids(tokenizer: TextTokenizer, ids) -> list[int]:
@@ -80,10 +86,13 @@ def derender_chunk(tokenizer: TextTokenizer, state: StreamState, request_id: str
     if len(detok.pending) > MAX_PENDING_IDS:  # never a character: give up waiting for it
         out.extend(parser.feed(tokenizer.decode(detok.pending)))
         detok.pending = []
-    return out, StreamState(request_id, detok.pending, parser.to_json(), state.num_tokens + len(ids))
+    return out, StreamState(request_id, detok.pending, parser.to_json(),
+                            state.num_tokens + len(ids), state.fingerprint)
 
 
-def derender(tokenizer: TextTokenizer, ids: list[int]) -> Parsed:
+def derender(tokenizer: TextTokenizer, ids: list[int], reasoning: bool = True,
+             tools: bool = True) -> Parsed:
     """A whole generation at once (non-streaming)."""
-    out, _ = derender_chunk(tokenizer, StreamState.start("whole"), "whole", ids, finished=True)
+    out, _ = derender_chunk(tokenizer, StreamState.start("whole", reasoning, tools), "whole", ids,
+                            finished=True)
     return out

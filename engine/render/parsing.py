@@ -9,7 +9,8 @@ derender instead rebuilds its parser and replays the whole history per chunk.
 Markup (Qwen3 / DeepSeek-R1 reasoning, Hermes tool calls):
     <think> reasoning </think> content <tool_call>{"name": ..., "arguments": {...}}</tool_call>
 A tool call whose body is not a JSON object with a "name" stays in `content` as
-the raw markup, as does markup left unterminated when the stream ends.
+the raw markup, as does markup left unterminated when the stream ends. A parser
+made with reasoning or tools off leaves that markup in `content` untouched.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
-_OPENERS = (THINK_OPEN, TOOL_OPEN)
 _CLOSER = {"reasoning": THINK_CLOSE, "tool": TOOL_CLOSE}
+_LONGEST_TAG = max(map(len, (THINK_OPEN, TOOL_OPEN, *_CLOSER.values())))
 
 
 @dataclass
@@ -45,6 +46,11 @@ class ParserState:
     held: str = ""  # a suffix that may be the start of the next tag
     tool_text: str = ""  # the body of an unfinished tool call
     num_tool_calls: int = 0
+    reasoning: bool = True  # parse <think> markup
+    tools: bool = True  # parse <tool_call> markup
+
+    def openers(self) -> tuple[str, ...]:
+        return (THINK_OPEN,) * self.reasoning + (TOOL_OPEN,) * self.tools
 
 
 def _partial_suffix(text: str, tags: tuple[str, ...]) -> int:
@@ -62,20 +68,26 @@ class StreamParser:
     def __init__(self, state: ParserState | None = None):
         self.state = state or ParserState()
 
+    @classmethod
+    def make(cls, reasoning: bool = True, tools: bool = True) -> StreamParser:
+        """A parser at the start of an output, parsing the markup kinds asked for."""
+        return cls(ParserState(reasoning=reasoning, tools=tools))
+
     def feed(self, piece: str) -> Parsed:
         """Parse the next piece of text; returns what it completed."""
         st, out = self.state, Parsed()
         text, st.held = st.held + piece, ""
+        openers = st.openers()
         while text:
             if st.mode == "content":
-                hits = [(text.find(t), t) for t in _OPENERS if t in text]
+                hits = [(text.find(t), t) for t in openers if t in text]
                 if hits:
                     at, tag = min(hits)
                     out.content += text[:at]
                     st.mode = "reasoning" if tag == THINK_OPEN else "tool"
                     text = text[at + len(tag):]
                     continue
-                keep = _partial_suffix(text, _OPENERS)
+                keep = _partial_suffix(text, openers)
             else:
                 closer = _CLOSER[st.mode]
                 at = text.find(closer)
@@ -99,7 +111,8 @@ class StreamParser:
             out.content += TOOL_OPEN + st.tool_text + st.held
         else:
             out.content += st.held
-        self.state = ParserState(num_tool_calls=st.num_tool_calls)
+        self.state = ParserState(num_tool_calls=st.num_tool_calls, reasoning=st.reasoning,
+                                 tools=st.tools)
         return out
 
     def _emit(self, out: Parsed, text: str, closed: bool) -> None:
@@ -130,7 +143,9 @@ class StreamParser:
         st = ParserState(**d)
         if st.mode not in ("content", "reasoning", "tool") or not isinstance(st.held, str) \
                 or not isinstance(st.tool_text, str) or not isinstance(st.num_tool_calls, int) \
-                or len(st.held) >= max(map(len, (*_OPENERS, *_CLOSER.values()))):
+                or not isinstance(st.reasoning, bool) or not isinstance(st.tools, bool) \
+                or (st.mode == "reasoning" and not st.reasoning) or (st.mode == "tool" and not st.tools) \
+                or len(st.held) >= _LONGEST_TAG:
             raise ValueError("parser state is malformed")
         return cls(st)
 
@@ -149,9 +164,9 @@ def _tool_call(body: str, index: int) -> dict | None:
                          "arguments": args if isinstance(args, str) else json.dumps(args)}}
 
 
-def parse(text: str) -> Parsed:
+def parse(text: str, reasoning: bool = True, tools: bool = True) -> Parsed:
     """A whole output at once (the non-streaming path)."""
-    p = StreamParser()
+    p = StreamParser.make(reasoning, tools)
     out = p.feed(text)
     out.extend(p.finish())
     return out

@@ -1,4 +1,4 @@
-"""An in-process engine server on a background event loop, for tests that inspect the engine."""
+"""In-process servers (engine, render) on a background event loop, for tests that inspect them."""
 
 import asyncio
 import contextlib
@@ -15,14 +15,21 @@ from engine.server import EngineServer
 
 
 @contextlib.contextmanager
-def running_server(**cfg):
+def running_server(frontend=None, **cfg):
     """Yield (base_url, EngineServer) for a tiny float32 engine with `cfg` overrides."""
     opts = dict(model="tiny", dtype="float32", seed=0)
     opts.update(cfg)
-    server = EngineServer(EngineConfig(**opts))
+    server = EngineServer(EngineConfig(**opts), frontend=frontend)
+    with running_app(server.app) as url:
+        yield url, server
+
+
+@contextlib.contextmanager
+def running_app(app: web.Application):
+    """Serve `app` on a free loopback port from a background thread; yield its base URL."""
     port = free_port()
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(server.app, handler_cancellation=True)
+    runner = web.AppRunner(app, handler_cancellation=True)
     started = threading.Event()
 
     def run():
@@ -36,7 +43,7 @@ def running_server(**cfg):
     thread.start()
     started.wait(10)
     try:
-        yield f"http://127.0.0.1:{port}", server
+        yield f"http://127.0.0.1:{port}"
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
@@ -52,3 +59,14 @@ def post(url: str, body, path: str = "/v1/completions", raw: bytes | None = None
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def post_stream(url: str, body: dict, path: str) -> list[dict]:
+    """POST a streaming request; return its server-sent event objects, in order."""
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+        events = [line[5:].strip() for line in r if line.startswith(b"data:")]
+    assert events[-1] == b"[DONE]"
+    return [json.loads(e) for e in events[:-1]]

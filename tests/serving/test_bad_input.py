@@ -30,6 +30,13 @@ def url():
     ("/v1/completions", {"prompt": [1, 2, 999999]}, None, None),
     ("/v1/completions", {"prompt": [1] * 2040, "max_tokens": 100}, None, None),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, None, "messages"),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"5": 101}}, None, "logit_bias"),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"5": True}}, None, "logit_bias"),
+    ("/v1/completions", {"prompt": "hi", "logit_bias": {"99999": 1}}, None, None),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": "f"}, None,
+     "tools"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": 3},
+     None, "tool_choice"),
 ])
 def test_bad_request_is_a_400_with_an_openai_error(url, path, body, raw, param):
     status, err = post(url, body, path, raw=raw)

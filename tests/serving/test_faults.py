@@ -137,16 +137,25 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_advisor_serve_leaves_no_process_behind(sig):
+@pytest.mark.parametrize("sig,mode,processes", [(signal.SIGINT, "disagg", 3),
+                                               (signal.SIGTERM, "disagg", 3),
+                                               (signal.SIGTERM, "render", 1)])
+def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
     proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--model", "tiny",
-                             "--dtype", "float32", "--mode", "disagg", "--port", "0"],
+                             "--dtype", "float32", "--mode", mode, "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
+        if "front:" in line:
+            front = line.split()[-1]
         if "Ctrl-C" in line:
             break
     kids = _children(proc.pid)
-    assert len(kids) == 3
+    assert len(kids) == processes
+    if mode == "render":  # it serves, and loads no model
+        status, out = post(front, {"messages": [{"role": "user", "content": "hi"}]},
+                           "/v1/chat/completions/render")
+        assert status == 200 and out["token_ids"][0] == 1  # <|im_start|>
+        assert "torch" not in open(f"/proc/{kids[0]}/maps").read()
     proc.send_signal(sig)
     assert proc.wait(timeout=20) == 0
     time.sleep(0.2)
