@@ -7,7 +7,8 @@
      "kv_transfer": {"mean_ms", "p90_ms", "gbps", "bytes_per_token", "p2p", "emulated"} | null,
      "workload": {"rate_rps", "mean_prompt_tokens", "mean_output_tokens", "concurrency",
                   "burstiness_cv", "multi_turn", "latency_sensitive", "prefill_ms"},
-     "frontend": {"cpu_ms_per_request", "cpu_share"} | null}
+     "frontend": {"cpu_ms_per_request", "cpu_share", "render_ms_per_request",
+                  "derender_ms_per_request", "placement", "requests"} | null}
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Reading KV-transfer figures out of Prometheus text (ours or vLLM's NIXL metrics)."""
+"""Reading KV-transfer and front-end CPU figures out of Prometheus text (ours, or vLLM's
+NIXL metrics for transfers)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,45 @@ class TransferTotals:
         return None
 
 
+@dataclass
+class FrontendTotals:
+    """Cumulative CPU seconds: the front end's (render + derender) and the processes' own."""
+
+    render_s: float = 0.0
+    derender_s: float = 0.0
+    process_s: float = 0.0
+
+    def minus(self, before: FrontendTotals) -> FrontendTotals:
+        return FrontendTotals(self.render_s - before.render_s, self.derender_s - before.derender_s,
+                              self.process_s - before.process_s)
+
+
+def parse_frontend(text: str) -> FrontendTotals | None:
+    """Sum front-end and process CPU over every instance in `text`; None when the servers
+    do not report front-end CPU (vLLM does not)."""
+    out, found = FrontendTotals(), False
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "engine:frontend_cpu_seconds_total":
+                found = True
+                if s.labels.get("stage") == "render":
+                    out.render_s += s.value
+                else:
+                    out.derender_s += s.value
+            elif s.name == "process_cpu_seconds_total":
+                out.process_s += s.value
+    return out if found else None
+
+
+def scrape_text(urls: list[str], timeout_s: float = 5.0) -> str:
+    """The /metrics text of every URL (each a /metrics endpoint), concatenated."""
+    texts = []
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            texts.append(r.read().decode())
+    return "\n".join(texts)
+
+
 def parse_transfer(text: str) -> TransferTotals:
     """Sum transfer samples over every instance and label set in `text`."""
     samples: dict[str, float] = {}
@@ -59,8 +99,4 @@ def parse_transfer(text: str) -> TransferTotals:
 
 def scrape_transfer(urls: list[str], timeout_s: float = 5.0) -> TransferTotals:
     """Scrape each `url` (a /metrics endpoint) and sum what they report."""
-    texts = []
-    for url in urls:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            texts.append(r.read().decode())
-    return parse_transfer("\n".join(texts))
+    return parse_transfer(scrape_text(urls, timeout_s))

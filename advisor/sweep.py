@@ -20,9 +20,10 @@ from pathlib import Path
 
 from advisor import console
 from advisor.bench import discover_model, measure, progress_bars, record_row
-from advisor.client import Endpoint
+from advisor.client import CHAT, COMPLETIONS, Endpoint
 from advisor.decide import recommend
 from advisor.metrics import parse_percentiles, parse_slos, summarize
+from advisor.prom import parse_frontend, scrape_text
 from advisor.rate_search import Outcome, SearchPlan, grid_of, next_rate
 from advisor.results import write_json, write_jsonl
 from advisor.report import run_report
@@ -149,14 +150,18 @@ def _measure_placement(p: Placement, opts: SweepOptions, plan: SearchPlan, grid,
     metrics_text = None
     with contextlib.ExitStack() as stack:
         url = p.url
+        # where front-end CPU is read: every instance we started, else what the URL offers
+        metric_urls = [url.rstrip("/") + "/metrics"] if url else []
         while (rate := next_rate(outcomes, plan, grid, fixed=bool(opts.rates))) is not None:
             path = run_dir / "runs" / p.name / f"rate-{rate:g}"
             if not (path / "result.json").is_file():
                 if url is None:
                     bars.update(sweep_task, description=f"starting {p.name}")
-                    url = stack.enter_context(launch(p.topology)).url
+                    dep = stack.enter_context(launch(p.topology))
+                    url = dep.url
+                    metric_urls = [u + "/metrics" for us in dep.instance_urls.values() for u in us]
                     _warm_up(url, opts, bars)
-                _run_one(url, p, rate, opts, slos, pcts, path, bars, sweep_task)
+                _run_one(url, metric_urls, p, rate, opts, slos, pcts, path, bars, sweep_task)
             result = json.loads((path / "result.json").read_text())
             meets = result["slo_attainment"] >= opts.attainment
             itl = slos.get("itl")
@@ -164,17 +169,20 @@ def _measure_placement(p: Placement, opts: SweepOptions, plan: SearchPlan, grid,
             outcomes.append(Outcome(rate, meets, collapsed))
             bars.advance(sweep_task)
         if p.kind == "disagg" and url is not None:
-            metrics_text = _scrape(url)
+            metrics_text = _scrape([url.rstrip("/") + "/metrics"])
     return outcomes, ({"text": metrics_text, "placement": p.name} if metrics_text else None)
 
 
-def _run_one(url: str, p: Placement, rate: float, opts: SweepOptions, slos, pcts, path: Path,
-             bars, sweep_task) -> None:
+def _run_one(url: str, metric_urls: list[str], p: Placement, rate: float, opts: SweepOptions,
+             slos, pcts, path: Path, bars, sweep_task) -> None:
     bars.update(sweep_task, description=f"{p.name} @ {rate:g} req/s")
     workload = opts.workload_at(rate, seed_for(opts.seed, rate), prompts_for(opts, rate))
-    endpoint = Endpoint(url, discover_model(url), ignore_eos=True, timeout_s=REQUEST_TIMEOUT_S)
-    run = measure(endpoint, workload, label=f"{p.name} @ {rate:g} req/s", bars=bars)
+    before = _frontend_cpu(metric_urls)
+    run = measure(_endpoint(url, workload), workload, label=f"{p.name} @ {rate:g} req/s", bars=bars)
+    after = _frontend_cpu(metric_urls)
     result = summarize(run.records, run.duration, slos, pcts)
+    # the front end's CPU during this run, summed over instances (None: not reported)
+    result["frontend_cpu"] = dataclasses.asdict(after.minus(before)) if before and after else None
     result.update(topology=p.name, kind=p.kind, request_rate=rate, num_prompts=workload.num_requests,
                   workload=workload.name, workload_params=workload.params, emulated=p.emulated,
                   arrival_offsets=[c.start for c in workload.conversations],
@@ -186,18 +194,25 @@ def _run_one(url: str, p: Placement, rate: float, opts: SweepOptions, slos, pcts
 def _warm_up(url: str, opts: SweepOptions, bars) -> None:
     """Two requests one at a time (first-call costs), with prompts no measured run uses."""
     w = opts.workload_at(1000.0, seed_for(opts.seed, 0.0) + 1, 2)
-    measure(Endpoint(url, discover_model(url), ignore_eos=True, timeout_s=REQUEST_TIMEOUT_S), w,
-            max_concurrency=1, label="warmup", bars=bars)
+    measure(_endpoint(url, w), w, max_concurrency=1, label="warmup", bars=bars)
 
 
-def _scrape(url: str) -> str | None:
-    import urllib.request
+def _endpoint(url: str, workload) -> Endpoint:
+    return Endpoint(url, discover_model(url), path=CHAT if workload.chat else COMPLETIONS,
+                    ignore_eos=True,
+                    timeout_s=REQUEST_TIMEOUT_S)
 
+
+def _scrape(urls: list[str]) -> str | None:
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=10) as r:
-            return r.read().decode()
+        return scrape_text(urls, timeout_s=10)
     except OSError:
         return None
+
+
+def _frontend_cpu(urls: list[str]):
+    text = _scrape(urls) if urls else None
+    return parse_frontend(text) if text else None
 
 
 def seed_for(seed: int, rate: float) -> int:

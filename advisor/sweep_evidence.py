@@ -84,6 +84,26 @@ def _kv(opts, kv_metrics: dict | None, emulated: str | None) -> dict | None:
             "emulated": emulated}
 
 
+def _frontend(run_dir: Path, name: str, outcomes: list[Outcome]) -> dict | None:
+    """Front-end CPU over all of a placement's runs: per request, and as a share of the
+    engine processes' whole CPU time (model, scheduler, HTTP and front end together)."""
+    cpu = {"render_s": 0.0, "derender_s": 0.0, "process_s": 0.0}
+    requests = 0
+    for o in outcomes:
+        r = load_result(run_dir, name, o.rate)
+        if r.get("frontend_cpu"):
+            cpu = {k: v + r["frontend_cpu"][k] for k, v in cpu.items()}
+            requests += r["num_prompts"]
+    if not requests:
+        return None
+    front = cpu["render_s"] + cpu["derender_s"]
+    return {"cpu_ms_per_request": front / requests * 1000,
+            "render_ms_per_request": cpu["render_s"] / requests * 1000,
+            "derender_ms_per_request": cpu["derender_s"] / requests * 1000,
+            "cpu_share": front / cpu["process_s"] if cpu["process_s"] > 0 else None,
+            "placement": name, "requests": requests}
+
+
 def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
                    run_dir: Path, slos: dict[str, float], kv_metrics: dict | None) -> dict:
     """The evidence file (see advisor.evidence) at the grid's top rate, where collocated fell apart."""
@@ -98,7 +118,7 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
         "disaggregated": _side(run_dir, dis.name, done[dis.name], rate) if dis else None,
         "kv_transfer": _kv(opts, kv_metrics, dis.emulated if dis else None),
         "workload": _workload(run_dir, lead.name, rate, lowest),
-        "frontend": None,
+        "frontend": _frontend(run_dir, lead.name, done[lead.name]),
     }
 
 

@@ -14,6 +14,15 @@ from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, Workload, synthesize
 
+# NOTE: chat prompts are sent as one English word per token ID (advisor.client.text_of),
+# about 1.3 tokens per word with real tokenizers: 7000 words is a ~9k-token prompt.
+AGENT_TOOLS = tuple({"type": "function", "function": {
+    "name": name, "description": doc,
+    "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]}}}
+    for name, doc, arg in (("search", "Search the knowledge base", "query"),
+                           ("read_file", "Read a file of the repository", "path"),
+                           ("run_tests", "Run the test suite and return failures", "selector")))
+
 PRESETS: dict[str, tuple[str, SyntheticSpec]] = {
     "long-prompt": ("the guide's measurement: ~8k-token prompts, 256 output tokens, Poisson",
                     SyntheticSpec(input=LengthDist("uniform", 8192, range_ratio=0.05),
@@ -33,6 +42,12 @@ PRESETS: dict[str, tuple[str, SyntheticSpec]] = {
                    SyntheticSpec(input=LengthDist("lognormal", 1024, sigma=0.8, high=8192),
                                  output=LengthDist("lognormal", 128, sigma=0.6, high=512),
                                  arrivals=Arrivals("gamma", 0.2, burstiness=0.25))),
+    "chat-agent": ("long chat prompts (~9k tokens: tools, history) answered with reasoning and "
+                   "tool calls, over the chat API: the front end's templating, tokenization and "
+                   "parsing are measured",
+                   SyntheticSpec(input=LengthDist("uniform", 7000, range_ratio=0.1),
+                                 output=LengthDist("lognormal", 384, sigma=0.4, high=1024),
+                                 arrivals=Arrivals("poisson", 0.5), chat=True, tools=AGENT_TOOLS)),
     "short-chat": ("short prompts, short answers, Poisson",
                    SyntheticSpec(input=LengthDist("uniform", 256, range_ratio=0.5),
                                  output=LengthDist("uniform", 128, range_ratio=0.5),

@@ -40,6 +40,8 @@ class Workload:
     name: str
     conversations: list[Conversation]
     params: dict = field(default_factory=dict)
+    chat: bool = False  # meant for the chat API (text messages), not token-ID prompts
+    tools: list[dict] | None = None  # chat: the function tools every request offers
 
     @property
     def num_requests(self) -> int:
@@ -65,6 +67,8 @@ class SyntheticSpec:
     think_s: float = 0.0
     shared_prefix_len: int = 0
     vocab: tuple[int, int] = DEFAULT_VOCAB
+    chat: bool = False
+    tools: tuple[dict, ...] = ()
 
     def validate(self) -> None:
         if self.num_prompts < 1:
@@ -103,4 +107,4 @@ def synthesize(spec: SyntheticSpec, seed: int, name: str = "random") -> Workload
             turns.append(Turn(prefix + new if t == 0 else new, int(outs[k]), think))
         left -= len(turns)
         convs.append(Conversation(f"conv-{seed}-{c}", float(starts[c]), turns))
-    return Workload(name, convs)
+    return Workload(name, convs, chat=spec.chat, tools=list(spec.tools) or None)

@@ -7,7 +7,10 @@ import pytest
 from openai import OpenAI
 
 from engine.launch import Topology, launch
-from tests.serving.helpers import post
+from engine.render.frontend import Frontend, FrontendConfig
+from engine.render.server import RenderServer
+from tests.serving.helpers import post, running_app
+from tests.serving.test_render_tier import chat_body, own_chat, via_render_tier
 
 PROMPTS = [list(range(5, 60)), list(range(100, 103)), list(range(200, 400))]
 GREEDY = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
@@ -88,3 +91,18 @@ def test_tokens_only_generate_matches_through_every_topology(deployment, colloca
         status, out = post(d.url, body, path="/inference/v1/generate")
         assert status == 200 and out["token_ids"] == expected and out["finish_reason"] == "length"
         assert _stream_token_ids(d.url, body) == expected
+
+
+def test_a_render_tier_in_front_of_every_topology_gives_the_topologys_own_chat_answer(deployment):
+    """render -> generate (through the proxy when disaggregated) -> derender, streaming and not,
+    equals the topology's own /v1/chat/completions for sampled output full of markup pieces."""
+    _, d = deployment
+    with running_app(RenderServer(FrontendConfig(model_dir="tiny"), "tiny").app) as render_url:
+        pieces = set(Frontend(FrontendConfig()).tokenizer.encode(
+            '<think></think><tool_call>{"name": "f"}</tool_call> é'))
+        for stream in (False, True):
+            body = chat_body(7, stream, temperature=1.0, max_tokens=40,
+                             logit_bias={str(t): 30 for t in pieces})
+            own = own_chat(d.url, body)
+            assert len(own[2]) == 40
+            assert via_render_tier(d.url, render_url, body) == own
