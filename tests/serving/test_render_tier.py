@@ -128,3 +128,24 @@ def test_without_tools_in_the_request_tool_markup_stays_content(servers):
     assert own == via_render_tier(engine_url, render_url, body)
     assert own[0]["tool_calls"] == [] and "<tool_call>" in own[0]["content"]
     assert own[0]["reasoning"] == "hmm" and own[1] == "stop"
+
+
+@pytest.mark.parametrize("seed", range(len(TRICKY)))
+def test_streaming_derender_over_http_equals_whole_for_every_two_way_split(servers, seed):
+    _, render_url, engine = servers
+    ids = engine.frontend.tokenizer.encode(TRICKY[seed])
+    body = chat_body(seed, False)
+    status, whole = post(render_url, {"generate_response": {"token_ids": ids, "finish_reason": "stop"},
+                                      "prompt_tokens": 1, "chat_request": body}, DERENDER)
+    assert status == 200, whole
+    for cut in range(len(ids) + 1):
+        state, choices = None, []
+        for k, piece in enumerate((ids[:cut], ids[cut:])):
+            chunk = {"request_id": "r", "token_ids": piece, "finish_reason": "stop" if k else None}
+            status, r = post(render_url, {"generate_chunk": chunk, "stream_state": state,
+                                          "chat_request": body}, DERENDER)
+            assert status == 200, r
+            state = r["stream_state"]
+            choices.append(r["choices"][0])
+        assert merged([c["delta"] for c in choices]) == whole["choices"][0]["message"], cut
+        assert choices[-1]["finish_reason"] == whole["choices"][0]["finish_reason"]
