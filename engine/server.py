@@ -20,10 +20,9 @@ from engine.http_app import run_app
 from engine.links import LinkEmulation, parse_emulation
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
-from engine.protocol import ParsedRequest, RequestError, parse_json, parse_request, tokens_request
-from engine.render import chat
+from engine.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
-from engine.tokenizer import IncrementalDetokenizer
+from engine.responses import RequestContext
 
 CONNECTORS = ("shm", "tcp", "cuda")
 
@@ -130,7 +129,7 @@ class EngineServer:
         stream = self.aengine.generate(prompt, req.params, rid,
                                        kv=pulled.payload if pulled else None,
                                        remote_decode=True if kv.get("do_remote_decode") else None)
-        ctx = _Ctx(self, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only)
+        ctx = RequestContext(self, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only)
         try:
             first = await stream.__anext__()
         except (KVImportError, ValueError) as e:
@@ -140,7 +139,7 @@ class EngineServer:
             return await self._stream(request, ctx, first, stream)
         return await self._complete(ctx, first, stream)
 
-    def _pulled_done(self, ctx: "_Ctx", out: RequestOutput | None = None) -> None:
+    def _pulled_done(self, ctx: RequestContext, out: RequestOutput | None = None) -> None:
         if ctx.pulled is None:
             return
         rec = ctx.pulled.record
@@ -156,7 +155,7 @@ class EngineServer:
                 self.metrics.kv_ready_delay.observe(max(0.0, out.first_scheduled_time - rec.end))
         asyncio.get_running_loop().run_in_executor(None, puller.release, ctx.kv)
 
-    async def _outputs(self, ctx: "_Ctx", first: RequestOutput, stream):
+    async def _outputs(self, ctx: RequestContext, first: RequestOutput, stream):
         """All outputs, with token-latency metrics recorded on the way."""
         self._pulled_done(ctx, first)
         last = time.monotonic()
@@ -168,14 +167,14 @@ class EngineServer:
             last = now
             yield out
 
-    async def _complete(self, ctx: "_Ctx", first: RequestOutput, stream) -> web.Response:
+    async def _complete(self, ctx: RequestContext, first: RequestOutput, stream) -> web.Response:
         final = first
         async for out in self._outputs(ctx, first, stream):
             final = out
         self._finish_metrics(ctx, final)
         return web.json_response(ctx.body(final))
 
-    async def _stream(self, request: web.Request, ctx: "_Ctx", first, stream) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, ctx: RequestContext, first, stream) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -193,7 +192,7 @@ class EngineServer:
         self._finish_metrics(ctx, final)
         return resp
 
-    def _finish_metrics(self, ctx: "_Ctx", final: RequestOutput) -> None:
+    def _finish_metrics(self, ctx: RequestContext, final: RequestOutput) -> None:
         self.metrics.e2e.observe(time.monotonic() - ctx.arrival)
         self.metrics.prompt_tokens.inc(ctx.num_prompt)
         self.metrics.generation_tokens.inc(len(final.token_ids))
@@ -201,98 +200,6 @@ class EngineServer:
 
 def _sse(obj: dict) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-
-class _Ctx:
-    """Per-request response building (OpenAI shapes)."""
-
-    def __init__(self, server: EngineServer, req: ParsedRequest, rid: str, chat: bool,
-                 arrival: float, pulled, kv: dict, num_prompt: int, tokens_only: bool = False):
-        self.server, self.req, self.rid, self.chat = server, req, rid, chat
-        self.tokens_only = tokens_only
-        self.arrival, self.pulled, self.kv, self.num_prompt = arrival, pulled, kv, num_prompt
-        self.created = int(time.time())
-        self.obj = "chat.completion" if chat else "text_completion"
-        fe = server.frontend
-        # streaming state: the chat derender's, or the completions detokenizer
-        self.state = fe.start_stream(rid, req) if chat and req.stream else None
-        self.detok = IncrementalDetokenizer(fe.tokenizer) if req.stream and not chat else None
-        # the pulled KV's transfer, reported once (first chunk) so clients can see it per request
-        self.transfer: dict | None = None
-
-    def _usage(self, out: RequestOutput) -> dict:
-        n = len(out.token_ids)
-        return {"prompt_tokens": self.num_prompt, "completion_tokens": n,
-                "total_tokens": self.num_prompt + n,
-                "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
-
-    def _finish_reason(self, out: RequestOutput, tool_calls: bool = False) -> str | None:
-        return chat.finish_reason(out.finish_reason if out.finished else None, tool_calls)
-
-    def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict:
-        body = {"request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out),
-                "fingerprint": self.server.frontend.fingerprint}
-        if final:
-            body["usage"] = self._usage(out)
-            self._add_held_kv(body, out)
-        self._add_transfer(body)
-        return body
-
-    def _add_held_kv(self, body: dict, out: RequestOutput) -> None:
-        if out.finish_reason == "remote_decode" and self.server.source is not None:
-            held = self.server.engine.held.get(self.rid)
-            blocks = list(held.request.block_ids) if held else []
-            body["kv_transfer_params"] = self.server.source.transfer_params(self.rid, blocks)
-
-    def body(self, out: RequestOutput) -> dict:
-        if self.tokens_only:
-            return self._tokens(out.token_ids, out, final=True)
-        fe = self.server.frontend
-        choice = {"index": 0, "token_ids": out.token_ids}
-        if self.chat:
-            parsed = fe.derender(self.rid, out.token_ids, self.req)
-            choice.update(message=chat.message(parsed),
-                          finish_reason=self._finish_reason(out, bool(parsed.tool_calls)))
-        else:
-            with fe.timed("derender", request_done=True):
-                choice.update(text=fe.tokenizer.decode(out.token_ids),
-                              finish_reason=self._finish_reason(out))
-        body = {"id": self.rid, "object": self.obj, "created": self.created,
-                "model": self.server.model, "choices": [choice], "usage": self._usage(out)}
-        self._add_transfer(body)
-        self._add_held_kv(body, out)
-        return body
-
-    def chunk(self, out: RequestOutput) -> dict:
-        if self.tokens_only:
-            return self._tokens(out.new_token_ids, out, final=False)
-        fe = self.server.frontend
-        choice = {"index": 0, "token_ids": out.new_token_ids}
-        if self.chat:
-            first, before = self.state.num_tokens == 0, self.state.parser["num_tool_calls"]
-            parsed, self.state = fe.derender_chunk(self.state, self.rid, out.new_token_ids,
-                                                   out.finished)
-            choice.update(delta=chat.delta(parsed, first, before), finish_reason=self._finish_reason(
-                out, self.state.parser["num_tool_calls"] > 0))
-        else:
-            with fe.timed("derender", request_done=out.finished):
-                text = self.detok.feed(out.new_token_ids)
-                if out.finished and self.detok.pending:  # the output ends mid-character
-                    text += fe.tokenizer.decode(self.detok.pending)
-            choice.update(text=text, finish_reason=self._finish_reason(out))
-        body = {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
-                "created": self.created, "model": self.server.model, "choices": [choice]}
-        self._add_transfer(body)
-        return body
-
-    def _add_transfer(self, body: dict) -> None:
-        if self.transfer is not None:
-            body["kv_transfer"], self.transfer = self.transfer, None
-
-    def usage_chunk(self, out: RequestOutput) -> dict:
-        return {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
-                "created": self.created, "model": self.server.model, "choices": [],
-                "usage": self._usage(out)}
 
 
 def main(argv: list[str] | None = None) -> None:

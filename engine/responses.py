@@ -1,0 +1,107 @@
+"""Response bodies of one engine request: completions, chat (parsed by the front end),
+tokens-only, whole or chunk by chunk."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from engine.llm_engine import RequestOutput
+from engine.protocol import ParsedRequest
+from engine.render import chat
+from engine.tokenizer import IncrementalDetokenizer
+
+if TYPE_CHECKING:
+    from engine.server import EngineServer
+
+
+class RequestContext:
+    """One request's response building (OpenAI shapes), with its streaming state."""
+
+    def __init__(self, server: EngineServer, req: ParsedRequest, rid: str, chat: bool,
+                 arrival: float, pulled, kv: dict, num_prompt: int, tokens_only: bool = False):
+        self.server, self.req, self.rid, self.chat = server, req, rid, chat
+        self.tokens_only = tokens_only
+        self.arrival, self.pulled, self.kv, self.num_prompt = arrival, pulled, kv, num_prompt
+        self.created = int(time.time())
+        self.obj = "chat.completion" if chat else "text_completion"
+        fe = server.frontend
+        # streaming state: the chat derender's, or the completions detokenizer
+        self.state = fe.start_stream(rid, req) if chat and req.stream else None
+        self.detok = IncrementalDetokenizer(fe.tokenizer) if req.stream and not chat else None
+        # the pulled KV's transfer, reported once (first chunk) so clients can see it per request
+        self.transfer: dict | None = None
+
+    def _usage(self, out: RequestOutput) -> dict:
+        n = len(out.token_ids)
+        return {"prompt_tokens": self.num_prompt, "completion_tokens": n,
+                "total_tokens": self.num_prompt + n,
+                "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
+
+    def _finish_reason(self, out: RequestOutput, tool_calls: bool = False) -> str | None:
+        return chat.finish_reason(out.finish_reason if out.finished else None, tool_calls)
+
+    def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict:
+        body = {"request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out),
+                "fingerprint": self.server.frontend.fingerprint}
+        if final:
+            body["usage"] = self._usage(out)
+            self._add_held_kv(body, out)
+        self._add_transfer(body)
+        return body
+
+    def _add_held_kv(self, body: dict, out: RequestOutput) -> None:
+        if out.finish_reason == "remote_decode" and self.server.source is not None:
+            held = self.server.engine.held.get(self.rid)
+            blocks = list(held.request.block_ids) if held else []
+            body["kv_transfer_params"] = self.server.source.transfer_params(self.rid, blocks)
+
+    def body(self, out: RequestOutput) -> dict:
+        if self.tokens_only:
+            return self._tokens(out.token_ids, out, final=True)
+        fe = self.server.frontend
+        choice = {"index": 0, "token_ids": out.token_ids}
+        if self.chat:
+            parsed = fe.derender(self.rid, out.token_ids, self.req)
+            choice.update(message=chat.message(parsed),
+                          finish_reason=self._finish_reason(out, bool(parsed.tool_calls)))
+        else:
+            with fe.timed("derender", request_done=True):
+                choice.update(text=fe.tokenizer.decode(out.token_ids),
+                              finish_reason=self._finish_reason(out))
+        body = {"id": self.rid, "object": self.obj, "created": self.created,
+                "model": self.server.model, "choices": [choice], "usage": self._usage(out)}
+        self._add_transfer(body)
+        self._add_held_kv(body, out)
+        return body
+
+    def chunk(self, out: RequestOutput) -> dict:
+        if self.tokens_only:
+            return self._tokens(out.new_token_ids, out, final=False)
+        fe = self.server.frontend
+        choice = {"index": 0, "token_ids": out.new_token_ids}
+        if self.chat:
+            first, before = self.state.num_tokens == 0, self.state.parser["num_tool_calls"]
+            parsed, self.state = fe.derender_chunk(self.state, self.rid, out.new_token_ids,
+                                                   out.finished)
+            choice.update(delta=chat.delta(parsed, first, before), finish_reason=self._finish_reason(
+                out, self.state.parser["num_tool_calls"] > 0))
+        else:
+            with fe.timed("derender", request_done=out.finished):
+                text = self.detok.feed(out.new_token_ids)
+                if out.finished and self.detok.pending:  # the output ends mid-character
+                    text += fe.tokenizer.decode(self.detok.pending)
+            choice.update(text=text, finish_reason=self._finish_reason(out))
+        body = {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
+                "created": self.created, "model": self.server.model, "choices": [choice]}
+        self._add_transfer(body)
+        return body
+
+    def _add_transfer(self, body: dict) -> None:
+        if self.transfer is not None:
+            body["kv_transfer"], self.transfer = self.transfer, None
+
+    def usage_chunk(self, out: RequestOutput) -> dict:
+        return {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
+                "created": self.created, "model": self.server.model, "choices": [],
+                "usage": self._usage(out)}
