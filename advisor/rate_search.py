@@ -17,7 +17,7 @@ from dataclasses import dataclass
 class Outcome:
     rate: float
     meets: bool  # SLO attainment at or above the target
-    collapsed: bool  # pooled p99 ITL fell apart (the leading topology stops stepping up here)
+    collapsed: bool  # p99 ITL or the requests fell apart (the leading topology stops stepping up here)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ REQUEST_TIMEOUT_S = 180.0
 # 2.5x, which keeps decode at about 8x prefill time, as on the guide's GPUs.
 CPU_SCALE, CPU_OUTPUT_SCALE = 0.05, 0.25
 COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
+# (as has a run where more than half the requests failed)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,9 @@ def _measure_placement(p: Placement, opts: SweepOptions, plan: SearchPlan, grid,
             result = json.loads((path / "result.json").read_text())
             meets = result["slo_attainment"] >= opts.attainment
             itl = slos.get("itl")
-            collapsed = itl is not None and result.get("p99_itl_ms", 0) > COLLAPSE * itl
+            # fallen apart: p99 ITL far past its SLO, or most requests failing outright
+            collapsed = (itl is not None and (result.get("p99_itl_ms") or 0) > COLLAPSE * itl) \
+                or result["failed"] > result["num_prompts"] / 2
             outcomes.append(Outcome(rate, meets, collapsed))
             bars.advance(sweep_task)
         if p.kind == "disagg" and url is not None:

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import time
+import traceback
 import uuid
 
 from aiohttp import web
@@ -20,7 +21,7 @@ from engine.http_app import run_app
 from engine.links import LinkEmulation, parse_emulation
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
-from engine.protocol import RequestError, parse_json, parse_request, tokens_request
+from engine.protocol import RequestError, error_body, parse_json, parse_request, tokens_request
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from engine.responses import RequestContext
 
@@ -172,7 +173,12 @@ class EngineServer:
         async for out in self._outputs(ctx, first, stream):
             final = out
         self._finish_metrics(ctx, final)
-        return web.json_response(ctx.body(final))
+        try:
+            return web.json_response(ctx.body(final))
+        except Exception as e:  # noqa: BLE001  (as in _stream: an OpenAI error, not a bare 500)
+            traceback.print_exc()
+            return _error(RequestError(f"internal error: {type(e).__name__}: {e}", status=500,
+                                       err_type="internal_error"))
 
     async def _stream(self, request: web.Request, ctx: RequestContext, first, stream) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -189,6 +195,16 @@ class EngineServer:
         except (ConnectionResetError, asyncio.CancelledError):
             await stream.aclose()  # aborts the request, frees its blocks
             raise
+        except Exception as e:  # noqa: BLE001
+            # NOTE: whatever fails while building a chunk must end the stream with an error
+            # event (the client counts a failed request) and abort the request, never tear
+            # the stream and leave the request decoding for nobody.
+            await stream.aclose()
+            traceback.print_exc()
+            await resp.write(_sse(error_body(f"internal error: {type(e).__name__}: {e}",
+                                             "internal_error", 500)))
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
         self._finish_metrics(ctx, final)
         return resp
 

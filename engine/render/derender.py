@@ -58,23 +58,26 @@ class StreamState:
         return cls(d["request_id"], ids, d["parser"], n, d["fingerprint"])
 
 
-def check_ids(tokenizer: TextTokenizer, ids) -> list[int]:
+def check_ids(vocab_size: int, ids) -> list[int]:
     """Token IDs as a list of ints inside the vocabulary, else DerenderError."""
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise DerenderError("token_ids must be a list of integers")
-    bad = [t for t in ids if not 0 <= t < tokenizer.vocab_size]
+    bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
-        raise DerenderError(f"token id {bad[0]} is outside the vocabulary (size {tokenizer.vocab_size})")
+        raise DerenderError(f"token id {bad[0]} is outside the vocabulary (size {vocab_size})")
     return ids
 
 
 def derender_chunk(tokenizer: TextTokenizer, state: StreamState, request_id: str, ids: list[int],
-                   finished: bool) -> tuple[Parsed, StreamState]:
-    """Parse one chunk of generated IDs; returns what it completed and the next state."""
+                   finished: bool, vocab_size: int | None = None) -> tuple[Parsed, StreamState]:
+    """Parse one chunk of generated IDs; returns what it completed and the next state.
+
+    `vocab_size` is the model's (default: the tokenizer's). A model's vocabulary may be
+    larger than its tokenizer's (padded rows); such IDs are valid and decode to nothing."""
     if request_id != state.request_id:
         raise DerenderError(f"this chunk belongs to request {request_id!r}, the stream_state to "
                             f"{state.request_id!r}")
-    ids = check_ids(tokenizer, ids)
+    ids = check_ids(vocab_size or tokenizer.vocab_size, ids)
     detok = IncrementalDetokenizer(tokenizer)
     detok.pending = list(state.pending_ids)
     parser = StreamParser.from_json(state.parser)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.config import load_model_config
 from engine.protocol import ParsedRequest
 from engine.render.derender import DerenderError, StreamState, derender_chunk
 from engine.render.parsing import Parsed
@@ -58,9 +59,10 @@ class Frontend:
         config.validate()
         self.config = config
         self.tokenizer = TextTokenizer.load(config.model_dir, config.chat_template)
+        self.vocab_size = _model_vocab(config.model_dir) or self.tokenizer.vocab_size
         h = hashlib.sha256()
         for part in (self.tokenizer.tok.to_str(), self.tokenizer.template_source,
-                     config.reasoning_parser, config.tool_call_parser):
+                     config.reasoning_parser, config.tool_call_parser, str(self.vocab_size)):
             h.update(part.encode() + b"\0")
         self.fingerprint = h.hexdigest()[:16]
         # CPU seconds of this process's threads spent per stage, and requests per stage
@@ -114,12 +116,21 @@ class Frontend:
         """One chunk of generated IDs -> what it completed and the next state."""
         self.check(state.fingerprint, "stream_state")
         with self.timed("derender", request_done=finished):
-            return derender_chunk(self.tokenizer, state, request_id, ids, finished)
+            return derender_chunk(self.tokenizer, state, request_id, ids, finished, self.vocab_size)
 
     def derender(self, request_id: str, ids, chat: ParsedRequest | None) -> Parsed:
         """A whole generation at once."""
         out, _ = self.derender_chunk(self.start_stream(request_id, chat), request_id, ids, True)
         return out
+
+
+def _model_vocab(model: str | None) -> int | None:
+    """The model's vocabulary size (a preset or a config.json), None when `model` names neither
+    (a render server may serve any name; the tokenizer's vocabulary then bounds the IDs)."""
+    try:
+        return load_model_config(model).vocab_size if model else None
+    except ValueError:
+        return None
 
 
 def add_frontend_args(ap: argparse.ArgumentParser) -> None:

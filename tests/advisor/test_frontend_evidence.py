@@ -5,6 +5,8 @@ import json
 import statistics
 import time
 
+import pytest
+
 from advisor.bench import measure
 from advisor.client import CHAT, Endpoint, text_of
 from advisor.prom import FrontendTotals, parse_frontend
@@ -52,7 +54,7 @@ def test_a_sweep_records_the_front_ends_measured_cpu_in_its_evidence(tmp_path):
     fe = json.loads((run / "evidence.json").read_text())["frontend"]
     assert fe["requests"] == 6 and fe["placement"] == "collocated-1"
     assert 0 < fe["cpu_share"] < 1
-    assert fe["cpu_ms_per_request"] == fe["render_ms_per_request"] + fe["derender_ms_per_request"]
+    assert fe["cpu_ms_per_request"] == pytest.approx(fe["render_ms_per_request"] + fe["derender_ms_per_request"])
     rec = json.loads((run / "recommendation.json").read_text())
     (row,) = [r for r in rec["rows"] if r["id"] == "frontend_cpu_heavy"]
     assert row["evidence"]["frontend_cpu_share"] == fe["cpu_share"]
