@@ -32,7 +32,7 @@ STAGES = ("render", "derender")
 class FrontendConfig:
     """What must match between a render tier and the engine behind it."""
 
-    model_dir: str | None = None  # tokenizer.json / tokenizer_config.json; else the bundled one
+    model_dir: str | None = None  # preset or HF directory: its tokenizer (else the bundled one), vocab
     chat_template: str | None = None  # a jinja2 file overriding the tokenizer's template
     reasoning_parser: str = "qwen3"
     tool_call_parser: str = "hermes"

@@ -15,6 +15,7 @@ import pytest
 from engine.connectors import frame, puller
 from engine.kv_transfer import KVLayout
 from engine.launch import Topology, launch
+from tests.cli import advisor
 from tests.serving.helpers import post, running_server
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float32")
@@ -160,3 +161,14 @@ def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
     assert proc.wait(timeout=20) == 0
     time.sleep(0.2)
     assert [k for k in kids if os.path.exists(f"/proc/{k}")] == []
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--mode", "renderer"], "--mode must be collocated, disagg or render"),
+    (["--mode", "render", "--reasoning-parser", "deepseek"], "--reasoning-parser must be one of"),
+    (["--tool-call-parser", "mistral"], "--tool-call-parser must be one of"),
+    (["--mode", "render", "--chat-template", "/no/such.jinja"], "--chat-template /no/such.jinja"),
+])
+def test_advisor_serve_bad_flags_are_one_line(args, needle):
+    p = advisor("serve", *args, timeout=60)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
