@@ -38,8 +38,14 @@ class RequestContext:
                 "total_tokens": self.num_prompt + n,
                 "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
 
-    def _finish_reason(self, out: RequestOutput, tool_calls: bool = False) -> str | None:
-        return chat.finish_reason(out.finish_reason if out.finished else None, tool_calls)
+    @staticmethod
+    def _engine_reason(out: RequestOutput) -> str | None:
+        """The engine's finish reason, None until the request finished."""
+        return out.finish_reason if out.finished else None
+
+    def _finish_reason(self, out: RequestOutput) -> str | None:
+        """OpenAI's finish_reason of an output that is not parsed for tool calls."""
+        return chat.finish_reason(self._engine_reason(out), False)
 
     def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict:
         body = {"request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out),
@@ -62,9 +68,8 @@ class RequestContext:
         fe = self.server.frontend
         choice = {"index": 0, "token_ids": out.token_ids}
         if self.chat:
-            parsed = fe.derender(self.rid, out.token_ids, self.req)
-            choice.update(message=chat.message(parsed),
-                          finish_reason=self._finish_reason(out, bool(parsed.tool_calls)))
+            choice["message"], choice["finish_reason"] = fe.chat_whole(
+                self.rid, out.token_ids, self.req, self._engine_reason(out))
         else:
             with fe.timed("derender", request_done=True):
                 choice.update(text=fe.tokenizer.decode(out.token_ids),
@@ -81,11 +86,8 @@ class RequestContext:
         fe = self.server.frontend
         choice = {"index": 0, "token_ids": out.new_token_ids}
         if self.chat:
-            first, before = self.state.num_tokens == 0, self.state.parser["num_tool_calls"]
-            parsed, self.state = fe.derender_chunk(self.state, self.rid, out.new_token_ids,
-                                                   out.finished)
-            choice.update(delta=chat.delta(parsed, first, before), finish_reason=self._finish_reason(
-                out, self.state.parser["num_tool_calls"] > 0))
+            choice["delta"], choice["finish_reason"], self.state = fe.chat_chunk(
+                self.state, self.rid, out.new_token_ids, self._engine_reason(out))
         else:
             with fe.timed("derender", request_done=out.finished):
                 text = self.detok.feed(out.new_token_ids)

@@ -21,7 +21,7 @@ from engine.http_app import run_app
 from engine.links import LinkEmulation, parse_emulation
 from engine.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.metrics import EngineMetrics
-from engine.protocol import RequestError, error_body, parse_json, parse_request, tokens_request
+from engine.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from engine.responses import RequestContext
 
@@ -176,9 +176,7 @@ class EngineServer:
         try:
             return web.json_response(ctx.body(final))
         except Exception as e:  # noqa: BLE001  (as in _stream: an OpenAI error, not a bare 500)
-            traceback.print_exc()
-            return _error(RequestError(f"internal error: {type(e).__name__}: {e}", status=500,
-                                       err_type="internal_error"))
+            return _error(_internal(e))
 
     async def _stream(self, request: web.Request, ctx: RequestContext, first, stream) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -200,9 +198,7 @@ class EngineServer:
             # event (the client counts a failed request) and abort the request, never tear
             # the stream and leave the request decoding for nobody.
             await stream.aclose()
-            traceback.print_exc()
-            await resp.write(_sse(error_body(f"internal error: {type(e).__name__}: {e}",
-                                             "internal_error", 500)))
+            await resp.write(_sse(_internal(e).body()))
             await resp.write(b"data: [DONE]\n\n")
             return resp
         self._finish_metrics(ctx, final)
@@ -212,6 +208,13 @@ class EngineServer:
         self.metrics.e2e.observe(time.monotonic() - ctx.arrival)
         self.metrics.prompt_tokens.inc(ctx.num_prompt)
         self.metrics.generation_tokens.inc(len(final.token_ids))
+
+
+def _internal(e: Exception) -> RequestError:
+    """A server-side failure as an OpenAI-style 500, its traceback printed to the log."""
+    traceback.print_exc()
+    return RequestError(f"internal error: {type(e).__name__}: {e}", status=500,
+                        err_type="internal_error")
 
 
 def _sse(obj: dict) -> bytes:

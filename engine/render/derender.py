@@ -93,9 +93,7 @@ def derender_chunk(tokenizer: TextTokenizer, state: StreamState, request_id: str
                             state.num_tokens + len(ids), state.fingerprint)
 
 
-def derender(tokenizer: TextTokenizer, ids: list[int], reasoning: bool = True,
-             tools: bool = True) -> Parsed:
+def derender(tokenizer: TextTokenizer, ids: list[int]) -> Parsed:
     """A whole generation at once (non-streaming)."""
-    out, _ = derender_chunk(tokenizer, StreamState.start("whole", reasoning, tools), "whole", ids,
-                            finished=True)
+    out, _ = derender_chunk(tokenizer, StreamState.start("whole"), "whole", ids, finished=True)
     return out

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from engine.config import load_model_config
 from engine.protocol import ParsedRequest
+from engine.render.chat import delta, finish_reason, message
 from engine.render.derender import DerenderError, StreamState, derender_chunk
 from engine.render.parsing import Parsed
 from engine.tokenizer import TextTokenizer
@@ -122,6 +123,23 @@ class Frontend:
         """A whole generation at once."""
         out, _ = self.derender_chunk(self.start_stream(request_id, chat), request_id, ids, True)
         return out
+
+    # NOTE: the engine's chat endpoint and the render server both answer through the two
+    # methods below, which is what makes render -> generate -> derender equal the engine's own.
+    def chat_whole(self, request_id: str, ids, chat: ParsedRequest | None, engine_reason: str
+                   ) -> tuple[dict, str]:
+        """A whole output's ChatCompletion message and finish_reason."""
+        parsed = self.derender(request_id, ids, chat)
+        return message(parsed), finish_reason(engine_reason, bool(parsed.tool_calls))
+
+    def chat_chunk(self, state: StreamState, request_id: str, ids, engine_reason: str | None
+                   ) -> tuple[dict, str | None, StreamState]:
+        """A streamed chunk's delta and finish_reason (None until the output ends: the engine's
+        `engine_reason` is None), and the next stream state."""
+        first, before = state.num_tokens == 0, state.parser["num_tool_calls"]
+        parsed, state = self.derender_chunk(state, request_id, ids, engine_reason is not None)
+        reason = finish_reason(engine_reason, state.parser["num_tool_calls"] > 0)
+        return delta(parsed, first, before), reason, state
 
 
 def _model_vocab(model: str | None) -> int | None:

@@ -164,9 +164,9 @@ def _tool_call(body: str, index: int) -> dict | None:
                          "arguments": args if isinstance(args, str) else json.dumps(args)}}
 
 
-def parse(text: str, reasoning: bool = True, tools: bool = True) -> Parsed:
+def parse(text: str) -> Parsed:
     """A whole output at once (the non-streaming path)."""
-    p = StreamParser.make(reasoning, tools)
+    p = StreamParser()
     out = p.feed(text)
     out.extend(p.finish())
     return out

@@ -25,7 +25,6 @@ from aiohttp import web
 from engine.http_app import run_app
 from engine.metrics import frontend_registry
 from engine.protocol import RequestError, parse_json, parse_request, sampling_body
-from engine.render import chat
 from engine.render.derender import DerenderError, StreamState
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from prometheus_client import generate_latest
@@ -93,11 +92,10 @@ class RenderServer:
         self.frontend.check(gen.get("fingerprint"), "generate_response")
         rid = _request_id(gen)
         ids = gen.get("token_ids")
-        parsed = self.frontend.derender(rid, ids, chat_req)
-        reason = chat.finish_reason(gen.get("finish_reason") or "stop", bool(parsed.tool_calls))
+        msg, reason = self.frontend.chat_whole(rid, ids, chat_req, gen.get("finish_reason") or "stop")
         return {"id": rid, "object": "chat.completion", "created": int(time.time()),
                 "model": self.model, "usage": _usage(body, gen, len(ids)),
-                "choices": [{"index": 0, "message": chat.message(parsed), "finish_reason": reason,
+                "choices": [{"index": 0, "message": msg, "finish_reason": reason,
                              "token_ids": ids}]}
 
     def _chunk(self, body: dict, chat_req) -> dict:
@@ -107,15 +105,13 @@ class RenderServer:
         state = body.get("stream_state")
         state = self.frontend.start_stream(rid, chat_req) if state is None else \
             StreamState.from_json(state)
-        first, before = state.num_tokens == 0, state.parser["num_tool_calls"]
-        finished = gen.get("finish_reason") is not None
-        parsed, state = self.frontend.derender_chunk(state, rid, gen.get("token_ids"), finished)
-        reason = chat.finish_reason(gen.get("finish_reason"), state.parser["num_tool_calls"] > 0)
+        delta, reason, state = self.frontend.chat_chunk(state, rid, gen.get("token_ids"),
+                                                        gen.get("finish_reason"))
         out = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
                "model": self.model, "stream_state": state.to_json(),
-               "choices": [{"index": 0, "delta": chat.delta(parsed, first, before),
-                            "finish_reason": reason, "token_ids": gen.get("token_ids")}]}
-        if finished and "prompt_tokens" in body:
+               "choices": [{"index": 0, "delta": delta, "finish_reason": reason,
+                            "token_ids": gen.get("token_ids")}]}
+        if gen.get("finish_reason") is not None and "prompt_tokens" in body:
             out["usage"] = _usage(body, gen, state.num_tokens)
         return out
 
