@@ -202,8 +202,7 @@ def _warm_up(url: str, opts: SweepOptions, bars) -> None:
 
 def _endpoint(url: str, workload) -> Endpoint:
     return Endpoint(url, discover_model(url), path=CHAT if workload.chat else COMPLETIONS,
-                    ignore_eos=True,
-                    timeout_s=REQUEST_TIMEOUT_S)
+                    ignore_eos=True, timeout_s=REQUEST_TIMEOUT_S)
 
 
 def _scrape(urls: list[str]) -> str | None:

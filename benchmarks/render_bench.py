@@ -20,13 +20,12 @@ import asyncio
 import json
 import os
 import random
-import re
 import time
-import urllib.request
 
 import aiohttp
 
 from advisor.client import WORDS
+from advisor.prom import parse_frontend, scrape_text
 from engine.launch import serve_module
 from engine.render.derender import StreamState, derender_chunk
 from engine.tokenizer import TextTokenizer
@@ -47,9 +46,7 @@ def chat_body(tokenizer: TextTokenizer, seed: int, tokens: int = 0, chars: int =
 
 
 def server_cpu_s(url: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return float(re.search(r"^process_cpu_seconds_total (\S+)$", text, re.M).group(1))
+    return parse_frontend(scrape_text([url + "/metrics"])).process_s
 
 
 async def drive(url: str, bodies: list[bytes], seconds: float, in_flight: int) -> tuple[int, int]:

@@ -1,9 +1,9 @@
 """Start a topology as processes, wait for health, and always tear it down.
 
 collocated: N `both` replicas behind a round-robin front; disagg: x prefillers +
-y decoders behind the P/D proxy; render: one render-tier server (no model). Each instance is pinned to its CPU cores
-(sched_setaffinity + its torch thread count) or, on GPUs, to one device via
-CUDA_VISIBLE_DEVICES. Children get SIGTERM if this process dies (PR_SET_PDEATHSIG).
+y decoders behind the P/D proxy; render: one render-tier server (no model). Each
+instance is pinned to its CPU cores (sched_setaffinity + its torch thread count)
+or, on GPUs, to one device via CUDA_VISIBLE_DEVICES. Children get SIGTERM if this process dies (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -133,9 +133,11 @@ def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
 
 @contextlib.contextmanager
 def serve_module(module: str, args: list[str], host: str = "127.0.0.1",
-                 cores: list[int] | None = None, health_timeout: float = 60.0) -> Iterator[str]:
-    """Run `python -m module --host H --port P *args`, yield its URL once healthy, stop it."""
-    port = free_port(host)
+                 cores: list[int] | None = None, health_timeout: float = 60.0,
+                 port: int = 0) -> Iterator[str]:
+    """Run `python -m module --host H --port P *args` (P: `port`, else a free one), yield its
+    URL once healthy, stop it."""
+    port = port or free_port(host)
     proc = _spawn(["-m", module, "--host", host, "--port", str(port), *args], cores, dict(os.environ))
     try:
         url = f"http://{host}:{port}"
@@ -158,7 +160,9 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     """Start `t`, yield its Deployment once every process is healthy, stop all on exit."""
     t.validate()
     if t.mode == "render":
-        yield from _launch_render(t, health_timeout)
+        with serve_module("engine.render.server", ["--model", t.model, *t.frontend_args], t.host,
+                          health_timeout=health_timeout, port=t.port) as url:
+            yield Deployment(url, {"render": [url]})
         return
     cores = list(t.cores or sorted(os.sched_getaffinity(0)))
     roles = ["both"] * t.replicas if t.mode == "collocated" else \
@@ -191,15 +195,3 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         yield Deployment(url, {k: v for k, v in urls.items() if v}, procs)
     finally:
         stop(procs)
-
-
-def _launch_render(t: Topology, health_timeout: float) -> Iterator[Deployment]:
-    port = t.port or free_port(t.host)
-    url = f"http://{t.host}:{port}"
-    proc = _spawn(["-m", "engine.render.server", "--model", t.model, "--host", t.host,
-                   "--port", str(port), *t.frontend_args], None, dict(os.environ))
-    try:
-        _wait_healthy(url, proc, health_timeout)
-        yield Deployment(url, {"render": [url]}, [proc])
-    finally:
-        stop([proc])
