@@ -16,8 +16,7 @@ from reports.model import ReportData
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
                           autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.Undefined)
-_ENV.filters["kv"] = lambda d: ", ".join(f"{k}={model._fmt(v)}" for k, v in (d or {}).items()
-                                         if v is not None)
+_ENV.filters["kv"] = model.fmt_items
 _ENV.globals["zip"] = zip
 
 

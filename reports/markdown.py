@@ -29,9 +29,8 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
             lines.append(f"- also: {', '.join(rec['secondary_actions'])}")
         lines += ["", "| row | fired | action | evidence |", "|---|---|---|---|"]
         for r in rec["rows"]:
-            ev = ", ".join(f"{k}={model._fmt(v)}" for k, v in r["evidence"].items() if v is not None)
             lines.append(f"| {r['id']} | {'**yes**' if r['fired'] else 'no'} | {r['action']} | "
-                         f"{_cell(ev)} |")
+                         f"{_cell(model.fmt_items(r['evidence']))} |")
     else:
         lines += ["## Recommendation", "", "No recommendation in this run directory."]
     lines += ["", "## Plots", ""]

@@ -122,12 +122,18 @@ class Column:
     left: bool = False
 
 
-def _fmt(v) -> str:
+def fmt(v) -> str:
+    """One value as the report shows it: "-" for missing, 3 significant digits for floats."""
     if v is None:
         return "-"
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
+
+
+def fmt_items(d: dict | None) -> str:
+    """"key=value, ..." of a dict's present values (a decision row's evidence)."""
+    return ", ".join(f"{k}={fmt(v)}" for k, v in (d or {}).items() if v is not None)
 
 
 def table(data: ReportData) -> tuple[list[Column], list[dict]]:
@@ -144,9 +150,9 @@ def table(data: ReportData) -> tuple[list[Column], list[dict]]:
     rows = []
     for p in data.placements:
         for run in data.series(p):
-            row = {c.key: _fmt(run.result.get(c.key)) for c in cols}
-            row.update(placement=p, rate=_fmt(run.rate), emulated=run.emulated or "",
-                       failed=_fmt(run.result.get("failed")))
+            row = {c.key: fmt(run.result.get(c.key)) for c in cols}
+            row.update(placement=p, rate=fmt(run.rate), emulated=run.emulated or "",
+                       failed=fmt(run.result.get("failed")))
             row["failed_any"] = bool(run.result.get("failed"))
             rows.append(row)
     return cols, rows
