@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from engine.launch import Topology
+from engine.serve.launch import Topology
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure collocated vs disaggregated LLM serving and recommend a placement.")
@@ -68,7 +68,7 @@ def serve(
                         port=port, host=host, frontend_args=frontend.args())
     try:
         topology.validate()
-        from engine.config import load_model_config
+        from engine.core.config import load_model_config
 
         load_model_config(model)
     except ValueError as e:
@@ -110,7 +110,7 @@ def bench(
     export_trace: str = typer.Option(None, help="also save the workload as a Mooncake trace"),
 ) -> None:
     """Measure an OpenAI-compatible endpoint under a workload (flags as in `vllm bench serve`)."""
-    from advisor.bench import BenchOptions, run_bench
+    from advisor.measure.bench import BenchOptions, run_bench
 
     slos = _slo_items(goodput, ctx)
     opts = BenchOptions(base_url, endpoint, model, dataset, random_input_len, random_output_len,
@@ -135,7 +135,7 @@ def probe(
     check_prompt_tokens: int = typer.Option(2048, help="transfer check: tokens per prompt"),
 ) -> None:
     """Hardware and transfer checks: GPUs, P2P matrix, measured links, a live transfer check."""
-    from advisor.probe import ProbeOptions, run_probe
+    from advisor.probe.probe import ProbeOptions, run_probe
 
     try:
         run_probe(ProbeOptions(p2p_from, json_out, link_mb, transfer_check,
@@ -154,7 +154,7 @@ def kv_size(
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """KV bytes per token, a prompt's KV, and its transfer time on named or measured links."""
-    from advisor.kvsize import run_kv_size
+    from advisor.probe.kvsize import run_kv_size
 
     try:
         run_kv_size(model, tokens, dtype, link or [], measured, json_out)
@@ -189,7 +189,7 @@ def sweep(
     seed: int = typer.Option(0, help="workload seed"),
 ) -> None:
     """Measure collocated against disaggregated on this machine and recommend a placement."""
-    from advisor.sweep import SweepOptions, run_sweep
+    from advisor.sweep.sweep import SweepOptions, run_sweep
 
     slos = _slo_items(slo, ctx)
     try:
@@ -242,7 +242,7 @@ def recommend(
     threshold: list[str] = typer.Option(None, help="override a threshold: NAME=VALUE (repeatable)"),
 ) -> None:
     """Apply the decision table to measured evidence."""
-    from advisor.recommend import run_recommend
+    from advisor.decide.recommend import run_recommend
 
     if (run_dir is None) == (evidence is None):
         fail("give a RUN_DIR or --evidence FILE (one of them)")

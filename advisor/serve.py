@@ -7,7 +7,7 @@ import threading
 
 from rich.console import Console
 
-from engine.launch import Topology, launch
+from engine.serve.launch import Topology, launch
 
 
 def run_serve(topology: Topology, console: Console | None = None) -> None:

@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from advisor.client import Client, Endpoint
-from engine.launch import serve_module
+from advisor.measure.client import Client, Endpoint
+from engine.serve.launch import serve_module
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
@@ -40,7 +40,7 @@ def main() -> None:
     args = ap.parse_args()
     cores = sorted(os.sched_getaffinity(0))
     client_core, server_cores = cores[:1], cores[1:] or cores
-    with serve_module("engine.scripted_server", ["--ttft-ms", "1", "--itl-ms", "1"],
+    with serve_module("advisor.testing.scripted_server", ["--ttft-ms", "1", "--itl-ms", "1"],
                       cores=server_cores) as url:
         os.sched_setaffinity(0, client_core)
         p99, failed = p99_lateness_ms(url, 200.0, args.seconds)

@@ -24,11 +24,11 @@ import time
 
 import aiohttp
 
-from advisor.client import WORDS
-from advisor.prom import parse_frontend, scrape_text
-from engine.launch import serve_module
+from advisor.measure.client import WORDS
+from advisor.measure.prom import parse_frontend, scrape_text
+from engine.serve.launch import serve_module
 from engine.render.derender import StreamState, derender_chunk
-from engine.tokenizer import TextTokenizer
+from engine.render.tokenizer import TextTokenizer
 
 RENDER = "/v1/chat/completions/render"
 
@@ -72,7 +72,7 @@ def render_throughput(tokenizer: TextTokenizer, seconds: float, **size) -> tuple
     chars = sum(len(m["content"]) for m in bodies[0]["messages"])
     raw = [json.dumps(b).encode() for b in bodies]
     cores = sorted(os.sched_getaffinity(0))
-    with serve_module("engine.render.server", ["--model", "small"], cores=cores[:1]) as url:
+    with serve_module("engine.serve.render_server", ["--model", "small"], cores=cores[:1]) as url:
         os.sched_setaffinity(0, cores[1:] or cores)
         asyncio.run(drive(url, raw, 1.0, 4))  # warm-up
         cpu0, t0 = server_cpu_s(url), time.monotonic()

@@ -21,14 +21,15 @@ import time
 import torch
 from timing import best_of
 
-from engine.async_engine import AsyncEngine
-from engine.config import EngineConfig
-from engine.connectors import frame, puller
-from engine.connectors.loopback import pull_seconds, shared_source
-from engine.connectors.source import KVSource
-from engine.kv_transfer import KVLayout
-from engine.llm_engine import LLMEngine
-from engine.sequence import SamplingParams
+from engine.serve.async_engine import AsyncEngine
+from engine.core.config import EngineConfig
+from engine.kv import frame
+from engine.kv import connectors
+from engine.kv.loopback import pull_seconds, shared_source
+from engine.kv.source import KVSource
+from engine.core.kv_payload import KVLayout
+from engine.model.runner import build_engine
+from engine.core.sequence import SamplingParams
 
 LAYOUT = KVLayout(num_layers=8, num_kv_heads=8, head_dim=128, dtype="float32")  # 64 KiB/token
 
@@ -68,8 +69,8 @@ def socket_baseline(nbytes: int) -> float:
 
 def ready_delays(n: int = 20) -> list[float]:
     """Pull a prompt's KV from a prefill engine and time last byte -> first decode step."""
-    prefill = LLMEngine(EngineConfig(model="tiny", role="prefill", kv_shared_memory=True))
-    decode = AsyncEngine(LLMEngine(EngineConfig(model="tiny", role="decode")))
+    prefill = build_engine(EngineConfig(model="tiny", role="prefill", kv_shared_memory=True))
+    decode = AsyncEngine(build_engine(EngineConfig(model="tiny", role="decode")))
     source = KVSource(prefill.lend_kv, prefill.release_kv, prefill.runner.cache,
                       prefill.runner.layout)
     params = SamplingParams(max_tokens=2, temperature=0.0)
@@ -82,7 +83,7 @@ def ready_delays(n: int = 20) -> list[float]:
             while prefill.has_unfinished():
                 prefill.step()
             kv = source.transfer_params(rid, [])
-            got = puller.pull(kv, "shm", decode.engine.runner.layout)
+            got = connectors.get("shm").pull(kv, decode.engine.runner.layout)
             async for out in decode.generate(prompt, params, f"d{i}", kv=got.payload):
                 if out.first_scheduled_time is not None and len(delays) == i:
                     delays.append(out.first_scheduled_time - got.record.end)

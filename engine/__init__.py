@@ -8,16 +8,16 @@ from importlib import import_module
 
 _EXPORTS = {
     "LLM": "engine.llm",
-    "LLMEngine": "engine.llm_engine",
-    "RequestOutput": "engine.llm_engine",
-    "KVImportError": "engine.llm_engine",
-    "SamplingParams": "engine.sequence",
-    "EngineConfig": "engine.config",
-    "ModelConfig": "engine.config",
-    "PRESETS": "engine.config",
-    "load_model_config": "engine.config",
-    "KVPayload": "engine.kv_transfer",
-    "KVLayout": "engine.kv_transfer",
+    "LLMEngine": "engine.core.llm_engine",
+    "RequestOutput": "engine.core.llm_engine",
+    "KVImportError": "engine.core.llm_engine",
+    "SamplingParams": "engine.core.sequence",
+    "EngineConfig": "engine.core.config",
+    "ModelConfig": "engine.core.config",
+    "PRESETS": "engine.core.config",
+    "load_model_config": "engine.core.config",
+    "KVPayload": "engine.core.kv_payload",
+    "KVLayout": "engine.core.kv_payload",
 }
 
 __all__ = list(_EXPORTS)

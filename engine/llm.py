@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from engine.config import EngineConfig
-from engine.kv_transfer import KVPayload
-from engine.llm_engine import LLMEngine, RequestOutput
-from engine.sequence import SamplingParams
+from engine.core.config import EngineConfig
+from engine.core.kv_payload import KVPayload
+from engine.core.llm_engine import RequestOutput
+from engine.model.runner import build_engine
+from engine.core.sequence import SamplingParams
 
 _ENGINE_FIELDS = {f.name for f in fields(EngineConfig)} - {"model_config"}
 
@@ -24,7 +25,7 @@ class LLM:
         unknown = set(kwargs) - _ENGINE_FIELDS
         if unknown:
             raise TypeError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
-        self.engine = LLMEngine(EngineConfig(model=model, **kwargs))
+        self.engine = build_engine(EngineConfig(model=model, **kwargs))
         self.config = self.engine.model_config
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams],

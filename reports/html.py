@@ -32,7 +32,7 @@ def render(data: ReportData, other: ReportData | None = None) -> str:
 
 
 def write(data: ReportData, path: Path, other: ReportData | None = None) -> Path:
-    from advisor.results import write_atomic
+    from advisor.rundata.files import write_atomic
 
     write_atomic(path, render(data, other))
     return path

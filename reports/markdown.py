@@ -48,7 +48,7 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
 
 
 def write(data: ReportData, path: Path, other: ReportData | None = None) -> Path:
-    from advisor.results import write_atomic
+    from advisor.rundata.files import write_atomic
 
     write_atomic(path, render(data, path.parent, other))
     return path

@@ -2,7 +2,7 @@
 
 A byte-level BPE over the repo's Markdown and Python files, 512 tokens, so it
 fits every preset's vocabulary (the smallest, `tiny`, has 512). Deterministic:
-same files, same tokenizer. Writes engine/data/tokenizer.json.
+same files, same tokenizer. Writes engine/render/data/tokenizer.json.
 
 Usage: python scripts/make_tokenizer.py
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from engine.tokenizer import SPECIAL_TOKENS
+from engine.render.tokenizer import SPECIAL_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ def main() -> None:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(corpus(), trainer=trainer)
-    out = ROOT / "engine" / "data" / "tokenizer.json"
+    out = ROOT / "engine" / "render" / "data" / "tokenizer.json"
     tok.save(str(out))
     print(f"wrote {out} ({tok.get_vocab_size()} tokens)")
 

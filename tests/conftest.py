@@ -1,6 +1,6 @@
 import pytest
 
-from engine.weights import hf_state_dict
+from engine.model.weights import hf_state_dict
 from tests.engine.helpers import make_llm
 
 

@@ -14,7 +14,7 @@ from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, Workload, synthesize
 
-# NOTE: chat prompts are sent as one English word per token ID (advisor.client.text_of),
+# NOTE: chat prompts are sent as one English word per token ID (advisor.measure.client.text_of),
 # about 1.3 tokens per word with real tokenizers: 7000 words is a ~9k-token prompt.
 AGENT_TOOLS = tuple({"type": "function", "function": {
     "name": name, "description": doc,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.render.parsing import Parsed, StreamParser
-from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
+from engine.render.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 MAX_PENDING_IDS = 16  # a UTF-8 character spans at most 4 bytes, each at most a token
 

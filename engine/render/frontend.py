@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import load_model_config
-from engine.protocol import ParsedRequest
+from engine.core.config import load_model_config
+from engine.render.protocol import ParsedRequest
 from engine.render.chat import delta, finish_reason, message
 from engine.render.derender import DerenderError, StreamState, derender_chunk
 from engine.render.parsing import Parsed
-from engine.tokenizer import TextTokenizer
+from engine.render.tokenizer import TextTokenizer
 
 REASONING_PARSERS = ("qwen3", "none")  # qwen3: <think> ... </think> (DeepSeek-R1's markup too)
 TOOL_CALL_PARSERS = ("hermes", "none")  # hermes: <tool_call>{"name", "arguments"}</tool_call>

@@ -5,7 +5,7 @@ import json
 import os
 import urllib.request
 
-from engine.launch import serve_module
+from engine.serve.launch import serve_module
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
@@ -13,7 +13,7 @@ from workloads.spec import SyntheticSpec, synthesize
 
 @contextlib.contextmanager
 def scripted(ttft_ms=50, itl_ms=10, fail_every=0, cores=None):
-    with serve_module("engine.scripted_server", ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
+    with serve_module("advisor.testing.scripted_server", ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
                                                  "--fail-every", str(fail_every)], cores=cores) as url:
         yield url
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from advisor import evidence
-from advisor.decide import Thresholds, recommend
+from advisor.rundata import evidence
+from advisor.decide.table import Thresholds, recommend
 
 # The guide's own L40S figures: collocated p99 ITL 169 ms at 0.4 req/s; P/D ITL fine, but
 # a ~1.3 s transfer of ~470 MB pushed P/D median TTFT to 2.2 s against 0.7 s collocated.

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from advisor.bench import measure
-from advisor.client import CHAT, Endpoint, text_of
-from advisor.prom import FrontendTotals, parse_frontend
-from advisor.sweep import SweepOptions, seed_for
-from engine.protocol import parse_request
+from advisor.measure.bench import measure
+from advisor.measure.client import CHAT, Endpoint, text_of
+from advisor.measure.prom import FrontendTotals, parse_frontend
+from advisor.sweep.sweep import SweepOptions, seed_for
+from engine.render.protocol import parse_request
 from engine.render.frontend import Frontend, FrontendConfig
 from tests.advisor.helpers import received, scripted
 from tests.cli import advisor

@@ -2,8 +2,8 @@
 
 import pytest
 
-from advisor.client import RequestRecord
-from advisor.metrics import parse_percentiles, parse_slos, summarize
+from advisor.measure.client import RequestRecord
+from advisor.measure.stats import parse_percentiles, parse_slos, summarize
 
 
 def rec(chunks, sent=0.0, tokens=None, ok=True, warmup=False):

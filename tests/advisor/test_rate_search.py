@@ -1,6 +1,6 @@
 """The rate search, driven by fabricated outcomes."""
 
-from advisor.rate_search import Outcome, SearchPlan, max_goodput_rate, next_rate
+from advisor.sweep.rate_search import Outcome, SearchPlan, max_goodput_rate, next_rate
 
 PLAN = SearchPlan(start=0.5, max_steps=4, bisect_steps=1)
 

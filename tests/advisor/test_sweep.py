@@ -23,7 +23,7 @@ def run_dir_of(out):
 
 def engine_processes() -> list[str]:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if "-m engine.server" in line or "-m engine.proxy" in line]
+    return [line for line in ps.splitlines() if "-m engine.serve.server" in line or "-m engine.serve.proxy" in line]
 
 
 def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_path):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from advisor.probe import transfer_check
-from engine.launch import Topology, launch
+from advisor.probe.probe import transfer_check
+from engine.serve.launch import Topology, launch
 
 
 @pytest.mark.parametrize("connector", ["shm"])

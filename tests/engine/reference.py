@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import ModelConfig
+from engine.core.config import ModelConfig
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -3,9 +3,9 @@
 import subprocess
 import sys
 
-import engine.block_manager as bm_mod
-from engine.block_manager import BlockManager
-from engine.sequence import Request, SamplingParams
+import engine.core.block_manager as bm_mod
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Request, SamplingParams
 
 
 def req(rid, tokens):
@@ -23,7 +23,7 @@ def computed(bm, r):
 
 
 def test_scheduler_and_block_manager_import_no_torch():
-    code = "import sys, engine.scheduler, engine.block_manager; assert 'torch' not in sys.modules"
+    code = "import sys, engine.core.scheduler, engine.core.block_manager; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,7 +1,7 @@
 """OpenAI's logit_bias moves the engine's choices as asked, for one request of a batch only."""
 
 from engine.llm import LLM
-from engine.sequence import SamplingParams
+from engine.core.sequence import SamplingParams
 
 GREEDY = dict(max_tokens=12, temperature=0, ignore_eos=True)
 

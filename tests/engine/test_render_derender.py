@@ -6,7 +6,7 @@ import json
 import pytest
 
 from engine.render.derender import DerenderError, StreamState, derender, derender_chunk
-from engine.tokenizer import TextTokenizer
+from engine.render.tokenizer import TextTokenizer
 from tests.engine.test_render_parsing import TRICKY
 
 TOK = TextTokenizer.load()

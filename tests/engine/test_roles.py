@@ -53,9 +53,9 @@ def test_held_kv_is_freed_at_lease_expiry():
     out = llm.generate(random_prompts(1, (40, 40)), PARAMS[0])[0]
     bm = llm.engine.block_manager
     assert bm.num_free_blocks == bm.num_blocks - 3
-    held = llm.engine.held[out.request_id]
-    assert llm.engine.expire_leases(now=held.expires_at - 1) == []
-    assert llm.engine.expire_leases(now=held.expires_at) == [out.request_id]
+    expires = llm.engine.held.expires_at(out.request_id)
+    assert llm.engine.expire_leases(now=expires - 1) == []
+    assert llm.engine.expire_leases(now=expires) == [out.request_id]
     assert_no_leaks(llm)
     with pytest.raises(KeyError):
         llm.export_kv(out.request_id)

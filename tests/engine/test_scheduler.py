@@ -1,8 +1,8 @@
 """The scheduler on the CPU with fabricated model outputs (no torch, no model)."""
 
-from engine.block_manager import BlockManager
-from engine.scheduler import Scheduler
-from engine.sequence import FinishReason, Request, SamplingParams, Status
+from engine.core.block_manager import BlockManager
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import FinishReason, Request, SamplingParams, Status
 
 
 def make(budget=16, blocks=64, chunked=True, max_seqs=8, block_size=4):

@@ -6,8 +6,8 @@ import pytest
 from safetensors.torch import save_file
 
 from engine import SamplingParams
-from engine.config import PRESETS, load_model_config
-from engine.weights import hf_state_dict
+from engine.core.config import PRESETS, load_model_config
+from engine.model.weights import hf_state_dict
 from tests.engine.helpers import make_llm, random_prompts
 
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)

@@ -14,7 +14,7 @@ import urllib.request
 
 import aiohttp
 
-from engine.launch import free_port
+from engine.serve.launch import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

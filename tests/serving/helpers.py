@@ -9,9 +9,9 @@ import urllib.request
 
 from aiohttp import web
 
-from engine.config import EngineConfig
-from engine.launch import free_port
-from engine.server import EngineServer
+from engine.core.config import EngineConfig
+from engine.serve.launch import free_port
+from engine.serve.server import EngineServer
 
 
 @contextlib.contextmanager

@@ -1,55 +1,105 @@
-"""Connectors against the engine's own export: same bytes over shm and tcp, headers validated,
+"""Connectors, through the KVConnector interface, parametrised over every implementation:
+the same bytes as the engine's own export, headers validated, link emulation as a wrapper;
 and the cuda connector's GPU-free parts (handle encoding, routing, staged copies)."""
+
+import asyncio
+import time
 
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.connectors import buffers, cuda, frame, puller
-from engine.connectors.source import KVSource
-from engine.llm_engine import LLMEngine
-from engine.sequence import SamplingParams
+from engine.core.config import EngineConfig
+from engine.core.sequence import SamplingParams
+from engine.kv import buffers, connectors, frame
+from engine.kv.connector import KVConnector
+from engine.kv.connectors import cuda
+from engine.kv.emulated import EmulatedLink
+from engine.kv.links import parse_emulation
+from engine.kv.source import KVSource
+from engine.model.runner import build_engine
+
+ON_THIS_HOST = [pytest.param(n, marks=pytest.mark.skipif(
+    n == "cuda" and not torch.cuda.is_available(), reason="needs a GPU")) for n in connectors.NAMES]
 
 
-@pytest.fixture
-def prefilled():
-    """A prefill engine with a shared cache holding one request's KV, and its side channel."""
-    eng = LLMEngine(EngineConfig(model="tiny", role="prefill", kv_shared_memory=True, block_size=8))
+def _prefilled(device="cpu"):
+    """A prefill engine holding one request's KV (shared memory on a CPU), its side channel."""
+    eng = build_engine(EngineConfig(model="tiny", role="prefill", block_size=8, device=device,
+                                    kv_shared_memory=device == "cpu"))
     prompt = list(range(5, 60))  # 55 tokens: 7 blocks, the last partly filled
     rid = eng.add_request(prompt, SamplingParams(max_tokens=1, temperature=0.0),
                           remote_decode=True)
     while eng.has_unfinished():
         eng.step()
-    source = KVSource(eng.lend_kv, eng.release_kv, eng.runner.cache, eng.runner.layout)
+    return eng, KVSource(eng.lend_kv, eng.release_kv, eng.runner.cache, eng.runner.layout), rid
+
+
+@pytest.fixture
+def prefilled():
+    eng, source, rid = _prefilled()
     yield eng, source, rid
     source.close()
     eng.runner.cache.close()
 
 
-@pytest.mark.parametrize("mode", ["shm", "tcp"])
-def test_pulled_kv_equals_the_engines_export(prefilled, mode):
+def test_each_file_under_connectors_is_one_connector_by_that_name():
+    assert set(connectors.NAMES) == {"cuda", "shm", "tcp"}
+    for name in connectors.NAMES:
+        c = connectors.get(name)
+        assert isinstance(c, KVConnector) and c.name == name
+    with pytest.raises(ValueError, match="connector must be one of cuda, shm, tcp"):
+        connectors.get("nixl")
+
+
+@pytest.mark.parametrize("name", ON_THIS_HOST)
+def test_pulled_kv_equals_the_engines_export(name):
+    eng, source, rid = _prefilled("cuda" if name == "cuda" else "cpu")
+    try:
+        params = source.transfer_params(rid, [])
+        for _ in range(2):  # the second pull reuses the pooled buffer and the mapping
+            got = connectors.get(name).pull(params, eng.runner.layout, eng.runner.device)
+            expected = eng.export_kv(rid)
+            assert got.payload.token_ids == expected.token_ids
+            assert torch.equal(got.payload.kv.to(expected.kv.device), expected.kv)
+            assert got.record.nbytes == expected.nbytes == eng.runner.layout.bytes_per_token * 55
+            assert got.record.connector == name and got.record.emulated is None
+            got.close()
+    finally:
+        source.close()
+        eng.runner.cache.close()
+
+
+@pytest.mark.parametrize("name", ON_THIS_HOST)
+def test_an_emulated_link_wraps_any_connector_and_only_stretches_its_time(name, prefilled):
     eng, source, rid = prefilled
-    params = source.transfer_params(rid, [])
-    for _ in range(2):  # the second pull reuses the pooled buffer and the mapping
-        got = puller.pull(params, mode, eng.runner.layout)
-        expected = eng.export_kv(rid)
-        assert got.payload.token_ids == expected.token_ids
-        assert torch.equal(got.payload.kv, expected.kv)
-        assert got.record.nbytes == expected.nbytes == eng.runner.layout.bytes_per_token * 55
-        got.close()
+    if name == "cuda":
+        pytest.skip("the CPU fixture's cache is not on a GPU")
+    link = connectors.get(name, parse_emulation("300ms"))
+    assert isinstance(link, EmulatedLink) and link.name == name
+    t = time.monotonic()
+    got = asyncio.run(link.pull_async(source.transfer_params(rid, []), eng.runner.layout,
+                                      eng.runner.device))
+    assert time.monotonic() - t >= 0.3 and got.record.seconds >= 0.3
+    assert got.record.emulated == "300ms" and got.record.connector == name
+    assert torch.equal(got.payload.kv, eng.export_kv(rid).kv)
+    got.close()
 
 
-def test_shm_pull_from_an_unshared_cache_is_refused():
-    eng = LLMEngine(EngineConfig(model="tiny", role="prefill"))
+@pytest.mark.parametrize("name,refusal", [("shm", "not in shared memory"), ("cuda", "not on a GPU"),
+                                          ("tcp", None)])
+def test_a_connector_refuses_a_cache_it_cannot_serve(name, refusal):
+    eng = build_engine(EngineConfig(model="tiny", role="prefill"))  # a private CPU cache
     rid = eng.add_request([3, 4, 5], SamplingParams(max_tokens=1), remote_decode=True)
     while eng.has_unfinished():
         eng.step()
     source = KVSource(eng.lend_kv, eng.release_kv, eng.runner.cache, eng.runner.layout)
     try:
-        with pytest.raises(frame.FrameError, match="not in shared memory"):
-            puller.pull(source.transfer_params(rid, []), "shm", eng.runner.layout)
-        with pytest.raises(frame.FrameError, match="not on a GPU"):
-            puller.pull(source.transfer_params(rid, []), "cuda", eng.runner.layout)
+        pull = connectors.get(name).pull
+        if refusal is None:
+            pull(source.transfer_params(rid, []), eng.runner.layout).close()
+        else:
+            with pytest.raises(frame.FrameError, match=refusal):
+                pull(source.transfer_params(rid, []), eng.runner.layout)
     finally:
         source.close()
 
@@ -64,7 +114,7 @@ def test_shm_pull_from_an_unshared_cache_is_refused():
 def test_block_headers_that_do_not_fit_their_cache_are_rejected(bad):
     header = {"block_ids": [0, 1, 2], "cache_shape": [2, 2, 10, 8, 2, 16], **bad}
     with pytest.raises(frame.FrameError):
-        puller._block_header(header, (2, 2, 20, 2, 16))
+        frame.check_block_header(header, (2, 2, 20, 2, 16))
 
 
 def test_buffer_pool_reuses_by_size_class_and_bounds_what_it_keeps():
@@ -138,7 +188,7 @@ def test_scatter_gather_send_survives_partial_writes():
 
 
 def test_launcher_gives_each_instance_its_gpu_and_keeps_both_visible_for_cuda_ipc():
-    from engine.launch import Topology
+    from engine.serve.launch import Topology
 
     ipc = Topology(mode="disagg", device="cuda", connector="cuda")
     env: dict = {}

@@ -12,9 +12,10 @@ import time
 import aiohttp
 import pytest
 
-from engine.connectors import frame, puller
-from engine.kv_transfer import KVLayout
-from engine.launch import Topology, launch
+from engine.kv import frame
+from engine.kv import connector, connectors
+from engine.core.kv_payload import KVLayout
+from engine.serve.launch import Topology, launch
 from tests.cli import advisor
 from tests.serving.helpers import post, running_server
 
@@ -53,13 +54,13 @@ def test_unpulled_kv_is_freed_at_lease_expiry():
                                   "kv_transfer_params": {"do_remote_decode": True}})
         assert status == 200
         params = body["kv_transfer_params"]
-        assert puller.can_pull(params) and len(params["remote_block_ids"]) == 4
+        assert connector.can_pull(params) and len(params["remote_block_ids"]) == 4
         bm = server.engine.block_manager
         assert bm.num_free_blocks == bm.num_blocks - 4
         time.sleep(1.0)
         assert bm.num_free_blocks == bm.num_blocks and not server.engine.held
         with pytest.raises(frame.FrameError, match="no KV held"):
-            puller.pull(params, "tcp", LAYOUT)
+            connectors.get("tcp").pull(params, LAYOUT)
 
 
 def test_pull_then_release_frees_the_prefill_blocks():
@@ -68,10 +69,10 @@ def test_pull_then_release_frees_the_prefill_blocks():
                              "kv_transfer_params": {"do_remote_decode": True}})
         params = body["kv_transfer_params"]
         for mode in ("tcp", "shm"):
-            got = puller.pull(params, mode, LAYOUT)
+            got = connectors.get(mode).pull(params, LAYOUT)
             assert got.payload.token_ids == list(range(3, 40)) and got.record.nbytes == 512 * 37
             got.close()
-        puller.release(params)
+        connector.release(params)
         time.sleep(0.3)
         bm = server.engine.block_manager
         assert bm.num_free_blocks == bm.num_blocks and not server.engine.held
@@ -111,7 +112,7 @@ def test_corrupted_tcp_frame_is_rejected(corrupt):
     elif corrupt == "truncated":
         data = data[:-100]
     with pytest.raises(frame.FrameError):
-        puller.pull(_params(_serve_once(bytes(data))), "tcp", LAYOUT)
+        connectors.get("tcp").pull(_params(_serve_once(bytes(data))), LAYOUT)
 
 
 def test_client_disconnect_aborts_and_frees_blocks():

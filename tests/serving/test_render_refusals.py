@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from engine.render.frontend import FrontendConfig
-from engine.render.server import RenderServer
+from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, post_stream, running_app, running_server
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"

@@ -7,7 +7,7 @@ import pytest
 from engine.render.chat import message
 from engine.render.frontend import FrontendConfig
 from engine.render.parsing import Parsed, parse
-from engine.render.server import RenderServer
+from engine.serve.render_server import RenderServer
 from tests.engine.test_render_parsing import TRICKY
 from tests.serving.helpers import post, post_stream, running_app, running_server
 

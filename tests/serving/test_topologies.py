@@ -6,9 +6,9 @@ import urllib.request
 import pytest
 from openai import OpenAI
 
-from engine.launch import Topology, launch
+from engine.serve.launch import Topology, launch
 from engine.render.frontend import Frontend, FrontendConfig
-from engine.render.server import RenderServer
+from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, running_app
 from tests.serving.test_render_tier import chat_body, own_chat, via_render_tier
 

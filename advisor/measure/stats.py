@@ -1,0 +1,125 @@
+"""Latency statistics, SLOs and goodput from request records.
+
+Definitions (the README repeats them, with where they differ from `vllm bench serve`):
+- TTFT: first content chunk - send time.
+- ITL: every gap between consecutive content chunks; pooled over all requests
+  for the percentiles, and per request (its own p99) for the `itl` SLO.
+- TPOT: (E2E - TTFT) / (output tokens - 1), for requests with > 1 output token.
+- E2E latency: last content chunk - send time.
+- Latency statistics use successful requests; failed ones count as SLO misses.
+- SLO attainment: good requests / all requests in the run (failed and unsent
+  included); request goodput: good requests / duration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.measure.client import RequestRecord
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def parse_slos(items: list[str]) -> dict[str, float]:
+    """["ttft:2000", "itl:50"] (commas also split) -> {"ttft": 2000.0, "itl": 50.0}, in ms."""
+    slos: dict[str, float] = {}
+    for item in (p for raw in items for p in raw.split(",") if p.strip()):
+        name, sep, value = item.strip().partition(":")
+        if not sep or name not in METRICS:
+            raise ValueError(f"--goodput item {item!r}: expected NAME:MS with NAME one of "
+                             f"{', '.join(METRICS)}")
+        try:
+            ms = float(value)
+        except ValueError:
+            raise ValueError(f"--goodput item {item!r}: {value!r} is not a number of ms") from None
+        if not ms > 0:
+            raise ValueError(f"--goodput item {item!r}: the limit must be > 0 ms")
+        slos[name] = ms
+    return slos
+
+
+def parse_percentiles(text: str) -> list[float]:
+    """"50,90,99" -> [50.0, 90.0, 99.0]; each in (0, 100]."""
+    try:
+        ps = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise ValueError(f"--metric-percentiles {text!r}: not a comma-separated list of numbers") from None
+    if not ps or not all(0 < p <= 100 for p in ps):
+        raise ValueError(f"--metric-percentiles {text!r}: each must be in (0, 100]")
+    return ps
+
+
+@dataclass
+class RequestLatency:
+    """One successful request's latencies, in seconds."""
+
+    ttft: float
+    e2el: float
+    itls: list[float]
+    tpot: float | None
+
+    @property
+    def p99_itl(self) -> float:
+        return float(np.percentile(self.itls, 99)) if self.itls else 0.0
+
+
+def latency(r: RequestRecord) -> RequestLatency | None:
+    if not r.ok:
+        return None
+    ttft, e2el = r.chunks[0] - r.sent, r.chunks[-1] - r.sent
+    tpot = (e2el - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
+    return RequestLatency(ttft, e2el, list(np.diff(r.chunks)), tpot)
+
+
+def is_good(lat: RequestLatency | None, slos: dict[str, float]) -> bool:
+    """Whether a request met every SLO (ms). A failed request (None) never does."""
+    if lat is None:
+        return False
+    got = {"ttft": lat.ttft, "e2el": lat.e2el, "itl": lat.p99_itl,
+           "tpot": lat.tpot if lat.tpot is not None else 0.0}
+    return all(got[k] * 1000 <= v for k, v in slos.items())
+
+
+def _stats(name: str, values_s: list[float], percentiles: list[float]) -> dict[str, float]:
+    a = np.asarray(values_s, dtype=float) * 1000
+    out = {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"std_{name}_ms": 0.0}
+    out.update({f"p{p:g}_{name}_ms": 0.0 for p in percentiles})
+    if a.size:
+        out.update({f"mean_{name}_ms": float(a.mean()), f"median_{name}_ms": float(np.median(a)),
+                    f"std_{name}_ms": float(a.std())})
+        out.update({f"p{p:g}_{name}_ms": float(np.percentile(a, p)) for p in percentiles})
+    return out
+
+
+def summarize(records: list[RequestRecord], duration: float, slos: dict[str, float],
+              percentiles: list[float], metrics: tuple[str, ...] = METRICS) -> dict:
+    """vLLM's result keys (completed, failed, throughputs, mean_/median_/std_/pNN_ + metric)
+    plus slo_attainment and per-source token counts. Warmup records are ignored."""
+    runs = [r for r in records if not r.warmup]
+    lats = [latency(r) for r in runs]
+    done = [(r, lat) for r, lat in zip(runs, lats) if lat is not None]
+    good = sum(is_good(lat, slos) for lat in lats)
+    out_tokens = sum(r.output_tokens for r, _ in done)
+    duration = max(duration, 1e-9)
+    result = {
+        "num_requests": len(runs), "completed": len(done), "failed": len(runs) - len(done),
+        "duration": duration,
+        "total_input_tokens": sum(r.prompt_tokens for r, _ in done),
+        "total_output_tokens": out_tokens,
+        "output_tokens_from_usage": sum(r.token_source == "usage" for r, _ in done),
+        "request_throughput": len(done) / duration,
+        "output_throughput": out_tokens / duration,
+        "total_token_throughput": (out_tokens + sum(r.prompt_tokens for r, _ in done)) / duration,
+        "request_goodput": good / duration,
+        "good_requests": good,
+        "slo_attainment": good / len(runs) if runs else 0.0,
+        "goodput_slos": slos,
+    }
+    pools = {"ttft": [lat.ttft for _, lat in done], "e2el": [lat.e2el for _, lat in done],
+             "tpot": [lat.tpot for _, lat in done if lat.tpot is not None],
+             "itl": [g for _, lat in done for g in lat.itls]}
+    for m in metrics:
+        result.update(_stats(m, pools[m], percentiles))
+    return result

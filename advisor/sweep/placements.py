@@ -1,0 +1,59 @@
+"""The placements a sweep compares: bundled-engine topologies or existing deployments."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine.core.config import load_model_config
+from engine.serve.launch import Topology
+
+_DISAGG = re.compile(r"^(\d+)p(\d+)d$")
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str  # directory name: collocated-2, disagg-1p1d, collocated-url, ...
+    kind: str  # collocated | disagg
+    topology: Topology | None = None  # bundled engine
+    url: str | None = None  # an existing deployment
+    emulated: str | None = None  # link emulation on its KV transfers
+
+
+def parse_topologies(opts) -> list[Placement]:
+    """From a SweepOptions: the URLs if given, else `--topologies`; collocated first (it
+    leads the rate search). ValueError names the bad flag."""
+    if opts.collocated_url or opts.disagg_url:
+        if opts.link_emulation:
+            raise ValueError("--link-emulation shapes the bundled engine's connector; it cannot "
+                             "apply to --collocated-url / --disagg-url")
+        out = []
+        if opts.collocated_url:
+            out.append(Placement("collocated-url", "collocated", url=opts.collocated_url))
+        if opts.disagg_url:
+            out.append(Placement("disagg-url", "disagg", url=opts.disagg_url))
+        return out
+    load_model_config(opts.model)  # a clear error for an unknown model, before anything starts
+    out = []
+    for item in (t.strip() for t in opts.topologies.split(",") if t.strip()):
+        kind, _, shape = item.partition(":")
+        if kind == "collocated" and shape.isdigit() and int(shape) >= 1:
+            topo = Topology(mode="collocated", replicas=int(shape), model=opts.model,
+                            dtype=opts.dtype, device=opts.device)
+            out.append(Placement(f"collocated-{shape}", kind, topo))
+        elif kind == "disagg" and (m := _DISAGG.match(shape)) and min(map(int, m.groups())) >= 1:
+            extra = ("--kv-link-emulation", opts.link_emulation) if opts.link_emulation else ()
+            topo = Topology(mode="disagg", prefill=int(m.group(1)), decode=int(m.group(2)),
+                            model=opts.model, connector=opts.connector, dtype=opts.dtype,
+                            device=opts.device, extra_args=extra)
+            out.append(Placement(f"disagg-{shape}", kind, topo, emulated=opts.link_emulation))
+        else:
+            raise ValueError(f"--topologies item {item!r}: expected collocated:N or disagg:XpYd")
+    if not out or len({p.kind for p in out}) != len(out):
+        raise ValueError("--topologies: give at most one collocated and one disagg placement")
+    for p in out:
+        try:
+            p.topology.validate()
+        except ValueError as e:
+            raise ValueError(f"--topologies {p.name.replace('-', ':', 1)}: {e}") from None
+    return sorted(out, key=lambda p: p.kind != "collocated")

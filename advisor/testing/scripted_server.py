@@ -1,0 +1,172 @@
+"""An OpenAI-compatible server whose timing is known exactly: a ruler for clients.
+
+Each streamed request gets its first token `ttft_ms` after it arrived and the
+rest every `itl_ms`, on an absolute schedule (no drift). `fail_every=k` answers
+every k-th request with HTTP 500. No model: each token is "tok" with id = its
+position. The bodies it received, with each request's arrival (the kernel's
+receive timestamp) and chunk-write times (time.monotonic()), are kept for
+inspection (`GET /debug/requests`).
+
+# NOTE: one blocking thread per connection, not asyncio: a thread sleeping in
+# time.sleep wakes within ~0.1 ms, while an event loop's timers wake up to a
+# millisecond late and queue behind every other stream's writes. The ruler
+# must be far more precise than the 1 ms the client is held to.
+
+    python -m advisor.testing.scripted_server --port 8100 --ttft-ms 200 --itl-ms 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from engine.render.protocol import error_body
+
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's value; Python does not export it
+
+
+@dataclass(frozen=True)
+class Script:
+    ttft_ms: float = 100.0
+    itl_ms: float = 20.0
+    max_tokens: int = 16  # used when a request names none
+    fail_every: int = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive; streams use chunked encoding
+    server: ScriptedServer
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _json(self, status: int, obj) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._json(200, {"status": "ok"})
+        elif self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        elif self.path == "/debug/requests":
+            self._json(200, self.server.received)
+        else:
+            self._json(404, error_body(f"no route {self.path}", "not_found", 404))
+
+    def setup(self) -> None:
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass  # not Linux: arrival falls back to when this thread saw the request
+
+    def handle_one_request(self) -> None:
+        self.arrived = self._kernel_arrival()
+        super().handle_one_request()
+
+    def _kernel_arrival(self) -> float:
+        """When the kernel received the request's first bytes (time.monotonic() seconds).
+
+        # NOTE: a thread picks a request up a little late (wake-up, the GIL); timing from
+        # then would hide that delay from the "truth" while the client rightly counts it.
+        """
+        try:
+            _, ancillary, _, _ = self.connection.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
+        except OSError:
+            return time.monotonic()
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                sec, nsec = struct.unpack("qq", data[:16])
+                return sec + nsec / 1e9 - (time.time() - time.monotonic())
+        return time.monotonic()
+
+    def do_POST(self) -> None:
+        arrived = self.arrived
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        s, chat = self.server.script, self.path.endswith("chat/completions")
+        timing = {"arrived": arrived, "writes": []}
+        with self.server.lock:
+            self.server.received.append({"body": body, "timing": timing})
+            count = len(self.server.received)
+        if s.fail_every and count % s.fail_every == 0:
+            return self._json(500, error_body("scripted failure", "server_error", 500))
+        n = int(body.get("max_tokens") or s.max_tokens)
+        prompt = body.get("messages") if chat else body.get("prompt")
+        usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else 1,
+                 "completion_tokens": n, "total_tokens": n + 1}
+        due = lambda k: arrived + (s.ttft_ms + k * s.itl_ms) / 1000  # noqa: E731
+        if not body.get("stream"):
+            time.sleep(max(0.0, due(n - 1) - time.monotonic()))
+            choice = {"message": {"role": "assistant", "content": "tok" * n}} if chat \
+                else {"text": "tok" * n}
+            return self._json(200, {"id": "scripted", "object": "completion", "usage": usage,
+                                    "choices": [{"index": 0, **choice, "token_ids": list(range(n)),
+                                                 "finish_reason": "length"}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for k in range(n):
+            time.sleep(max(0.0, due(k) - time.monotonic()))
+            timing["writes"].append(time.monotonic())
+            piece = {"delta": {"content": "tok"}} if chat else {"text": "tok"}
+            self._event({"id": "scripted", "choices": [{
+                "index": 0, **piece, "token_ids": [k],
+                "finish_reason": "length" if k == n - 1 else None}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._event({"id": "scripted", "choices": [], "usage": usage})
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+    def _event(self, obj: dict) -> None:
+        self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    """Serves `script` on (host, port); `serve_forever()` to run, `shutdown()` to stop."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # a burst of new connections must not be dropped
+
+    def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0):
+        super().__init__((host, port), _Handler)
+        self.script, self.received, self.lock = script, [], threading.Lock()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--ttft-ms", type=float, default=100.0)
+    ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--fail-every", type=int, default=0)
+    a = ap.parse_args(argv)
+    sys.setswitchinterval(2e-4)  # a thread due to write must not wait 5 ms for the GIL
+    server = ScriptedServer(Script(a.ttft_ms, a.itl_ms, a.max_tokens, a.fail_every), a.host, a.port)
+    print(f"scripted server ready on http://{a.host}:{a.port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

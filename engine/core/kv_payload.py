@@ -1,0 +1,60 @@
+"""The unit of KV transfer between a prefill and a decode instance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.core.config import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """What both sides must agree on for KV bytes to mean the same thing."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * DTYPE_BYTES[self.dtype]
+
+
+@dataclass
+class KVPayload:
+    """A request's prompt KV as one contiguous buffer plus metadata.
+
+    `kv` is token-major and independent of either side's block size:
+    kv: [num_layers, 2, num_tokens, num_kv_heads, head_dim]
+    `token_ids` are the tokens the KV was computed for; an importer compares
+    them with its prompt, so a diverged prompt can never reuse wrong KV.
+    """
+
+    request_id: str
+    layout: KVLayout
+    token_ids: list[int]
+    kv: torch.Tensor
+    block_size: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
+
+    def check_compatible(self, layout: KVLayout, prompt_token_ids: list[int]) -> None:
+        """Raise ValueError when this payload cannot serve as KV for `prompt_token_ids` here."""
+        if self.layout != layout:
+            raise ValueError(f"KV layout mismatch: payload {self.layout}, engine {layout}")
+        expected = (layout.num_layers, 2, self.num_tokens, layout.num_kv_heads, layout.head_dim)
+        if tuple(self.kv.shape) != expected:
+            raise ValueError(f"KV tensor shape {tuple(self.kv.shape)} != {expected}")
+        if self.token_ids != prompt_token_ids:
+            raise ValueError("KV was computed for different tokens than this prompt")

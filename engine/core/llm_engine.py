@@ -1,0 +1,200 @@
+"""The engine: requests in, one step at a time, token deltas out. Not thread-safe:
+one thread owns it (the server runs it beside its event loop).
+
+Torch-free: the model runs behind an `Executor` (engine.model.runner.ModelRunner),
+which `engine.model.runner.build_engine` plugs in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.core.block_manager import BlockManager
+from engine.core.config import EngineConfig
+from engine.core.kv_payload import KVLayout, KVPayload
+from engine.core.leases import KVLeases
+from engine.core.scheduler import Scheduler, SchedulerOutput
+from engine.core.sequence import FinishReason, Request, SamplingParams
+
+
+class KVImportError(ValueError):
+    """Imported KV cannot serve the request (layout or token mismatch) under policy `fail`."""
+
+
+@dataclass
+class RequestOutput:
+    """A request's progress after a step: the tokens new this step and all so far."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    num_cached_tokens: int
+    num_preemptions: int
+    first_scheduled_time: float | None  # time.monotonic() of the step that first ran it
+
+
+class Executor(Protocol):
+    """What the engine needs of a model runner: its pool size, its KV layout, a step."""
+
+    num_blocks: int
+    layout: KVLayout
+
+    def execute(self, out: SchedulerOutput) -> dict[str, int]: ...
+
+    def forget(self, request_id: str) -> None: ...
+
+    def export_kv(self, req: Request) -> KVPayload: ...
+
+
+class LLMEngine:
+    """One engine instance (role both, prefill or decode) over one executor."""
+
+    def __init__(self, config: EngineConfig, runner: Executor):
+        self.config = config.resolved()
+        self.model_config = self.config.model_config
+        self.runner = runner
+        self.block_manager = BlockManager(self.runner.num_blocks, self.config.block_size,
+                                          self.config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, self.config.max_num_batched_tokens,
+                                   self.config.max_num_seqs, self.config.enable_chunked_prefill,
+                                   self.model_config.eos_token_id)
+        self.requests: dict[str, Request] = {}
+        self.held = KVLeases(self.config.kv_lease_duration, self.block_manager.free)
+        self.num_kv_import_failures = 0
+        self._ids = itertools.count()
+
+    # ---- requests ----------------------------------------------------------------------------
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError naming what makes this request impossible to serve."""
+        params.validate()
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise ValueError("prompt is empty")
+        vocab = self.model_config.vocab_size
+        bad = [t for t in prompt_token_ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]!r} is outside the vocabulary [0, {vocab})")
+        if any(not 0 <= t < vocab for t, _ in params.logit_bias):
+            raise ValueError(f"logit_bias names a token id outside the vocabulary [0, {vocab})")
+        limit = self.model_config.max_position_embeddings
+        if n + params.max_tokens > limit:
+            raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                             f"the model's context of {limit} tokens")
+        if self.block_manager.blocks_needed(n + params.max_tokens) > self.block_manager.num_blocks:
+            raise ValueError(f"prompt + max_tokens needs more KV blocks than the pool's "
+                             f"{self.block_manager.num_blocks}")
+        budget = self.config.max_num_batched_tokens
+        if not self.config.enable_chunked_prefill and n + params.max_tokens - 1 > budget:
+            raise ValueError(f"with chunked prefill off, prompt + max_tokens must fit in "
+                             f"max_num_batched_tokens ({budget})")
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None, kv: KVPayload | None = None,
+                    remote_decode: bool | None = None) -> str:
+        """Queue a request; returns its id.
+
+        kv: prompt KV pulled from a prefill instance; checked against the prompt,
+        and on mismatch either dropped (policy `recompute`) or refused (`fail`).
+        remote_decode: stop after the first token and hold the KV for export
+        (defaults to True on a `prefill`-role engine).
+        """
+        self.validate(prompt_token_ids, params)
+        request_id = request_id or f"req-{next(self._ids)}"
+        if request_id in self.requests or request_id in self.held:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if kv is not None:
+            kv = self._check_import(kv, prompt_token_ids)
+        if remote_decode is None:
+            remote_decode = self.config.role == "prefill"
+        req = Request(request_id, list(prompt_token_ids), params, arrival_time=time.monotonic(),
+                      pending_kv=kv, remote_decode=remote_decode)
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+        return request_id
+
+    def _check_import(self, kv: KVPayload, prompt: list[int]) -> KVPayload | None:
+        try:
+            kv.check_compatible(self.runner.layout, prompt)
+            return kv
+        except ValueError as e:
+            self.num_kv_import_failures += 1
+            if self.config.kv_load_failure_policy == "fail":
+                raise KVImportError(f"KV import failed: {e}") from None
+            return None
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request and free its blocks (held KV too). True if it was known."""
+        if request_id in self.held:
+            self.release_kv(request_id)
+            return True
+        req = self.scheduler.abort(request_id)
+        self.requests.pop(request_id, None)
+        self.runner.forget(request_id)
+        return req is not None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    # ---- stepping -------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run the model once, and report every request that advanced."""
+        self.expire_leases()
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        now = time.monotonic()
+        for req, _ in out.scheduled:
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+        sampled = self.runner.execute(out)
+        finished = self.scheduler.update_from_output(out, sampled)
+        for req in finished:
+            self._retire(req)
+        return [self._output(req, [sampled[req.request_id]])
+                for req, _ in out.scheduled if req.request_id in sampled]
+
+    def _retire(self, req: Request) -> None:
+        self.requests.pop(req.request_id, None)
+        self.runner.forget(req.request_id)
+        if req.finish_reason is FinishReason.REMOTE_DECODE:
+            self.held.hold(req)
+        else:
+            self.block_manager.free(req)
+
+    @staticmethod
+    def _output(req: Request, new: list[int]) -> RequestOutput:
+        reason = req.finish_reason.value if req.finish_reason else None
+        return RequestOutput(req.request_id, req.prompt_token_ids, list(req.output_token_ids),
+                             new, req.is_finished, reason, req.num_cached_tokens,
+                             req.num_preemptions, req.first_scheduled_time)
+
+    # ---- KV held for export (prefill side) ---------------------------------------------------------
+    def export_kv(self, request_id: str) -> KVPayload:
+        """The prompt KV of a finished remote-decode request, copied; its lease keeps running.
+
+        Safe to call from any thread (a connector's): held blocks are never written,
+        and the lease cannot expire while the copy runs.
+        """
+        with self.held.reading(request_id) as req:
+            return self.runner.export_kv(req)
+
+    def lend_kv(self, request_id: str) -> tuple[list[int], list[int]]:
+        """(block ids, prompt token ids) of held KV, for a connector that reads the cache
+        itself; renews the lease (see KVLeases.lend). Any thread."""
+        req = self.held.lend(request_id)
+        prompt = list(req.prompt_token_ids)
+        return req.block_ids[:self.block_manager.blocks_needed(len(prompt))], prompt
+
+    def release_kv(self, request_id: str) -> bool:
+        """Free the blocks held for `request_id` (the decoder has its copy). True if held."""
+        return self.held.release(request_id)
+
+    def expire_leases(self, now: float | None = None) -> list[str]:
+        """Free held KV whose lease ran out; returns the expired request ids."""
+        return self.held.expire(now)

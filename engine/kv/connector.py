@@ -1,0 +1,133 @@
+"""The KV-connector seam: how a request's prompt KV moves from a prefiller to a decoder.
+
+As vLLM splits it, the scheduler side says what is held and where (the lease table,
+`engine.core.leases`, and the side channel's `kv_transfer_params`,
+`engine.kv.source`); the worker side moves bytes: a `KVConnector`, one file per
+transport under `engine.kv.connectors`. Every connector is a pull, like NIXL's: the
+decoder connects to the prefiller's side channel, asks for a request by id and
+transport, reads a header frame, and `receive`s the KV the header describes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from engine.core.kv_payload import KVLayout, KVPayload
+from engine.kv import frame
+from engine.kv.buffers import BufferPool
+from engine.model.kv_cache import KVCache
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 60.0
+REQUIRED = ("remote_engine_id", "remote_request_id", "remote_host", "remote_port")
+POOL = BufferPool()  # receive buffers, shared by every pull in this process
+
+
+@dataclass
+class TransferRecord:
+    """One pull: bytes moved and when (time.monotonic()); `emulated` names an imposed link."""
+
+    nbytes: int
+    start: float
+    end: float
+    connector: str
+    emulated: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class PulledKV:
+    """A pulled payload; its buffer goes back to the pool once the engine has imported it."""
+
+    def __init__(self, payload: KVPayload, record: TransferRecord, buffer: torch.Tensor | None):
+        self.payload, self.record, self._buffer = payload, record, buffer
+
+    def close(self, imported: bool = True) -> None:
+        """Drop the payload. # NOTE: pass imported=False when the engine might still
+        read it (an aborted request): the buffer is then left to the allocator
+        rather than reused under a late import."""
+        self.payload = None
+        if self._buffer is not None and imported:
+            POOL.give(self._buffer)
+        self._buffer = None
+
+
+def can_pull(params: dict | None) -> bool:
+    """vLLM's rule: pull only when engine id, request id, host and port are all present."""
+    return bool(params) and params.get("do_remote_prefill") is True and all(
+        params.get(k) not in (None, "") for k in REQUIRED)
+
+
+def connect(params: dict) -> socket.socket:
+    """A blocking connection to the side channel that `params` (kv_transfer_params) name."""
+    sock = socket.create_connection((params["remote_host"], int(params["remote_port"])),
+                                    timeout=CONNECT_TIMEOUT_S)
+    sock.settimeout(READ_TIMEOUT_S)
+    return sock
+
+
+def release(params: dict) -> None:
+    """Tell the prefill side it may free the request's blocks (best effort)."""
+    try:
+        with connect(params) as sock:
+            sock.sendall(frame.encode({"op": "release", "request_id": params["remote_request_id"]}))
+            frame.read(sock)
+    except (OSError, frame.FrameError):
+        pass  # the lease frees them anyway
+
+
+class KVConnector(ABC):
+    """One transport. The producer half runs on the prefiller's side-channel threads
+    (`describe`, `send`); the consumer half in the decoder (`receive`, via `pull`)."""
+
+    name: ClassVar[str]
+
+    # ---- producer side ---------------------------------------------------------------------------
+    @abstractmethod
+    def describe(self, cache: KVCache, block_ids: list[int]) -> dict:
+        """Header fields beyond the KV's shape that tell a decoder where the held blocks are
+        (none when the bytes follow the header). FrameError when this cache cannot be
+        served this way."""
+
+    def send(self, sock: socket.socket, cache: KVCache, block_ids: list[int],
+             num_tokens: int) -> None:
+        """After the header: write the KV bytes, for transports that carry them."""
+
+    # ---- consumer side ---------------------------------------------------------------------------
+    @abstractmethod
+    def receive(self, sock: socket.socket, header: dict, shape: tuple[int, ...], dtype: str,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The KV a checked header describes, kv: [L, 2, T, kvh, hd] on `device`, and the
+        pool buffer that holds it (None when it lives elsewhere)."""
+
+    def pull(self, params: dict, layout: KVLayout,
+             device: torch.device = torch.device("cpu")) -> PulledKV:
+        """Blocking pull of the request `params` name, for an engine with `layout` on `device`.
+        Raises FrameError/OSError/ValueError on failure."""
+        rid = params["remote_request_id"]
+        start = time.monotonic()
+        with connect(params) as sock:
+            sock.sendall(frame.encode({"op": "pull", "request_id": rid, "mode": self.name}))
+            header = frame.read(sock)
+            if "error" in header:
+                raise frame.FrameError(f"prefill side refused the pull: {header['error']}")
+            shape, dtype, nbytes = frame.check_kv_header(header)
+            if dtype != layout.dtype or (shape[0], shape[3], shape[4]) != (
+                    layout.num_layers, layout.num_kv_heads, layout.head_dim):
+                raise frame.FrameError(f"KV of shape {shape} / {dtype} does not fit this engine")
+            kv, buf = self.receive(sock, header, shape, dtype, device)
+        payload = KVPayload(rid, layout, header["token_ids"], kv, header.get("block_size", 0))
+        return PulledKV(payload, TransferRecord(nbytes, start, time.monotonic(), self.name), buf)
+
+    async def pull_async(self, params: dict, layout: KVLayout, device: torch.device) -> PulledKV:
+        """`pull` on a worker thread, so the event loop keeps serving."""
+        return await asyncio.to_thread(self.pull, params, layout, device)

@@ -1,0 +1,100 @@
+"""Prefill side of the KV side channel: serves held KV to decoders that pull it.
+
+A threaded TCP server with blocking sockets (one thread per pull, so a large
+send never waits on the event loop). Ops, each one header frame:
+  {"op": "pull", "request_id", "mode": NAME} -> KV header (+ the bytes, for tcp), where
+      NAME is a connector (engine.kv.connectors) that says how the bytes travel
+  {"op": "release", "request_id"}            -> {"ok": true}
+"""
+
+from __future__ import annotations
+
+import socketserver
+import threading
+import uuid
+from collections.abc import Callable
+
+from engine.core.kv_payload import KVLayout
+from engine.kv import connectors, frame
+from engine.kv.connector import KVConnector
+from engine.model.kv_cache import KVCache
+
+# (request_id) -> (block ids, prompt token ids) of held KV; renews its lease.
+LendFn = Callable[[str], tuple[list[int], list[int]]]
+
+
+def kv_header(request_id: str, layout: KVLayout, token_ids: list[int], **extra) -> dict:
+    """The header that describes a request's KV: [layers, 2, tokens, kv_heads, head_dim]."""
+    shape = [layout.num_layers, 2, len(token_ids), layout.num_kv_heads, layout.head_dim]
+    return {"request_id": request_id, "dtype": layout.dtype, "shape": shape,
+            "nbytes": layout.bytes_per_token * len(token_ids), "token_ids": token_ids, **extra}
+
+
+class KVSource:
+    """Serves held KV blocks of `cache` over the side channel, by any connector a decoder
+    asks for. `lend(request_id)` names the blocks; `release(request_id)` frees them."""
+
+    def __init__(self, lend: LendFn, release: Callable[[str], None], cache: KVCache,
+                 layout: KVLayout, host: str = "127.0.0.1", port: int = 0):
+        self.lend, self.release, self.cache, self.layout = lend, release, cache, layout
+        self.engine_id = uuid.uuid4().hex
+        self._connectors: dict[str, KVConnector] = {}
+        self._lock = threading.Lock()
+        source = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                source._handle(self.request)
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self.server = socketserver.ThreadingTCPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.host, self.port = self.server.server_address[:2]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def transfer_params(self, request_id: str, block_ids: list[int]) -> dict:
+        """The kv_transfer_params a prefill response carries (vLLM's field names)."""
+        return {"do_remote_prefill": True, "do_remote_decode": False,
+                "remote_engine_id": self.engine_id, "remote_request_id": request_id,
+                "remote_block_ids": block_ids, "remote_host": self.host,
+                "remote_port": self.port, "tp_size": 1}
+
+    def _connector(self, name) -> KVConnector:
+        """One instance per connector for this source (it may keep per-cache state)."""
+        if name not in connectors.NAMES:
+            raise frame.FrameError(f"unknown connector {name!r}")
+        with self._lock:
+            if name not in self._connectors:
+                self._connectors[name] = connectors.get(name)
+            return self._connectors[name]
+
+    # ---- connection handling (server threads) ----------------------------------------------------
+    def _handle(self, sock) -> None:
+        try:
+            req = frame.read(sock)
+            rid = req.get("request_id")
+            if not isinstance(rid, str):
+                raise frame.FrameError("request_id missing")
+            if req.get("op") == "release":
+                self.release(rid)
+                sock.sendall(frame.encode({"ok": True}))
+            elif req.get("op") == "pull":
+                self._serve_pull(sock, rid, self._connector(req.get("mode")))
+            else:
+                raise frame.FrameError(f"unknown op {req.get('op')!r}")
+        except (KeyError, frame.FrameError, OSError) as e:
+            try:
+                sock.sendall(frame.encode({"error": str(e)}))
+            except OSError:
+                pass
+
+    def _serve_pull(self, sock, rid: str, connector: KVConnector) -> None:
+        block_ids, tokens = self.lend(rid)
+        where = connector.describe(self.cache, block_ids)
+        sock.sendall(frame.encode(kv_header(rid, self.layout, tokens, **where)))
+        connector.send(sock, self.cache, block_ids, len(tokens))

@@ -1,0 +1,83 @@
+"""Attention over the paged KV cache for a mixed batch of decodes and prefill chunks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.model.kv_cache import KVCache
+
+
+@dataclass
+class PrefillSegment:
+    """A chunk of one request's tokens: rows [start, end) of the batch, attending to
+    `context_len` tokens (cached prefix + this chunk)."""
+
+    start: int
+    end: int
+    context_len: int
+    block_table: torch.Tensor | None  # [1, num_blocks]; None when the chunk is the whole context
+
+
+@dataclass
+class AttentionMetadata:
+    """Built by the model runner once per step, shared by every layer.
+
+    The batch holds `num_decodes` single-token queries first, then prefill segments.
+    """
+
+    slot_mapping: torch.Tensor  # [T] cache slot of every new token
+    num_decodes: int
+    decode_block_tables: torch.Tensor | None  # [Bd, max_blocks]
+    decode_mask: torch.Tensor | None  # [Bd, 1, 1, max_blocks * block_size] bool, True = attend
+    prefills: list[PrefillSegment]
+
+
+def _causal_mask(num_queries: int, context_len: int, device) -> torch.Tensor:
+    # Query i sits at position context_len - num_queries + i and sees keys up to it.
+    q_pos = torch.arange(context_len - num_queries, context_len, device=device)
+    k_pos = torch.arange(context_len, device=device)
+    return k_pos[None, :] <= q_pos[:, None]  # [nq, ctx]
+
+
+def _decode_attention(q: torch.Tensor, cache: KVCache, layer: int,
+                      meta: AttentionMetadata) -> torch.Tensor:
+    # q: [Bd, H, hd] -> [Bd, H, hd]. Plain batched matmuls: SDPA's CPU flash kernel
+    # is several times slower than this for single-token queries.
+    kc, vc = cache.gather(layer, meta.decode_block_tables)  # [Bd, L, kvh, hd]
+    bd, h, hd = q.shape
+    kvh = kc.shape[2]
+    qg = q.view(bd, kvh, h // kvh, hd)  # query heads grouped by the KV head they share
+    scores = qg @ kc.permute(0, 2, 3, 1)  # [Bd, kvh, g, L]
+    scores = scores.float().mul_(hd ** -0.5).masked_fill_(~meta.decode_mask, float("-inf"))
+    probs = scores.softmax(dim=-1).to(q.dtype)
+    return (probs @ vc.transpose(1, 2)).view(bd, h, hd)  # [Bd, kvh, g, hd] -> [Bd, H, hd]
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
+                    cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
+    """Store this step's K/V and attend.
+
+    q: [T, H, hd]; k, v: [T, kvh, hd] -> out: [T, H, hd]
+    """
+    cache.write(layer, meta.slot_mapping, k, v)
+    out = torch.empty_like(q)
+    nd = meta.num_decodes
+    if nd:
+        out[:nd] = _decode_attention(q[:nd], cache, layer, meta)
+    for seg in meta.prefills:
+        qs = q[seg.start:seg.end].transpose(0, 1).unsqueeze(0)  # [1, H, n, hd]
+        if seg.block_table is None:
+            ks, vs = k[seg.start:seg.end], v[seg.start:seg.end]
+            mask, causal = None, True
+        else:
+            ks, vs = cache.gather(layer, seg.block_table)
+            ks, vs = ks[0, :seg.context_len], vs[0, :seg.context_len]
+            mask, causal = _causal_mask(seg.end - seg.start, seg.context_len, q.device), False
+        o = F.scaled_dot_product_attention(
+            qs, ks.transpose(0, 1).unsqueeze(0), vs.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask, is_causal=causal, enable_gqa=True)  # [1, H, n, hd]
+        out[seg.start:seg.end] = o[0].transpose(0, 1)
+    return out

@@ -1,0 +1,128 @@
+"""A Llama / Qwen2 / Qwen3 decoder over a paged KV cache.
+
+Projections are fused (q|k|v and gate|up) so a decode step issues few matmuls;
+`engine.model.weights` maps Hugging Face tensor names onto the fused parameters.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.model.attention import AttentionMetadata, paged_attention
+from engine.core.config import ModelConfig
+from engine.model.kv_cache import KVCache
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [..., dim]; normalized in float32 as HF does, then cast back
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Rotary:
+    """Rotary position embedding, HF's rotate-half convention. Tables live on `device`
+    (not module buffers, so the model itself can be built on the meta device)."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float, device: torch.device):
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32,
+                                                 device=device) / head_dim))
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32, device=device),
+                            inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)  # [max_pos, hd]
+        self.cos, self.sin = emb.cos(), emb.sin()
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x: [T, heads, hd]; positions: [T]
+        cos = self.cos[positions].unsqueeze(1).to(x.dtype)  # [T, 1, hd]
+        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.nkv) * self.hd,
+                                  bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary,
+                cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
+        # x: [T, D]
+        T = x.shape[0]
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([self.nh * self.hd, self.nkv * self.hd, self.nkv * self.hd], dim=-1)
+        q = q.view(T, self.nh, self.hd)
+        k = k.view(T, self.nkv, self.hd)
+        v = v.view(T, self.nkv, self.hd)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotary(q, positions), rotary(k, positions)
+        o = paged_attention(q, k, v, self.layer, cache, meta)  # [T, H, hd]
+        return self.o_proj(o.reshape(T, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.inter = cfg.intermediate_size
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * self.inter, bias=False)
+        self.down_proj = nn.Linear(self.inter, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
+        return self.down_proj(F.silu(gate).mul_(up))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, positions, rotary, cache, meta):
+        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, cache, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class CausalLM(nn.Module):
+    """Token ids in, hidden states out; `compute_logits` on the rows that sample."""
+
+    def __init__(self, cfg: ModelConfig, device: torch.device):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = Rotary(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, device)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(
+            cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                meta: AttentionMetadata) -> torch.Tensor:
+        # input_ids, positions: [T] -> hidden: [T, D]
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, positions, self.rotary, cache, meta)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        # hidden: [N, D] -> logits: [N, vocab] in float32
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()

@@ -1,0 +1,136 @@
+"""Turns a SchedulerOutput into tensors, runs the model, samples. The only place
+where requests meet tensors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engine.model.attention import AttentionMetadata, PrefillSegment
+from engine.core.config import EngineConfig
+from engine.core.llm_engine import LLMEngine
+from engine.model.kv_cache import KVCache
+from engine.core.kv_payload import KVLayout, KVPayload
+from engine.model.causal_lm import CausalLM
+from engine.model.sampler import Sampler
+from engine.core.scheduler import SchedulerOutput
+from engine.core.sequence import Request
+from engine.model.weights import init_dummy, load_safetensors_dir
+
+_GIB = 1 << 30
+
+
+def resolve_device(device: str) -> torch.device:
+    """A torch device, with a clear error when CUDA is asked for and absent."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+class ModelRunner:
+    """Owns the model, the KV cache tensors and the sampler of one engine instance."""
+
+    def __init__(self, cfg: EngineConfig):
+        self.cfg = cfg
+        mcfg = cfg.model_config
+        self.device = resolve_device(cfg.device)
+        if self.device.type == "cpu" and cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        self.dtype = getattr(torch, cfg.dtype)
+        with torch.device("meta"):
+            model = CausalLM(mcfg, self.device).to(self.dtype)
+        self.model = model.to_empty(device=self.device).eval()
+        if Path(cfg.model).is_dir() and any(Path(cfg.model).glob("*.safetensors")):
+            load_safetensors_dir(self.model, cfg.model)
+        else:
+            init_dummy(self.model, cfg.seed)
+        self.layout = KVLayout(mcfg.num_hidden_layers, mcfg.num_key_value_heads,
+                               mcfg.head_dim, cfg.dtype)
+        self.num_blocks = cfg.num_kv_blocks or self._auto_num_blocks()
+        self.cache = KVCache(mcfg.num_hidden_layers, self.num_blocks, cfg.block_size,
+                             mcfg.num_key_value_heads, mcfg.head_dim, self.dtype, self.device,
+                             shared=cfg.kv_shared_memory)
+        self.sampler = Sampler(self.device, cfg.seed)
+
+    def _auto_num_blocks(self) -> int:
+        cfg = self.cfg
+        block_bytes = self.layout.bytes_per_token * cfg.block_size
+        budget = cfg.kv_cache_memory_gib * _GIB
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = min(budget, 0.9 * free)
+        enough = cfg.max_num_seqs * -(-cfg.model_config.max_position_embeddings // cfg.block_size)
+        return max(1, min(int(budget // block_bytes), enough))
+
+    # ---- one step ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> dict[str, int]:
+        """Run the scheduled tokens; return request id -> sampled token for every
+        request whose computed tokens reach its tokens this step."""
+        for req in out.kv_imports:
+            self.cache.import_(req.block_ids, req.pending_kv.kv)
+            req.pending_kv = None
+        entries = sorted(out.scheduled, key=lambda e: e[1] != 1)  # single-token queries first
+        ids, pos, meta, sample_rows, sample_reqs = self._prepare(entries)
+        hidden = self.model(ids, pos, self.cache, meta)  # [T, D]
+        if not sample_reqs:
+            return {}
+        logits = self.model.compute_logits(hidden[sample_rows])  # [N, vocab]
+        tokens = self.sampler.sample(logits, sample_reqs)
+        return {r.request_id: t for r, t in zip(sample_reqs, tokens)}
+
+    def _prepare(self, entries: list[tuple[Request, int]]):
+        bs, dev = self.cfg.block_size, self.device
+        ids: list[int] = []
+        positions: list[torch.Tensor] = []
+        slots: list[torch.Tensor] = []
+        decode_tables: list[list[int]] = []
+        decode_lens: list[int] = []
+        prefills: list[PrefillSegment] = []
+        sample_rows: list[int] = []
+        sample_reqs: list[Request] = []
+        for req, n in entries:
+            start, row = req.num_computed_tokens, len(ids)
+            ids.extend(req.all_token_ids[start:start + n])
+            p = torch.arange(start, start + n)
+            table = torch.tensor(req.block_ids)
+            positions.append(p)
+            slots.append(table[p // bs] * bs + p % bs)
+            if n == 1:
+                decode_tables.append(req.block_ids)
+                decode_lens.append(start + 1)
+            else:
+                prefix_table = table[None, :].to(dev) if start else None
+                prefills.append(PrefillSegment(row, row + n, start + n, prefix_table))
+            if start + n == req.num_tokens:
+                sample_rows.append(row + n - 1)
+                sample_reqs.append(req)
+        meta = AttentionMetadata(torch.cat(slots).to(dev), len(decode_tables), None, None, prefills)
+        if decode_tables:
+            width = max(map(len, decode_tables))
+            padded = [t + [0] * (width - len(t)) for t in decode_tables]  # pads read block 0, masked
+            meta.decode_block_tables = torch.tensor(padded, device=dev)
+            lens = torch.tensor(decode_lens, device=dev)
+            meta.decode_mask = (torch.arange(width * bs, device=dev)[None, :] < lens[:, None])[:, None, None, :]
+        return (torch.tensor(ids, device=dev), torch.cat(positions).to(dev), meta,
+                torch.tensor(sample_rows, device=dev), sample_reqs)
+
+    # ---- KV export -----------------------------------------------------------------------------
+    def forget(self, request_id: str) -> None:
+        """Drop a finished or aborted request's sampler state."""
+        self.sampler.forget(request_id)
+
+    def export_kv(self, req: Request) -> KVPayload:
+        """The prompt KV of a request whose prompt has been computed (see KVCache.export)."""
+        n = len(req.prompt_token_ids)
+        kv = self.cache.export(req.block_ids[: -(-n // self.cfg.block_size)], n)
+        return KVPayload(req.request_id, self.layout, list(req.prompt_token_ids), kv,
+                         self.cfg.block_size)
+
+
+def build_engine(config: EngineConfig) -> LLMEngine:
+    """An engine instance with this model runner under it."""
+    config = config.resolved()
+    return LLMEngine(config, ModelRunner(config))

@@ -1,0 +1,197 @@
+"""Start a topology as processes, wait for health, and always tear it down.
+
+collocated: N `both` replicas behind a round-robin front; disagg: x prefillers +
+y decoders behind the P/D proxy; render: one render-tier server (no model). Each
+instance is pinned to its CPU cores (sched_setaffinity + its torch thread count)
+or, on GPUs, to one device via CUDA_VISIBLE_DEVICES. Children get SIGTERM if this process dies (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What to start. `cores`: CPU cores to share out, one slice per instance."""
+
+    mode: str = "collocated"  # collocated | disagg | render
+    replicas: int = 2
+    prefill: int = 1
+    decode: int = 1
+    model: str = "tiny"
+    connector: str = "shm"
+    dtype: str = "float32"
+    device: str = "cpu"
+    port: int = 0  # the front's port; 0 picks a free one
+    host: str = "127.0.0.1"
+    cores: tuple[int, ...] | None = None  # default: all cores this process may use
+    gpus: tuple[int, ...] | None = None  # default: GPU i for instance i; fewer are shared round-robin
+    max_num_batched_tokens: int = 2048
+    kv_lease_duration: float = 30.0
+    extra_args: tuple[str, ...] = ()
+    # --chat-template / --reasoning-parser / --tool-call-parser: alike on every engine and render
+    frontend_args: tuple[str, ...] = ()
+
+    @property
+    def num_instances(self) -> int:
+        return {"collocated": self.replicas, "render": 1}.get(self.mode, self.prefill + self.decode)
+
+    def validate(self) -> None:
+        if self.mode not in ("collocated", "disagg", "render"):
+            raise ValueError(f"mode must be collocated, disagg or render, not {self.mode!r}")
+        if min(self.replicas, self.prefill, self.decode) < 1:
+            raise ValueError("replicas, prefill and decode must be >= 1")
+        cores = self.cores or tuple(sorted(os.sched_getaffinity(0)))
+        if self.device == "cpu" and self.num_instances > len(cores):
+            raise ValueError(f"{self.num_instances} instances need {self.num_instances} cores; "
+                             f"this machine offers {len(cores)}")
+        if self.connector == "cuda" and not self.device.startswith("cuda"):
+            raise ValueError("the cuda connector needs device cuda")
+
+    def instance_device(self, i: int, env: dict[str, str]) -> str:
+        """Instance i's --device, setting CUDA_VISIBLE_DEVICES in `env` where it pins one GPU."""
+        if not self.device.startswith("cuda"):
+            return self.device
+        gpus = self.gpus or tuple(range(self.num_instances))
+        gpu = gpus[i % len(gpus)]
+        if self.connector == "cuda":  # NOTE: CUDA IPC needs both GPUs visible in both processes
+            return f"cuda:{gpu}"
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        return "cuda:0"
+
+
+@dataclass
+class Deployment:
+    """A running topology: the URL clients use and each instance's URL."""
+
+    url: str
+    instance_urls: dict[str, list[str]]
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _spawn(args: list[str], cores: list[int] | None, env: dict) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, *args], env=env, preexec_fn=_die_with_parent,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if cores:
+        os.sched_setaffinity(proc.pid, cores)
+    return proc
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            raise RuntimeError(f"instance {url} exited with code {proc.returncode}: {err}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return
+        time.sleep(0.05)
+    raise TimeoutError(f"instance {url} not healthy after {timeout:.0f} s")
+
+
+def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    """SIGTERM everything, then SIGKILL what is still alive after `grace_s`."""
+    for p in processes:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if p.stderr:
+            p.stderr.close()
+
+
+@contextlib.contextmanager
+def serve_module(module: str, args: list[str], host: str = "127.0.0.1",
+                 cores: list[int] | None = None, health_timeout: float = 60.0,
+                 port: int = 0) -> Iterator[str]:
+    """Run `python -m module --host H --port P *args` (P: `port`, else a free one), yield its
+    URL once healthy, stop it."""
+    port = port or free_port(host)
+    proc = _spawn(["-m", module, "--host", host, "--port", str(port), *args], cores, dict(os.environ))
+    try:
+        url = f"http://{host}:{port}"
+        _wait_healthy(url, proc, health_timeout)
+        yield url
+    finally:
+        stop([proc])
+
+
+def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
+    return ["-m", "engine.serve.server", "--model", t.model, "--role", role, "--host", t.host,
+            "--port", str(port), "--connector", t.connector, "--dtype", t.dtype,
+            "--device", device,
+            "--num-threads", "1", "--max-num-batched-tokens", str(t.max_num_batched_tokens),
+            "--kv-lease-duration", str(t.kv_lease_duration), *t.frontend_args, *t.extra_args]
+
+
+@contextlib.contextmanager
+def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
+    """Start `t`, yield its Deployment once every process is healthy, stop all on exit."""
+    t.validate()
+    if t.mode == "render":
+        with serve_module("engine.serve.render_server", ["--model", t.model, *t.frontend_args], t.host,
+                          health_timeout=health_timeout, port=t.port) as url:
+            yield Deployment(url, {"render": [url]})
+        return
+    cores = list(t.cores or sorted(os.sched_getaffinity(0)))
+    roles = ["both"] * t.replicas if t.mode == "collocated" else \
+        ["prefill"] * t.prefill + ["decode"] * t.decode
+    procs: list[subprocess.Popen] = []
+    urls: dict[str, list[str]] = {"both": [], "prefill": [], "decode": []}
+    try:
+        share = max(1, len(cores) // len(roles))
+        for i, role in enumerate(roles):
+            env = dict(os.environ)
+            mine = None
+            device = t.instance_device(i, env)
+            if device == "cpu":
+                mine = cores[i * share:(i + 1) * share] or [cores[i % len(cores)]]
+                env["OMP_NUM_THREADS"] = "1"
+            port = free_port(t.host)
+            url = f"http://{t.host}:{port}"
+            procs.append(_spawn(_instance_args(t, role, port, device), mine, env))
+            urls[role].append(url)
+        for p, url in zip(procs, urls["both"] + urls["prefill"] + urls["decode"]):
+            _wait_healthy(url, p, health_timeout)
+        port = t.port or free_port(t.host)
+        front = ["-m", "engine.serve.proxy", "--host", t.host, "--port", str(port),
+                 "--decode", *(urls["both"] or urls["decode"])]
+        if urls["prefill"]:
+            front += ["--prefill", *urls["prefill"]]
+        procs.append(_spawn(front, None, dict(os.environ)))
+        url = f"http://{t.host}:{port}"
+        _wait_healthy(url, procs[-1], health_timeout)
+        yield Deployment(url, {k: v for k, v in urls.items() if v}, procs)
+    finally:
+        stop(procs)

@@ -1,0 +1,147 @@
+"""The front door of a topology: vLLM's P/D proxy protocol, or round-robin over replicas.
+
+disagg: prefill leg (non-streaming, max_tokens=1, do_remote_decode) to the next
+prefiller, then the original request plus the returned kv_transfer_params to the
+next decoder, streamed back as it comes. collocated: each request goes whole to
+the next replica. Upstream failures become OpenAI-style errors, never a hang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import uuid
+
+import aiohttp
+from aiohttp import web
+
+from engine.serve.http_app import run_app
+from engine.render.protocol import RequestError, error_body, parse_json
+
+PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
+                     "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
+                     "remote_port": None}
+_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
+
+
+def _err(message: str, status: int, err_type: str = "upstream_error") -> web.Response:
+    return web.json_response(error_body(message, err_type, status), status=status)
+
+
+class Proxy:
+    """Round-robin over prefillers and decoders (disagg) or replicas (collocated)."""
+
+    def __init__(self, decode_urls: list[str], prefill_urls: list[str] | None = None):
+        self.prefill_urls, self.decode_urls = prefill_urls or [], decode_urls
+        self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
+        self._decode = itertools.cycle(decode_urls)
+        self.session: aiohttp.ClientSession | None = None
+        self.app = web.Application(client_max_size=64 << 20)
+        self.app.add_routes([
+            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/metrics", self.metrics),
+            web.post("/v1/completions", self.handle),
+            web.post("/v1/chat/completions", self.handle),
+            web.post("/inference/v1/generate", self.handle),
+        ])
+        self.app.on_startup.append(self._start)
+        self.app.on_cleanup.append(self._stop)
+
+    async def _start(self, _app) -> None:
+        self.session = aiohttp.ClientSession(timeout=_TIMEOUT)
+
+    async def _stop(self, _app) -> None:
+        await self.session.close()
+
+    async def health(self, _req) -> web.Response:
+        return web.json_response({"status": "ok", "prefill": self.prefill_urls,
+                                  "decode": self.decode_urls})
+
+    async def models(self, _req) -> web.Response:
+        try:
+            async with self.session.get(self.decode_urls[0] + "/v1/models") as r:
+                return web.Response(body=await r.read(), status=r.status,
+                                    content_type="application/json")
+        except aiohttp.ClientError as e:
+            return _err(f"upstream unreachable: {e}", 502)
+
+    async def metrics(self, _req) -> web.Response:
+        """Every decoder's (or replica's) Prometheus text, one after the other, each under a
+        comment naming it: a client sums the samples (the KV-transfer ones live there)."""
+        parts = []
+        for url in self.decode_urls:
+            try:
+                async with self.session.get(url + "/metrics") as r:
+                    parts.append(f"# instance {url}\n" + (await r.text()))
+            except aiohttp.ClientError as e:
+                return _err(f"upstream {url} unreachable: {e}", 502)
+        return web.Response(text="".join(parts), content_type="text/plain")
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        headers = {"X-Request-Id": rid}
+        try:
+            body = parse_json(await request.read())
+        except RequestError as e:
+            return web.json_response(e.body(), status=e.status, headers=headers)
+        if self._prefill is not None:
+            leg = {k: v for k, v in body.items() if k != "stream_options"}
+            leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS))
+            if "max_completion_tokens" in leg:
+                leg["max_completion_tokens"] = 1
+            if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
+                leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
+            try:
+                async with self.session.post(next(self._prefill) + path, json=leg,
+                                             headers=headers) as r:
+                    data = await r.read()
+                    if r.status != 200:
+                        return web.Response(body=data, status=r.status, headers=headers,
+                                            content_type="application/json")
+                    body = {**body, "kv_transfer_params": json.loads(data).get("kv_transfer_params")}
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+                return _err(f"prefill instance failed: {e}", 502)
+        return await self._forward(request, next(self._decode) + path, body, headers)
+
+    async def _forward(self, request, url: str, body: dict, headers: dict) -> web.StreamResponse:
+        try:
+            upstream = await self.session.post(url, json=body, headers=headers)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            return _err(f"decode instance unreachable: {e}", 502)
+        async with upstream:
+            if not body.get("stream") or upstream.status != 200:
+                try:
+                    data = await upstream.read()
+                except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                    return _err(f"decode instance failed: {e}", 502)
+                return web.Response(body=data, status=upstream.status, headers=headers,
+                                    content_type="application/json")
+            resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await resp.write(chunk)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                err = error_body(f"decode instance failed mid-stream: {e}", "upstream_error", 502)
+                await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+            return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="P/D proxy (with --prefill) or round-robin front.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8192)
+    ap.add_argument("--prefill", nargs="*", default=[], help="prefiller base URLs")
+    ap.add_argument("--decode", nargs="+", required=True, help="decoder (or replica) base URLs")
+    a = ap.parse_args(argv)
+    try:
+        asyncio.run(run_app(Proxy(a.decode, a.prefill).app, a.host, a.port, "proxy"))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

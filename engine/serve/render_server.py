@@ -1,0 +1,166 @@
+"""The render tier: a CPU web service that turns chat requests into token IDs and generated
+token IDs back into chat completions, for an engine serving tokens only. No model, no torch.
+
+    POST /v1/chat/completions/render    chat request -> {token_ids, sampling_params, ...},
+                                        a body for the engine's /inference/v1/generate
+    POST /v1/chat/completions/derender  {generate_response, prompt_tokens, chat_request}
+                                        -> a ChatCompletion; or, streaming, {generate_chunk,
+                                        stream_state (absent on the first chunk), chat_request
+                                        (first chunk)} -> a chunk plus the next stream_state
+
+Stateless: the stream state travels with the client, so any replica serves any chunk.
+
+    python -m engine.serve.render_server --port 8200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+
+from aiohttp import web
+
+from engine.serve.http_app import run_app
+from engine.serve.metrics import frontend_registry
+from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
+from engine.render.derender import DerenderError, StreamState
+from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
+from prometheus_client import generate_latest
+
+
+class RenderServer:
+    """Routes of one render replica."""
+
+    def __init__(self, config: FrontendConfig, served_model: str):
+        self.frontend, self.model = Frontend(config), served_model
+        self.registry = frontend_registry(self.frontend, served_model)
+        self.app = web.Application(client_max_size=64 << 20)
+        self.app.add_routes([
+            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/metrics", self.prometheus),
+            web.post("/v1/chat/completions/render", self.render),
+            web.post("/v1/chat/completions/derender", self.derender),
+        ])
+
+    async def health(self, _req) -> web.Response:
+        return web.json_response({"status": "ok", "role": "render",
+                                  "fingerprint": self.frontend.fingerprint})
+
+    async def models(self, _req) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "owned_by": "advisor",
+             "fingerprint": self.frontend.fingerprint}]})
+
+    async def prometheus(self, _req) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), content_type="text/plain")
+
+    async def render(self, request: web.Request) -> web.Response:
+        try:
+            req = parse_request(parse_json(await request.read()), True, self.model)
+            ids = self.frontend.prompt_ids(req)
+        except RequestError as e:
+            return web.json_response(e.body(), status=e.status)
+        out = {"model": self.model, "token_ids": ids, "sampling_params": sampling_body(req.params),
+               "stream": req.stream, "fingerprint": self.frontend.fingerprint}
+        if req.kv_transfer_params is not None:
+            out["kv_transfer_params"] = req.kv_transfer_params
+        return web.json_response(out)
+
+    async def derender(self, request: web.Request) -> web.Response:
+        try:
+            body = parse_json(await request.read())
+            chat_req = body.get("chat_request")
+            if chat_req is not None:
+                if not isinstance(chat_req, dict):
+                    raise RequestError("'chat_request' must be the chat request object",
+                                       "chat_request")
+                chat_req = parse_request(chat_req, True, self.model)
+            if "generate_chunk" in body:
+                return web.json_response(self._chunk(body, chat_req))
+            if "generate_response" in body:
+                return web.json_response(self._whole(body, chat_req))
+            raise RequestError("derender needs 'generate_response' or, streaming, 'generate_chunk'")
+        except RequestError as e:
+            return web.json_response(e.body(), status=e.status)
+        except DerenderError as e:
+            return web.json_response(RequestError(str(e)).body(), status=400)
+
+    def _whole(self, body: dict, chat_req) -> dict:
+        gen = _object(body, "generate_response")
+        self.frontend.check(gen.get("fingerprint"), "generate_response")
+        rid = _request_id(gen)
+        ids = gen.get("token_ids")
+        msg, reason = self.frontend.chat_whole(rid, ids, chat_req, gen.get("finish_reason") or "stop")
+        return {"id": rid, "object": "chat.completion", "created": int(time.time()),
+                "model": self.model, "usage": _usage(body, gen, len(ids)),
+                "choices": [{"index": 0, "message": msg, "finish_reason": reason,
+                             "token_ids": ids}]}
+
+    def _chunk(self, body: dict, chat_req) -> dict:
+        gen = _object(body, "generate_chunk")
+        self.frontend.check(gen.get("fingerprint"), "generate_chunk")
+        rid = _request_id(gen)
+        state = body.get("stream_state")
+        state = self.frontend.start_stream(rid, chat_req) if state is None else \
+            StreamState.from_json(state)
+        delta, reason, state = self.frontend.chat_chunk(state, rid, gen.get("token_ids"),
+                                                        gen.get("finish_reason"))
+        out = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+               "model": self.model, "stream_state": state.to_json(),
+               "choices": [{"index": 0, "delta": delta, "finish_reason": reason,
+                            "token_ids": gen.get("token_ids")}]}
+        if gen.get("finish_reason") is not None and "prompt_tokens" in body:
+            out["usage"] = _usage(body, gen, state.num_tokens)
+        return out
+
+
+def _object(body: dict, key: str) -> dict:
+    value = body[key]
+    if not isinstance(value, dict):
+        raise RequestError(f"'{key}' must be an object", key)
+    return value
+
+
+def _request_id(gen: dict) -> str:
+    rid = gen.get("request_id", f"gen-{uuid.uuid4().hex}")
+    if not isinstance(rid, str):
+        raise RequestError("'request_id' must be a string", "request_id")
+    return rid
+
+
+def _usage(body: dict, gen: dict, completion: int) -> dict:
+    """Usage from `prompt_tokens` (a count or the IDs), else the generate response's own."""
+    prompt = body.get("prompt_tokens")
+    if isinstance(prompt, list):
+        prompt = len(prompt)
+    if prompt is None:
+        prompt = (gen.get("usage") or {}).get("prompt_tokens")
+    if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt < 0:
+        raise RequestError("'prompt_tokens' must be a count or the prompt's token IDs",
+                           "prompt_tokens")
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Run a render-tier server (no model, CPU only).")
+    ap.add_argument("--model", default="small",
+                    help="served model name; a local HF directory also gives the tokenizer")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8200)
+    add_frontend_args(ap)
+    a = ap.parse_args(argv)
+    try:
+        server = RenderServer(frontend_config(a), a.model)
+    except (ValueError, OSError) as e:
+        raise SystemExit(f"engine.serve.render_server: {e}") from None
+    try:
+        asyncio.run(run_app(server.app, a.host, a.port, "render server"))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""OpenAI-compatible HTTP server for one engine instance (role both, prefill or decode)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import time
+import traceback
+import uuid
+
+from aiohttp import web
+
+from engine.serve.async_engine import AsyncEngine
+from engine.core.config import EngineConfig
+from engine.kv import connector, connectors
+from engine.kv.frame import FrameError
+from engine.kv.source import KVSource
+from engine.serve.http_app import run_app
+from engine.kv.links import LinkEmulation, parse_emulation
+from engine.core.llm_engine import KVImportError, RequestOutput
+from engine.model.runner import build_engine
+from engine.serve.metrics import EngineMetrics
+from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
+from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
+from engine.serve.responses import RequestContext, Responder
+
+
+def _error(e: RequestError) -> web.Response:
+    return web.json_response(e.body(), status=e.status)
+
+
+class EngineServer:
+    """Routes, request handling and the KV side channel of one instance."""
+
+    def __init__(self, config: EngineConfig, connector: str = "shm", served_model: str | None = None,
+                 kv_host: str = "127.0.0.1", kv_port: int = 0,
+                 link_emulation: LinkEmulation | None = None, frontend: FrontendConfig | None = None):
+        self.connector = connectors.get(connector, link_emulation)
+        if connector == "cuda" and not config.device.startswith("cuda"):
+            raise ValueError("the cuda connector needs --device cuda")
+        if config.role == "prefill" and connector == "shm" and config.device == "cpu":
+            config = dataclasses.replace(config, kv_shared_memory=True)
+        self.engine = build_engine(config)
+        self.role = self.engine.config.role
+        self.model = served_model or config.model
+        self.frontend = Frontend(frontend or FrontendConfig(model_dir=config.model))
+        self.metrics = EngineMetrics(self.model, self.frontend)
+        self.source = None
+        if self.role == "prefill":
+            self.source = KVSource(self.engine.lend_kv, self._release, self.engine.runner.cache,
+                                   self.engine.runner.layout, kv_host, kv_port)
+        self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
+        self.responder = Responder(self.frontend, self.model, self._held_kv_params)
+        self.app = web.Application(client_max_size=64 << 20)
+        self.app.add_routes([
+            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/metrics", self.prometheus),
+            web.post("/v1/completions", self.completions),
+            web.post("/v1/chat/completions", self.chat_completions),
+            web.post("/inference/v1/generate", self.generate_tokens),
+        ])
+        self.app.on_cleanup.append(self._close)
+
+    async def _close(self, _app) -> None:
+        if self.source:
+            self.source.close()
+        self.aengine.close()
+        self.engine.runner.cache.close()
+
+    def _held_kv_params(self, request_id: str) -> dict | None:
+        """kv_transfer_params naming the blocks this prefiller holds for `request_id`."""
+        if self.source is None:
+            return None
+        held = self.engine.held.get(request_id)
+        return self.source.transfer_params(request_id, list(held.block_ids) if held else [])
+
+    def _release(self, request_id: str) -> None:  # side-channel thread
+        self.aengine.submit(lambda: self.engine.release_kv(request_id))
+
+    # ---- simple routes -------------------------------------------------------------------------
+    async def health(self, _req) -> web.Response:
+        return web.json_response({"status": "ok", "role": self.role})
+
+    async def models(self, _req) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "owned_by": "advisor",
+             "max_model_len": self.engine.model_config.max_position_embeddings}]})
+
+    async def prometheus(self, _req) -> web.Response:
+        return web.Response(body=self.metrics.render(), content_type="text/plain")
+
+    # ---- generation ----------------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=True)
+
+    async def generate_tokens(self, request: web.Request) -> web.StreamResponse:
+        """Tokens in, tokens out (the engine behind a render tier): no text anywhere."""
+        return await self.generate(request, chat=False, tokens_only=True)
+
+    async def generate(self, request: web.Request, chat: bool,
+                       tokens_only: bool = False) -> web.StreamResponse:
+        arrival = time.monotonic()
+        try:
+            body = parse_json(await request.read())
+            if tokens_only:
+                self.frontend.check(body.get("fingerprint"), "this request")
+                body = tokens_request(body, self.model)
+            req = parse_request(body, chat, self.model)
+            prompt = self.frontend.prompt_ids(req)
+            self.engine.validate(prompt, req.params)
+        except (RequestError, ValueError) as e:
+            return _error(e if isinstance(e, RequestError) else RequestError(str(e)))
+        kv = req.kv_transfer_params or {}
+        pulled = None
+        if self.role == "decode" and connector.can_pull(kv):
+            try:
+                pulled = await self.connector.pull_async(kv, self.engine.runner.layout,
+                                                         self.engine.runner.device)
+            except (FrameError, OSError, ValueError) as e:
+                self.metrics.kv_failures.inc()
+                if self.engine.config.kv_load_failure_policy == "fail":
+                    return _error(RequestError(f"KV transfer failed: {e}", status=500,
+                                               err_type="kv_transfer_error"))
+        rid = f"{'gen' if tokens_only else 'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        stream = self.aengine.generate(prompt, req.params, rid,
+                                       kv=pulled.payload if pulled else None,
+                                       remote_decode=True if kv.get("do_remote_decode") else None)
+        ctx = RequestContext(self.responder, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only)
+        try:
+            first = await stream.__anext__()
+        except (KVImportError, ValueError) as e:
+            self._pulled_done(ctx)
+            return _error(RequestError(str(e)))
+        if req.stream:
+            return await self._stream(request, ctx, first, stream)
+        return await self._complete(ctx, first, stream)
+
+    def _pulled_done(self, ctx: RequestContext, out: RequestOutput | None = None) -> None:
+        if ctx.pulled is None:
+            return
+        rec = ctx.pulled.record
+        ctx.pulled.close(imported=out is not None)
+        ctx.pulled = None
+        if out is not None:
+            ctx.transfer = {"seconds": rec.seconds, "bytes": rec.nbytes, "connector": rec.connector,
+                            "emulated": rec.emulated}
+            self.metrics.kv_transfer_time.observe(rec.seconds)
+            self.metrics.kv_transfer_bytes.inc(rec.nbytes)
+            self.metrics.kv_transfers.inc()
+            if out.first_scheduled_time is not None:
+                self.metrics.kv_ready_delay.observe(max(0.0, out.first_scheduled_time - rec.end))
+        asyncio.get_running_loop().run_in_executor(None, connector.release, ctx.kv)
+
+    async def _outputs(self, ctx: RequestContext, first: RequestOutput, stream):
+        """All outputs, with token-latency metrics recorded on the way."""
+        self._pulled_done(ctx, first)
+        last = time.monotonic()
+        self.metrics.ttft.observe(last - ctx.arrival)
+        yield first
+        async for out in stream:
+            now = time.monotonic()
+            self.metrics.itl.observe(now - last)
+            last = now
+            yield out
+
+    async def _complete(self, ctx: RequestContext, first: RequestOutput, stream) -> web.Response:
+        final = first
+        async for out in self._outputs(ctx, first, stream):
+            final = out
+        self._finish_metrics(ctx, final)
+        try:
+            return web.json_response(ctx.body(final))
+        except Exception as e:  # noqa: BLE001  (as in _stream: an OpenAI error, not a bare 500)
+            return _error(_internal(e))
+
+    async def _stream(self, request: web.Request, ctx: RequestContext, first, stream) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        final = first
+        try:
+            async for out in self._outputs(ctx, first, stream):
+                final = out
+                await resp.write(_sse(ctx.chunk(out)))
+            if ctx.req.include_usage:
+                await resp.write(_sse(ctx.usage_chunk(final)))
+            await resp.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            await stream.aclose()  # aborts the request, frees its blocks
+            raise
+        except Exception as e:  # noqa: BLE001
+            # NOTE: whatever fails while building a chunk must end the stream with an error
+            # event (the client counts a failed request) and abort the request, never tear
+            # the stream and leave the request decoding for nobody.
+            await stream.aclose()
+            await resp.write(_sse(_internal(e).body()))
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        self._finish_metrics(ctx, final)
+        return resp
+
+    def _finish_metrics(self, ctx: RequestContext, final: RequestOutput) -> None:
+        self.metrics.e2e.observe(time.monotonic() - ctx.arrival)
+        self.metrics.prompt_tokens.inc(ctx.num_prompt)
+        self.metrics.generation_tokens.inc(len(final.token_ids))
+
+
+def _internal(e: Exception) -> RequestError:
+    """A server-side failure as an OpenAI-style 500, its traceback printed to the log."""
+    traceback.print_exc()
+    return RequestError(f"internal error: {type(e).__name__}: {e}", status=500,
+                        err_type="internal_error")
+
+
+def _sse(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Run one engine instance as an OpenAI-compatible server.")
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--role", default="both", choices=["both", "prefill", "decode"])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--kv-port", type=int, default=0, help="side-channel port of a prefill instance")
+    ap.add_argument("--connector", default="shm", choices=connectors.NAMES)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-threads", type=int, default=1)
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    ap.add_argument("--kv-lease-duration", type=float, default=30.0)
+    ap.add_argument("--kv-load-failure-policy", default="fail", choices=["fail", "recompute"])
+    ap.add_argument("--kv-link-emulation", default=None,
+                    help="decode: make each KV transfer take as long as on a slower link "
+                         "(1.3s per transfer, or a rate such as 1GBps); for experiments")
+    add_frontend_args(ap)
+    a = ap.parse_args(argv)
+    cfg = EngineConfig(model=a.model, seed=a.seed, device=a.device, dtype=a.dtype, role=a.role,
+                       block_size=a.block_size, max_num_batched_tokens=a.max_num_batched_tokens,
+                       num_threads=a.num_threads, kv_lease_duration=a.kv_lease_duration,
+                       kv_load_failure_policy=a.kv_load_failure_policy)
+    try:
+        emulation = parse_emulation(a.kv_link_emulation) if a.kv_link_emulation else None
+        server = EngineServer(cfg, a.connector, kv_host=a.host, kv_port=a.kv_port,
+                              link_emulation=emulation, frontend=frontend_config(a))
+    except (ValueError, OSError) as e:
+        raise SystemExit(f"engine.serve.server: {e}") from None
+    try:
+        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}"))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
