@@ -1,10 +1,20 @@
-"""The `advisor` command line: parses options and calls one function per verb."""
+"""The `advisor` command line: parses options and calls one function per verb.
+
+A user's mistake (UsageError) or a deployment that would not start (LaunchError) is one
+line on stderr and exit code 2; anything else is a bug and shows its traceback.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import typer
 
-from engine.serve.launch import Topology
+from advisor.errors import UsageError
+from engine.kv.connectors import NAMES as CONNECTORS
+from engine.serve.launch import LaunchError, Topology
+from workloads.presets import PRESETS as WORKLOADS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure collocated vs disaggregated LLM serving and recommend a placement.")
@@ -21,6 +31,17 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+@contextlib.contextmanager
+def _user_errors(what: str = "") -> Iterator[None]:
+    """Turn what the user can fix into one line and exit code 2."""
+    try:
+        yield
+    except UsageError as e:
+        fail(str(e))
+    except LaunchError as e:
+        fail(f"{what or 'a deployment'} failed to start: {e}")
+
+
 def _slo_items(values: list[str] | None, ctx: typer.Context) -> list[str]:
     """An SLO option's values plus the NAME:MS words after it: vLLM's `--goodput ttft:2000
     itl:50` takes several values per flag, which click leaves as extra arguments."""
@@ -34,18 +55,23 @@ def _slo_items(values: list[str] | None, ctx: typer.Context) -> list[str]:
 
 @app.command()
 def serve(
-    mode: str = typer.Option("collocated", help="collocated (N replicas), disagg (xPyD + proxy) "
-                             "or render (a render-tier server: chat <-> token IDs, no model)"),
+    mode: str = typer.Option(
+        "collocated",
+        help="collocated (N replicas), disagg (xPyD + proxy) "
+        "or render (a render-tier server: chat <-> token IDs, no model)",
+    ),
     replicas: int = typer.Option(2, min=1, help="collocated: number of replicas"),
     prefill: int = typer.Option(1, min=1, help="disagg: number of prefill instances"),
     decode: int = typer.Option(1, min=1, help="disagg: number of decode instances"),
-    connector: str = typer.Option("shm", help="disagg KV connector: shm, tcp or cuda"),
+    connector: str = typer.Option("shm", help=f"disagg KV connector: {', '.join(CONNECTORS)}"),
     model: str = typer.Option("small", help="preset name or a local HF model directory"),
     dtype: str = typer.Option("bfloat16", help="float32, bfloat16 or float16"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
     port: int = typer.Option(8000, min=0, max=65535, help="the front's port"),
-    chat_template: str = typer.Option(None, help="a jinja2 chat template file (engines and render)"),
+    chat_template: str = typer.Option(
+        None, help="a jinja2 chat template file (engines and render)"
+    ),
     reasoning_parser: str = typer.Option("qwen3", help="qwen3 (<think> markup) or none"),
     tool_call_parser: str = typer.Option("hermes", help="hermes (<tool_call> markup) or none"),
 ) -> None:
@@ -54,29 +80,20 @@ def serve(
     from advisor.serve import run_serve
     from engine.render.frontend import FrontendConfig
 
-    if mode not in ("collocated", "disagg", "render"):
-        fail(f"--mode must be collocated, disagg or render, not {mode!r}")
-    frontend = FrontendConfig(None, chat_template, reasoning_parser, tool_call_parser)
-    try:
-        frontend.validate()
-    except ValueError as e:
-        fail(str(e))
-    if connector not in ("shm", "tcp", "cuda"):
-        fail(f"--connector must be shm, tcp or cuda, not {connector!r}")
-    topology = Topology(mode=mode, replicas=replicas, prefill=prefill, decode=decode,
-                        model=model, connector=connector, dtype=dtype, device=device,
-                        port=port, host=host, frontend_args=frontend.args())
-    try:
-        topology.validate()
-        from engine.core.config import load_model_config
-
-        load_model_config(model)
-    except ValueError as e:
-        fail(str(e))
-    try:
-        run_serve(topology)
-    except (RuntimeError, TimeoutError) as e:
-        fail(str(e))
+    topology = Topology(
+        mode=mode,
+        replicas=replicas,
+        prefill=prefill,
+        decode=decode,
+        model=model,
+        connector=connector,
+        dtype=dtype,
+        device=device,
+        port=port,
+        host=host,
+    )
+    with _user_errors():
+        run_serve(topology, FrontendConfig(None, chat_template, reasoning_parser, tool_call_parser))
 
 
 @app.command(context_settings={"allow_extra_args": True})
@@ -89,7 +106,9 @@ def bench(
     random_input_len: int = typer.Option(1024, help="random: prompt tokens"),
     random_output_len: int = typer.Option(128, help="random: output tokens"),
     random_range_ratio: float = typer.Option(0.0, help="random: lengths uniform in len*(1 +- r)"),
-    random_prefix_len: int = typer.Option(0, help="random: shared prefix tokens before each prompt"),
+    random_prefix_len: int = typer.Option(
+        0, help="random: shared prefix tokens before each prompt"
+    ),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="generate exactly max_tokens"),
     request_rate: float = typer.Option(None, help="requests/s (inf: all at once)"),
     burstiness: float = typer.Option(1.0, help="gamma shape; 1 = Poisson"),
@@ -100,28 +119,50 @@ def bench(
     metric_percentiles: str = typer.Option("99", help="e.g. 50,90,99"),
     seed: int = typer.Option(0, help="workload seed"),
     result_dir: str = typer.Option(None, help="write result.json and requests.jsonl here"),
-    workload: str = typer.Option(None, help="a preset: long-prompt, chat-multiturn, agent-loop, "
-                                            "bursty-low, short-chat"),
+    workload: str = typer.Option(None, help=f"a preset: {', '.join(WORKLOADS)}"),
     scale: float = typer.Option(1.0, help="preset: multiply every length"),
     trace: str = typer.Option(None, help="Mooncake .jsonl, Azure or BurstGPT .csv trace"),
     trace_time_scale: float = typer.Option(1.0, help="trace: multiply timestamps"),
     num_warmups: int = typer.Option(0, help="warmup requests, excluded from statistics"),
     request_timeout: float = typer.Option(600.0, help="seconds before a request counts as failed"),
     export_trace: str = typer.Option(None, help="also save the workload as a Mooncake trace"),
+    api_key: str = typer.Option(
+        None, envvar="OPENAI_API_KEY", help="bearer token for the server (default: $OPENAI_API_KEY)"
+    ),
 ) -> None:
     """Measure an OpenAI-compatible endpoint under a workload (flags as in `vllm bench serve`)."""
     from advisor.measure.bench import BenchOptions, run_bench
 
-    slos = _slo_items(goodput, ctx)
-    opts = BenchOptions(base_url, endpoint, model, dataset, random_input_len, random_output_len,
-                        random_range_ratio, random_prefix_len, ignore_eos, request_rate, burstiness,
-                        num_prompts, max_concurrency, tuple(slos), percentile_metrics,
-                        metric_percentiles, seed, result_dir, workload, scale, trace,
-                        trace_time_scale, num_warmups, request_timeout, export_trace)
-    try:
+    opts = BenchOptions(
+        base_url=base_url,
+        endpoint=endpoint,
+        model=model,
+        dataset=dataset,
+        random_input_len=random_input_len,
+        random_output_len=random_output_len,
+        random_range_ratio=random_range_ratio,
+        random_prefix_len=random_prefix_len,
+        ignore_eos=ignore_eos,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        num_prompts=num_prompts,
+        max_concurrency=max_concurrency,
+        goodput=tuple(_slo_items(goodput, ctx)),
+        percentile_metrics=percentile_metrics,
+        metric_percentiles=metric_percentiles,
+        seed=seed,
+        result_dir=result_dir,
+        workload=workload,
+        scale=scale,
+        trace=trace,
+        trace_time_scale=trace_time_scale,
+        num_warmups=num_warmups,
+        request_timeout=request_timeout,
+        export_trace=export_trace,
+        api_key=api_key,
+    )
+    with _user_errors():
         run_bench(opts)
-    except ValueError as e:
-        fail(str(e))
 
 
 @app.command()
@@ -130,18 +171,27 @@ def probe(
     p2p_from: str = typer.Option(None, help="parse a saved `nvidia-smi topo -p2p r` output"),
     link_mb: int = typer.Option(64, help="payload size for the link measurements (MB)"),
     transfer_check: str = typer.Option(None, help="URL of a disaggregated deployment to check"),
-    metrics_url: list[str] = typer.Option(None, help="its decoders' /metrics (default URL/metrics)"),
+    metrics_url: list[str] = typer.Option(
+        None, help="its decoders' /metrics (default URL/metrics)"
+    ),
     check_prompts: int = typer.Option(3, help="transfer check: prompts, sent one at a time"),
     check_prompt_tokens: int = typer.Option(2048, help="transfer check: tokens per prompt"),
 ) -> None:
     """Hardware and transfer checks: GPUs, P2P matrix, measured links, a live transfer check."""
     from advisor.probe.probe import ProbeOptions, run_probe
 
-    try:
-        run_probe(ProbeOptions(p2p_from, json_out, link_mb, transfer_check,
-                               tuple(metrics_url or ()), check_prompts, check_prompt_tokens))
-    except ValueError as e:
-        fail(str(e))
+    with _user_errors():
+        run_probe(
+            ProbeOptions(
+                p2p_from=p2p_from,
+                as_json=json_out,
+                link_mb=link_mb,
+                transfer_check=transfer_check,
+                metrics_urls=tuple(metrics_url or ()),
+                check_prompts=check_prompts,
+                check_prompt_tokens=check_prompt_tokens,
+            )
+        )
 
 
 @app.command("kv-size")
@@ -149,72 +199,84 @@ def kv_size(
     model: str = typer.Option("qwen2.5-7b", help="preset name or a local config.json / directory"),
     tokens: int = typer.Option(8192, help="prompt tokens"),
     dtype: str = typer.Option("bfloat16", help="KV dtype: bfloat16, float16 or float32"),
-    link: list[str] = typer.Option(None, help="also time it on a link: 400Gbps, 25GBps, pcie4, ..."),
+    link: list[str] = typer.Option(
+        None, help="also time it on a link: 400Gbps, 25GBps, pcie4, ..."
+    ),
     measured: bool = typer.Option(False, help="also time it on this host's measured shm and TCP"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """KV bytes per token, a prompt's KV, and its transfer time on named or measured links."""
     from advisor.probe.kvsize import run_kv_size
 
-    try:
+    with _user_errors():
         run_kv_size(model, tokens, dtype, link or [], measured, json_out)
-    except ValueError as e:
-        fail(str(e))
 
 
 @app.command(context_settings={"allow_extra_args": True})
 def sweep(
     ctx: typer.Context,
-    workload: str = typer.Option("long-prompt", help="workload preset"),
+    workload: str = typer.Option("long-prompt", help=f"workload preset: {', '.join(WORKLOADS)}"),
     model: str = typer.Option("small", help="preset name or a local HF model directory"),
     slo: list[str] = typer.Option(None, help="SLOs in ms (default ttft:2000 itl:50)"),
     attainment: float = typer.Option(0.9, help="share of requests that must meet every SLO"),
     rates: str = typer.Option(None, help="a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)"),
     num_prompts: int = typer.Option(None, help="requests per rate (default: ~16 s of them)"),
     topologies: str = typer.Option("collocated:2,disagg:1p1d", help="collocated:N,disagg:XpYd"),
-    connector: str = typer.Option("shm", help="disagg KV connector: shm, tcp or cuda"),
-    link_emulation: str = typer.Option(None, help="make each KV transfer as slow as a link: "
-                                                  "1.3s, 800ms or 1GBps (marked as emulated)"),
+    connector: str = typer.Option("shm", help=f"disagg KV connector: {', '.join(CONNECTORS)}"),
+    link_emulation: str = typer.Option(
+        None,
+        help="make each KV transfer as slow as a link: 1.3s, 800ms or 1GBps (marked as emulated)",
+    ),
     collocated_url: str = typer.Option(None, help="measure an existing collocated deployment"),
     disagg_url: str = typer.Option(None, help="measure an existing disaggregated deployment"),
     out: str = typer.Option("results", help="parent of the run directory"),
     resume: str = typer.Option(None, help="resume an interrupted sweep's run directory"),
     scale: float = typer.Option(None, help="prompt length scale (default 0.05 on CPU, 1 on GPU)"),
-    output_scale: float = typer.Option(None, help="output length scale (default 0.4 on CPU)"),
+    output_scale: float = typer.Option(None, help="output length scale (default 0.25 on CPU)"),
     dtype: str = typer.Option("bfloat16", help="engine dtype"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     start_rate: float = typer.Option(0.25, help="search: first rate (req/s)"),
     max_steps: int = typer.Option(4, help="search: doublings, and the bracket's extra steps"),
     bisect_steps: int = typer.Option(1, help="search: bisections per placement"),
     seed: int = typer.Option(0, help="workload seed"),
+    api_key: str = typer.Option(
+        None,
+        envvar="OPENAI_API_KEY",
+        help="bearer token for --collocated-url / --disagg-url (default: $OPENAI_API_KEY)",
+    ),
 ) -> None:
     """Measure collocated against disaggregated on this machine and recommend a placement."""
-    from advisor.sweep.sweep import SweepOptions, run_sweep
+    from advisor.sweep.sweep import SweepOptions, parse_rates, run_sweep
 
-    slos = _slo_items(slo, ctx)
-    try:
-        grid = tuple(float(r) for r in rates.split(",") if r.strip()) if rates else ()
-    except ValueError:
-        fail(f"--rates {rates!r}: expected comma-separated numbers")
-    if connector not in ("shm", "tcp", "cuda"):
-        fail(f"--connector must be shm, tcp or cuda, not {connector!r}")
-    opts = SweepOptions(workload=workload, scale=scale, output_scale=output_scale, model=model,
-                        dtype=dtype,
-                        slo=tuple(slos) or ("ttft:2000", "itl:50"), attainment=attainment,
-                        rates=grid, start_rate=start_rate, max_steps=max_steps,
-                        bisect_steps=bisect_steps, num_prompts=num_prompts, topologies=topologies,
-                        connector=connector, link_emulation=link_emulation,
-                        collocated_url=collocated_url, disagg_url=disagg_url, out=out, seed=seed,
-                        device=device)
-    try:
-        run_sweep(opts, resume=resume)
-    except ValueError as e:
-        fail(str(e))
-    except (RuntimeError, TimeoutError) as e:
-        fail(f"a deployment failed: {e}")
-    except KeyboardInterrupt:
-        typer.echo("advisor: interrupted; every finished run is saved (see --resume)", err=True)
-        raise typer.Exit(130) from None
+    with _user_errors("a bundled-engine deployment"):
+        opts = SweepOptions(
+            workload=workload,
+            scale=scale,
+            output_scale=output_scale,
+            model=model,
+            dtype=dtype,
+            slo=tuple(_slo_items(slo, ctx)) or ("ttft:2000", "itl:50"),
+            attainment=attainment,
+            rates=parse_rates(rates),
+            start_rate=start_rate,
+            max_steps=max_steps,
+            bisect_steps=bisect_steps,
+            num_prompts=num_prompts,
+            topologies=topologies,
+            connector=connector,
+            link_emulation=link_emulation,
+            collocated_url=collocated_url,
+            disagg_url=disagg_url,
+            out=out,
+            seed=seed,
+            device=device,
+            api_key=api_key,
+        )
+        try:
+            run_sweep(opts, resume=resume)
+        except KeyboardInterrupt:
+            typer.echo("advisor: interrupted; every finished run is saved (see --resume)", err=True)
+            raise typer.Exit(130) from None
 
 
 @app.command()
@@ -226,10 +288,10 @@ def report(
     """Write report.html and report.md (with PNG plots) into a run directory."""
     from advisor.report import run_report
 
-    try:
-        paths = run_report(run_dir, tuple(f.strip() for f in format.split(",") if f.strip()), compare)
-    except ValueError as e:
-        fail(str(e))
+    with _user_errors():
+        paths = run_report(
+            run_dir, tuple(f.strip() for f in format.split(",") if f.strip()), compare
+        )
     for path in paths:
         typer.echo(str(path))
 
@@ -246,10 +308,8 @@ def recommend(
 
     if (run_dir is None) == (evidence is None):
         fail("give a RUN_DIR or --evidence FILE (one of them)")
-    try:
+    with _user_errors():
         run_recommend(run_dir or evidence, json_out, threshold or [])
-    except ValueError as e:
-        fail(str(e))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from advisor.decide.table import fmt_items
+
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
 
@@ -48,11 +50,6 @@ def print_recommendation(rec: dict, out: Console | None = None) -> None:
     for col in ("row", "fired", "action", "evidence", "thresholds"):
         table.add_column(col)
     for r in rec["rows"]:
-        fmt = lambda d: ", ".join(f"{k}={_num(v)}" for k, v in d.items() if v is not None)  # noqa: E731
-        table.add_row(r["id"], "yes" if r["fired"] else "no", r["action"], fmt(r["evidence"]),
-                      fmt(r["thresholds"]))
+        table.add_row(r["id"], "yes" if r["fired"] else "no", r["action"],
+                      fmt_items(r["evidence"]), fmt_items(r["thresholds"]))
     out.print(table)
-
-
-def _num(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)

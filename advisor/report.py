@@ -4,22 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from advisor.errors import UsageError
 from reports import html, markdown, model
 
 FORMATS = ("html", "md")
 
 
-def run_report(run_dir: str, formats: tuple[str, ...] = FORMATS, compare: str | None = None) -> list[Path]:
+def run_report(
+    run_dir: str, formats: tuple[str, ...] = FORMATS, compare: str | None = None
+) -> list[Path]:
     """Write the asked formats into the run directory; return their paths.
-    ValueError (a ReportError) names the file when the directory cannot make a report."""
+    UsageError names the file when the directory cannot make a report."""
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
-        raise ValueError(f"--format {','.join(formats)}: choose from {', '.join(FORMATS)}")
+        raise UsageError(f"--format {','.join(formats)}: choose from {', '.join(FORMATS)}")
     data = model.load(run_dir)
     other = model.load(compare) if compare else None
     out = []
     if "html" in formats:
-        out.append(html.write(data, data.run_dir / "report.html", other))
+        out.append(html.write(data, data.run_dir.file("report.html"), other))
     if "md" in formats:
-        out.append(markdown.write(data, data.run_dir / "report.md", other))
+        out.append(markdown.write(data, data.run_dir.file("report.md"), other))
     return out

@@ -7,11 +7,33 @@ import threading
 
 from rich.console import Console
 
-from engine.serve.launch import Topology, launch
+from advisor.errors import UsageError
+from engine.core.config import load_model_config
+from engine.kv import connectors
+from engine.render.frontend import FrontendConfig
+from engine.serve.launch import MODES, Topology, launch
 
 
-def run_serve(topology: Topology, console: Console | None = None) -> None:
+def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
+    """`topology` with the front end's flags, or UsageError naming the bad flag."""
+    if topology.mode not in MODES:
+        raise UsageError(f"--mode must be {', '.join(MODES[:-1])} or {MODES[-1]}, "
+                         f"not {topology.mode!r}")
+    if topology.connector not in connectors.NAMES:
+        raise UsageError(f"--connector must be one of {', '.join(connectors.NAMES)}, "
+                         f"not {topology.connector!r}")
+    try:
+        frontend.validate()
+        topology.validate()
+        load_model_config(topology.model)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return topology.with_frontend(frontend.args())
+
+
+def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | None = None) -> None:
     """Start `topology`, print its URLs, block until SIGINT or SIGTERM, then stop everything."""
+    topology = check_topology(topology, frontend)
     console = console or Console()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -27,25 +27,34 @@ GOAL_MS = 2.0
 
 def p99_lateness_ms(url: str, rate: float, seconds: float) -> tuple[float, int]:
     """(p99 lateness in ms, failed requests) of a Poisson run at `rate`."""
-    spec = SyntheticSpec(input=LengthDist("fixed", 16), output=LengthDist("fixed", 4),
-                         arrivals=Arrivals("poisson", rate), num_prompts=max(50, int(rate * seconds)))
+    spec = SyntheticSpec(
+        input=LengthDist("fixed", 16),
+        output=LengthDist("fixed", 4),
+        arrivals=Arrivals("poisson", rate),
+        num_prompts=max(50, int(rate * seconds)),
+    )
     run = asyncio.run(Client(Endpoint(url, "scripted", timeout_s=30)).run(synthesize(spec, 0)))
     late = [r.dispatched - r.scheduled for r in run.records if r.dispatched]
     return float(np.percentile(late, 99)) * 1000, sum(not r.ok for r in run.records)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each rate's run")
     args = ap.parse_args()
     cores = sorted(os.sched_getaffinity(0))
     client_core, server_cores = cores[:1], cores[1:] or cores
-    with serve_module("advisor.testing.scripted_server", ["--ttft-ms", "1", "--itl-ms", "1"],
-                      cores=server_cores) as url:
+    with serve_module(
+        "advisor.testing.scripted_server", ["--ttft-ms", "1", "--itl-ms", "1"], cores=server_cores
+    ) as url:
         os.sched_setaffinity(0, client_core)
         p99, failed = p99_lateness_ms(url, 200.0, args.seconds)
-        print(f"200 req/s: p99 send lateness {p99:.2f} ms ({p99 / GOAL_MS:.2f} of the {GOAL_MS:g} ms "
-              f"goal), {failed} failed")
+        print(
+            f"200 req/s: p99 send lateness {p99:.2f} ms ({p99 / GOAL_MS:.2f} of the {GOAL_MS:g} ms "
+            f"goal), {failed} failed"
+        )
         rate, best = 200.0, 200.0 if p99 < GOAL_MS else None
         while p99 < GOAL_MS and rate < 10_000:
             rate *= 2
@@ -53,8 +62,10 @@ def main() -> None:
             print(f"{rate:6.0f} req/s: p99 send lateness {p99:.2f} ms, {failed} failed")
             if p99 < GOAL_MS:
                 best = rate
-        print(f"largest rate one client core sustains with p99 lateness < {GOAL_MS:g} ms: "
-              f"{best if best is not None else 'none'} req/s (doubling from 200)")
+        print(
+            f"largest rate one client core sustains with p99 lateness < {GOAL_MS:g} ms: "
+            f"{best if best is not None else 'none'} req/s (doubling from 200)"
+        )
 
 
 if __name__ == "__main__":

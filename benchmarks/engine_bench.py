@@ -21,8 +21,6 @@ from timing import best_of
 from engine import LLM, SamplingParams
 
 
-
-
 def gemm_baseline_s(llm: LLM, n: int, dtype: torch.dtype) -> tuple[float, float]:
     """Seconds for the prefill's projection GEMMs alone, and for attention's matmuls alone."""
     model = llm.engine.runner.model
@@ -34,7 +32,7 @@ def gemm_baseline_s(llm: LLM, n: int, dtype: torch.dtype) -> tuple[float, float]
                     layer.mlp.gate_up_proj, layer.mlp.down_proj):
             w = lin.weight
             x = x_cache.setdefault(w.shape[1], torch.randn(n, w.shape[1], dtype=dtype))
-            proj += best_of(lambda: torch.nn.functional.linear(x, w))
+            proj += best_of(lambda x=x, w=w: torch.nn.functional.linear(x, w))
     h, hd = cfg.num_attention_heads, cfg.head_dim
     q = torch.randn(h, n, hd, dtype=dtype)
     k = torch.randn(h, hd, n, dtype=dtype)
@@ -70,23 +68,33 @@ def decode_tokens_per_s(llm: LLM, batch: int, prompt_len: int = 128, steps: int 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default="small")
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    llm = LLM(model=args.model, dtype="bfloat16", num_threads=args.threads,
-              max_num_batched_tokens=max(4096, args.tokens), enable_prefix_caching=False)
+    llm = LLM(
+        model=args.model,
+        dtype="bfloat16",
+        num_threads=args.threads,
+        max_num_batched_tokens=max(4096, args.tokens),
+        enable_prefix_caching=False,
+    )
     proj, attn = gemm_baseline_s(llm, args.tokens, torch.bfloat16)
     pre = prefill_s(llm, args.tokens)
     print(f"model {args.model}, bfloat16, {args.threads} thread(s)")
-    print(f"prefill {args.tokens} tokens: {pre * 1000:.0f} ms "
-          f"({args.tokens / pre:.0f} tok/s)")
-    print(f"  same GEMMs alone: projections {proj * 1000:.0f} ms + attention matmuls "
-          f"{attn * 1000:.0f} ms")
-    print(f"  prefill vs GEMM limit: {(proj + attn) / pre:.2f} (goal >= 0.70); "
-          f"projections only: {proj / pre:.2f}")
+    print(f"prefill {args.tokens} tokens: {pre * 1000:.0f} ms ({args.tokens / pre:.0f} tok/s)")
+    print(
+        f"  same GEMMs alone: projections {proj * 1000:.0f} ms + attention matmuls "
+        f"{attn * 1000:.0f} ms"
+    )
+    print(
+        f"  prefill vs GEMM limit: {(proj + attn) / pre:.2f} (goal >= 0.70); "
+        f"projections only: {proj / pre:.2f}"
+    )
     rates = {b: decode_tokens_per_s(llm, b) for b in (1, 8, 32)}
     for b, r in rates.items():
         print(f"decode batch {b:>2}: {r:7.1f} tok/s")

@@ -26,9 +26,9 @@ import aiohttp
 
 from advisor.measure.client import WORDS
 from advisor.measure.prom import parse_frontend, scrape_text
-from engine.serve.launch import serve_module
 from engine.render.derender import StreamState, derender_chunk
 from engine.render.tokenizer import TextTokenizer
+from engine.serve.launch import serve_module
 
 RENDER = "/v1/chat/completions/render"
 
@@ -40,9 +40,17 @@ def chat_body(tokenizer: TextTokenizer, seed: int, tokens: int = 0, chars: int =
     while len(tokenizer.encode(" ".join(words))) < tokens or len(" ".join(words)) < chars:
         words += rng.choices(WORDS, k=500)
     n = len(words) // 6
-    return {"model": "small", "max_tokens": 256, "messages": [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": " ".join(words[i * n:(i + 1) * n])}
-        for i in range(6)]}
+    return {
+        "model": "small",
+        "max_tokens": 256,
+        "messages": [
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": " ".join(words[i * n : (i + 1) * n]),
+            }
+            for i in range(6)
+        ],
+    }
 
 
 def server_cpu_s(url: str) -> float:
@@ -53,20 +61,25 @@ async def drive(url: str, bodies: list[bytes], seconds: float, in_flight: int) -
     """Post bodies round-robin from `in_flight` workers for `seconds`: (done, prompt tokens)."""
     deadline, done, tokens = time.monotonic() + seconds, 0, 0
     async with aiohttp.ClientSession() as session:
+
         async def worker(k: int) -> None:
             nonlocal done, tokens
             while time.monotonic() < deadline:
                 body = bodies[(done + k) % len(bodies)]
-                async with session.post(url + RENDER, data=body,
-                                        headers={"Content-Type": "application/json"}) as resp:
+                async with session.post(
+                    url + RENDER, data=body, headers={"Content-Type": "application/json"}
+                ) as resp:
                     out = await resp.json()
                     assert resp.status == 200, out
                 done, tokens = done + 1, len(out["token_ids"])
+
         await asyncio.gather(*(worker(k) for k in range(in_flight)))
     return done, tokens
 
 
-def render_throughput(tokenizer: TextTokenizer, seconds: float, **size) -> tuple[float, float, int, int]:
+def render_throughput(
+    tokenizer: TextTokenizer, seconds: float, **size
+) -> tuple[float, float, int, int]:
     """(requests/s, server cores used, prompt tokens, prompt characters) over HTTP."""
     bodies = [chat_body(tokenizer, seed, **size) for seed in range(24)]
     chars = sum(len(m["content"]) for m in bodies[0]["messages"])
@@ -83,38 +96,51 @@ def render_throughput(tokenizer: TextTokenizer, seconds: float, **size) -> tuple
     return done / wall, used, tokens, chars
 
 
-def derender_cost_us(tokenizer: TextTokenizer, output_ids: list[int], total: int, window: int = 500) -> float:
+def derender_cost_us(
+    tokenizer: TextTokenizer, output_ids: list[int], total: int, window: int = 500
+) -> float:
     """Mean CPU microseconds per one-token chunk over the last `window` chunks of `total`."""
     ids = (output_ids * (total // len(output_ids) + 1))[:total]
     state = StreamState.start("bench")
-    for t in ids[:total - window]:
+    for t in ids[: total - window]:
         _, state = derender_chunk(tokenizer, state, "bench", [t], finished=False)
         state = StreamState.from_json(json.loads(json.dumps(state.to_json())))
     start = time.process_time()
-    for t in ids[total - window:]:
+    for t in ids[total - window :]:
         _, state = derender_chunk(tokenizer, state, "bench", [t], finished=False)
         state = StreamState.from_json(json.loads(json.dumps(state.to_json())))
     return (time.process_time() - start) / window * 1e6
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seconds", type=float, default=5.0, help="length of the render run")
     args = ap.parse_args()
     tok = TextTokenizer.load()
     for size in ({"tokens": 9000}, {"chars": 36000}):
         rate, used, n, chars = render_throughput(tok, args.seconds, **size)
-        print(f"render over HTTP: {n}-token chat prompts ({chars} characters), {rate:.0f} req/s "
-              f"with the server on one core ({used:.2f} cores busy): {rate / 150:.2f} of the "
-              f"150 req/s goal (vLLM per the guide: 73)")
+        print(
+            f"render over HTTP: {n}-token chat prompts ({chars} characters), {rate:.0f} req/s "
+            f"with the server on one core ({used:.2f} cores busy): {rate / 150:.2f} of the "
+            f"150 req/s goal (vLLM per the guide: 73)"
+        )
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])
-    text = ("<think>" + "let me think about this " * 20 + "</think>" + "the answer is " * 10
-            + '<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>')
+    text = (
+        "<think>"
+        + "let me think about this " * 20
+        + "</think>"
+        + "the answer is " * 10
+        + '<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>'
+    )
     out_ids = tok.encode(text)
     costs = {n: derender_cost_us(tok, out_ids, n) for n in (1000, 8000, 32000)}
-    print("streaming derender, CPU per one-token chunk: " +
-          ", ".join(f"{n // 1000}k tokens {c:.1f} us" for n, c in costs.items()) +
-          f"; 32k / 1k = {costs[32000] / costs[1000]:.2f} (goal <= 2)")
+    print(
+        "streaming derender, CPU per one-token chunk: "
+        + ", ".join(f"{n // 1000}k tokens {c:.1f} us" for n, c in costs.items())
+        + f"; 32k / 1k = {costs[32000] / costs[1000]:.2f} (goal <= 2)"
+    )
 
 
 if __name__ == "__main__":

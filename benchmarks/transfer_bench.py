@@ -21,15 +21,14 @@ import time
 import torch
 from timing import best_of
 
-from engine.serve.async_engine import AsyncEngine
 from engine.core.config import EngineConfig
-from engine.kv import frame
-from engine.kv import connectors
+from engine.core.kv_payload import KVLayout
+from engine.core.sequence import SamplingParams
+from engine.kv import connectors, frame
 from engine.kv.loopback import pull_seconds, shared_source
 from engine.kv.source import KVSource
-from engine.core.kv_payload import KVLayout
 from engine.model.runner import build_engine
-from engine.core.sequence import SamplingParams
+from engine.serve.async_engine import AsyncEngine
 
 LAYOUT = KVLayout(num_layers=8, num_kv_heads=8, head_dim=128, dtype="float32")  # 64 KiB/token
 
@@ -98,12 +97,17 @@ def ready_delays(n: int = 20) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--max-mb", type=int, default=512)
     args = ap.parse_args()
     torch.set_num_threads(1)
     sizes = [mb for mb in (1, 4, 16, 64, 128, 256, 512) if mb <= args.max_mb]
-    print(f"{'MB':>5} | {'memcpy':>7} {'shm':>7} {'ratio':>5} | {'socket':>7} {'tcp':>7} {'ratio':>5}   (GB/s)")
+    print(
+        f"{'MB':>5} | {'memcpy':>7} {'shm':>7} {'ratio':>5} | "
+        f"{'socket':>7} {'tcp':>7} {'ratio':>5}   (GB/s)"
+    )
     for mb in sizes:
         tokens = mb * (1 << 20) // LAYOUT.bytes_per_token
         nbytes = tokens * LAYOUT.bytes_per_token
@@ -113,12 +117,16 @@ def main() -> None:
         source.close()
         source.cache.close()
         sock = socket_baseline(nbytes)
-        gbs = lambda s: nbytes / s / 1e9  # noqa: E731
-        print(f"{mb:>5} | {gbs(memcpy):7.2f} {gbs(shm):7.2f} {memcpy / shm:5.2f} | "
-              f"{gbs(sock):7.2f} {gbs(tcp):7.2f} {sock / tcp:5.2f}")
+        gbs = lambda s, n=nbytes: n / s / 1e9  # noqa: E731
+        print(
+            f"{mb:>5} | {gbs(memcpy):7.2f} {gbs(shm):7.2f} {memcpy / shm:5.2f} | "
+            f"{gbs(sock):7.2f} {gbs(tcp):7.2f} {sock / tcp:5.2f}"
+        )
     d = ready_delays()
-    print(f"decoder ready delay after the last byte: median {statistics.median(d) * 1e3:.2f} ms, "
-          f"max {max(d) * 1e3:.2f} ms over {len(d)} pulls (goal < 5 ms)")
+    print(
+        f"decoder ready delay after the last byte: median {statistics.median(d) * 1e3:.2f} ms, "
+        f"max {max(d) * 1e3:.2f} ms over {len(d)} pulls (goal < 5 ms)"
+    )
 
 
 if __name__ == "__main__":

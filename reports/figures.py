@@ -18,22 +18,43 @@ class FigureSpec:
 
 def figure_specs(data: ReportData, other: ReportData | None = None) -> list[FigureSpec]:
     specs = [
-        FigureSpec("itl", "p50 (dashed) and p99 (solid) inter-token latency against request rate; "
-                          "the dotted line is the ITL SLO.", lambda: plots.itl_vs_rate(data)),
-        FigureSpec("ttft", "Median (dashed) and p99 (solid) time to first token; the dotted line is "
-                           "the TTFT SLO. Disaggregated TTFT includes the KV transfer.",
-                   lambda: plots.ttft_vs_rate(data)),
-        FigureSpec("attainment", "Share of requests meeting every SLO; dashed verticals mark each "
-                                 "placement's highest rate that meets the target.",
-                   lambda: plots.attainment_vs_rate(data)),
-        FigureSpec("kv_transfer", "KV transfer time per disaggregated request, and its share of "
-                                  "that request's TTFT.", lambda: plots.kv_transfer(data)),
-        FigureSpec("timeline", "Each request at the highest rate both placements ran: waiting "
-                               "(grey), decoding (colour), and gaps over the ITL SLO (|): "
-                               "collocated prefills stall running decodes.",
-                   lambda: plots.timeline(data)),
+        FigureSpec(
+            "itl",
+            "p50 (dashed) and p99 (solid) inter-token latency against request rate; "
+            "the dotted line is the ITL SLO.",
+            lambda: plots.itl_vs_rate(data),
+        ),
+        FigureSpec(
+            "ttft",
+            "Median (dashed) and p99 (solid) time to first token; the dotted line is "
+            "the TTFT SLO. Disaggregated TTFT includes the KV transfer.",
+            lambda: plots.ttft_vs_rate(data),
+        ),
+        FigureSpec(
+            "attainment",
+            "Share of requests meeting every SLO; dashed verticals mark each "
+            "placement's highest rate that meets the target.",
+            lambda: plots.attainment_vs_rate(data),
+        ),
+        FigureSpec(
+            "kv_transfer",
+            "KV transfer time per disaggregated request, and its share of that request's TTFT.",
+            lambda: plots.kv_transfer(data),
+        ),
+        FigureSpec(
+            "timeline",
+            "Each request at the highest rate both placements ran: waiting "
+            "(grey), decoding (colour), and gaps over the ITL SLO (|): "
+            "collocated prefills stall running decodes.",
+            lambda: plots.timeline(data),
+        ),
     ]
     if other is not None:
-        specs.append(FigureSpec("compare", f"This run (solid) against {other.run_dir.name} (dashed).",
-                                lambda: plots.compare(data, other)))
+        specs.append(
+            FigureSpec(
+                "compare",
+                f"This run (solid) against {other.run_dir.name} (dashed).",
+                lambda: plots.compare(data, other),
+            )
+        )
     return specs

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import jinja2
 
+from advisor.decide.table import fmt_items
 from reports import model, plots
 from reports.figures import figure_specs
 from reports.model import ReportData
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
                           autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.Undefined)
-_ENV.filters["kv"] = model.fmt_items
+_ENV.filters["kv"] = fmt_items
 _ENV.globals["zip"] = zip
 
 

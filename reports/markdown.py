@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from advisor.decide.table import fmt_items
 from reports import model, plots
 from reports.figures import figure_specs
 from reports.model import ReportData
@@ -30,7 +31,7 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
         lines += ["", "| row | fired | action | evidence |", "|---|---|---|---|"]
         for r in rec["rows"]:
             lines.append(f"| {r['id']} | {'**yes**' if r['fired'] else 'no'} | {r['action']} | "
-                         f"{_cell(model.fmt_items(r['evidence']))} |")
+                         f"{_cell(fmt_items(r['evidence']))} |")
     else:
         lines += ["## Recommendation", "", "No recommendation in this run directory."]
     lines += ["", "## Plots", ""]
@@ -39,9 +40,14 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
         plots.png(spec.make(), out_dir / name)
         lines += [f"![{spec.name}]({name})", "", f"*{_cell(spec.caption)}*", ""]
     columns, rows = model.table(data)
-    lines += ["## Every placement and rate", "",
-              "SLO: " + ", ".join(f"{k} {v}" for k, v in data.slo.items()) + ". Latencies in ms.", "",
-              "| " + " | ".join(c.title for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += [
+        "## Every placement and rate",
+        "",
+        "SLO: " + ", ".join(f"{k} {v}" for k, v in data.slo.items()) + ". Latencies in ms.",
+        "",
+        "| " + " | ".join(c.title for c in columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
     lines += ["| " + " | ".join(_cell(r[c.key]) for c in columns) + " |" for r in rows]
     lines += ["", "## Setup", ""] + [f"- **{k}**: {_cell(v)}" for k, v in model.setup(data)]
     return "\n".join(lines) + "\n"

@@ -15,8 +15,8 @@ from reports.model import ReportData  # noqa: E402
 COLORS = {"collocated": "#1f77b4", "disagg": "#d62728"}
 
 
-def _color(placement: str) -> str:
-    return COLORS["collocated" if placement.startswith("colloc") else "disagg"]
+def _color(data: ReportData, placement: str) -> str:
+    return COLORS.get(data.kind(placement), COLORS["disagg"])
 
 
 def _label(data: ReportData, placement: str) -> str:
@@ -25,8 +25,12 @@ def _label(data: ReportData, placement: str) -> str:
     return f"{placement} (emulated link {emulated})" if emulated else placement
 
 
-def _finish(fig, ax, title: str, data: ReportData, ylabel: str, xlabel: str = "request rate (req/s)"):
-    ax.set_title(title + (f"  [KV link emulated: {data.emulated}]" if data.emulated else ""), fontsize=10)
+def _finish(
+    fig, ax, title: str, data: ReportData, ylabel: str, xlabel: str = "request rate (req/s)"
+):
+    ax.set_title(
+        title + (f"  [KV link emulated: {data.emulated}]" if data.emulated else ""), fontsize=10
+    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -35,32 +39,57 @@ def _finish(fig, ax, title: str, data: ReportData, ylabel: str, xlabel: str = "r
     return fig
 
 
-def _vs_rate(data: ReportData, keys: tuple[str, str], names: tuple[str, str], slo_key: str,
-             title: str, ylabel: str):
+def _vs_rate(
+    data: ReportData,
+    keys: tuple[str, str],
+    names: tuple[str, str],
+    slo_key: str,
+    title: str,
+    ylabel: str,
+):
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for p in data.placements:
         runs = data.series(p)
         x = [r.rate for r in runs]
         for key, name, style in zip(keys, names, ("--", "-")):
-            ax.plot(x, [r.result.get(key) or np.nan for r in runs], style, marker="o",
-                    color=_color(p), label=f"{_label(data, p)} {name}")
+            ax.plot(
+                x,
+                [r.get(key) or np.nan for r in runs],
+                style,
+                marker="o",
+                color=_color(data, p),
+                label=f"{_label(data, p)} {name}",
+            )
     if data.slo.get(slo_key):
-        ax.axhline(data.slo[slo_key], color="black", lw=1, ls=":", label=f"SLO {data.slo[slo_key]:g} ms")
+        ax.axhline(
+            data.slo[slo_key], color="black", lw=1, ls=":", label=f"SLO {data.slo[slo_key]:g} ms"
+        )
     ax.set_yscale("log")
     return _finish(fig, ax, title, data, ylabel)
 
 
 def itl_vs_rate(data: ReportData):
     """1. p50 and p99 ITL against rate; the ITL SLO as a line."""
-    return _vs_rate(data, ("p50_itl_ms", "p99_itl_ms"), ("p50", "p99"), "itl_ms",
-                    "Inter-token latency: where collocated p99 breaks away from its median",
-                    "ITL (ms, log)")
+    return _vs_rate(
+        data,
+        ("p50_itl_ms", "p99_itl_ms"),
+        ("p50", "p99"),
+        "itl_ms",
+        "Inter-token latency: where collocated p99 breaks away from its median",
+        "ITL (ms, log)",
+    )
 
 
 def ttft_vs_rate(data: ReportData):
     """2. median and p99 TTFT against rate; the TTFT SLO as a line."""
-    return _vs_rate(data, ("median_ttft_ms", "p99_ttft_ms"), ("median", "p99"), "ttft_ms",
-                    "Time to first token", "TTFT (ms, log)")
+    return _vs_rate(
+        data,
+        ("median_ttft_ms", "p99_ttft_ms"),
+        ("median", "p99"),
+        "ttft_ms",
+        "Time to first token",
+        "TTFT (ms, log)",
+    )
 
 
 def attainment_vs_rate(data: ReportData):
@@ -69,17 +98,32 @@ def attainment_vs_rate(data: ReportData):
     target = data.slo.get("attainment")
     for p in data.placements:
         runs = data.series(p)
-        ax.plot([r.rate for r in runs], [r.result.get("slo_attainment", 0) for r in runs], "-o",
-                color=_color(p), label=_label(data, p))
-        ok = [r.rate for r in runs if target is not None and r.result.get("slo_attainment", 0) >= target]
+        ax.plot(
+            [r.rate for r in runs],
+            [r.get("slo_attainment", 0) for r in runs],
+            "-o",
+            color=_color(data, p),
+            label=_label(data, p),
+        )
+        ok = [r.rate for r in runs if target is not None and r.get("slo_attainment", 0) >= target]
         if ok:
-            ax.axvline(max(ok), color=_color(p), ls="--", lw=1,
-                       label=f"{p} max goodput rate {max(ok):g} req/s")
+            ax.axvline(
+                max(ok),
+                color=_color(data, p),
+                ls="--",
+                lw=1,
+                label=f"{p} max goodput rate {max(ok):g} req/s",
+            )
     if target is not None:
         ax.axhline(target, color="black", ls=":", lw=1, label=f"target {target:.0%}")
     ax.set_ylim(-0.02, 1.05)
-    return _finish(fig, ax, "SLO attainment (failed requests count as misses)", data,
-                   "share of requests meeting every SLO")
+    return _finish(
+        fig,
+        ax,
+        "SLO attainment (failed requests count as misses)",
+        data,
+        "share of requests meeting every SLO",
+    )
 
 
 def kv_transfer(data: ReportData):
@@ -98,8 +142,14 @@ def kv_transfer(data: ReportData):
         b.hist(np.clip(share, 0, 1), bins=20, range=(0, 1), color=COLORS["disagg"])
     else:
         for ax in (a, b):
-            ax.text(0.5, 0.5, "no KV transfer recorded", ha="center", va="center",
-                    transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                "no KV transfer recorded",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
     a.set_xlabel("KV transfer per request (ms)")
     b.set_xlabel("transfer / TTFT")
     a.set_ylabel("requests")
@@ -119,15 +169,20 @@ def timeline(data: ReportData):
     limit = (data.slo.get("itl_ms") or np.inf) / 1000
     for ax, p in zip(axes[:, 0], placements):
         run = next((r for r in data.series(p) if r.rate == rate), None)
-        recs = [x for x in (run.records if run else []) if x.get("chunks") and x.get("sent") is not None]
+        recs = [
+            x for x in (run.records if run else []) if x.get("chunks") and x.get("sent") is not None
+        ]
         for i, rec in enumerate(sorted(recs, key=lambda x: x["sent"])):
             c = rec["chunks"]
             ax.plot([rec["sent"], c[0]], [i, i], color="#bbbbbb", lw=2)
-            ax.plot([c[0], c[-1]], [i, i], color=_color(p), lw=2)
+            ax.plot([c[0], c[-1]], [i, i], color=_color(data, p), lw=2)
             stalls = [b for a, b in zip(c, c[1:]) if b - a > limit]
             ax.plot(stalls, [i] * len(stalls), "k|", ms=7)
-        ax.set_title(f"{_label(data, p)} at {rate:g} req/s: grey waiting, colour decoding, "
-                     "| a gap over the ITL SLO", fontsize=9)
+        ax.set_title(
+            f"{_label(data, p)} at {rate:g} req/s: grey waiting, colour decoding, "
+            "| a gap over the ITL SLO",
+            fontsize=9,
+        )
         ax.set_ylabel("request")
     axes[-1, 0].set_xlabel("seconds since the run started")
     fig.tight_layout()
@@ -141,10 +196,17 @@ def compare(data: ReportData, other: ReportData):
         for p in d.placements:
             runs = d.series(p)
             x = [r.rate for r in runs]
-            a.plot(x, [r.result.get("p99_itl_ms") or np.nan for r in runs], style, marker="o",
-                   color=_color(p), label=f"{tag}: {_label(d, p)}")
-            b.plot(x, [r.result.get("slo_attainment", 0) for r in runs], style, marker="o",
-                   color=_color(p))
+            a.plot(
+                x,
+                [r.get("p99_itl_ms") or np.nan for r in runs],
+                style,
+                marker="o",
+                color=_color(d, p),
+                label=f"{tag}: {_label(d, p)}",
+            )
+            b.plot(
+                x, [r.get("slo_attainment", 0) for r in runs], style, marker="o", color=_color(d, p)
+            )
     a.set_yscale("log")
     a.set_ylabel("p99 ITL (ms, log)")
     b.set_ylabel("SLO attainment")
@@ -161,11 +223,12 @@ def svg(fig) -> str:
     """The figure as inline SVG text (no external references), then closed."""
     buf = io.StringIO()
     # no metadata block: its Dublin Core namespaces look like links, and the date changes
-    fig.savefig(buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None,
-                                             "Type": None})
+    fig.savefig(
+        buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None}
+    )
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def png(fig, path) -> None:

@@ -7,33 +7,40 @@ import json
 from pathlib import Path
 
 from advisor import console
-from advisor.rundata import evidence
 from advisor.decide.table import Thresholds, recommend
-from advisor.rundata.files import write_json
+from advisor.errors import UsageError
+from advisor.rundata import evidence
+from advisor.rundata.rundir import RunDir
 
 
 def thresholds_from(overrides: list[str]) -> Thresholds:
-    """["kv_slow_ms=100", ...] -> Thresholds with those fields replaced (ValueError names the bad one)."""
+    """["kv_slow_ms=100", ...] -> Thresholds with those fields replaced (UsageError names
+    the bad one)."""
     names = {f.name: f.type for f in dataclasses.fields(Thresholds)}
     changes = {}
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep or name not in names:
-            raise ValueError(f"--threshold {item!r}: expected NAME=VALUE with NAME one of "
-                             f"{', '.join(names)}")
+            raise UsageError(
+                f"--threshold {item!r}: expected NAME=VALUE with NAME one of {', '.join(names)}"
+            )
         try:
             changes[name] = int(value) if names[name] in (int, "int") else float(value)
         except ValueError:
-            raise ValueError(f"--threshold {item!r}: {value!r} is not a number") from None
+            raise UsageError(f"--threshold {item!r}: {value!r} is not a number") from None
     return dataclasses.replace(Thresholds(), **changes)
 
 
 def run_recommend(source: str, as_json: bool = False, overrides: list[str] = ()) -> dict:
     """Decide from a run directory (its evidence.json; writes recommendation.json there)
     or from an evidence file; print it as text or JSON."""
-    rec = recommend(evidence.load(source), thresholds_from(list(overrides)))
+    thresholds = thresholds_from(list(overrides))
     if Path(source).is_dir():
-        write_json(Path(source) / "recommendation.json", rec)
+        run_dir = RunDir.existing(source)
+        rec = recommend(run_dir.read_evidence(), thresholds)
+        run_dir.write_recommendation(rec)
+    else:
+        rec = recommend(evidence.load(source), thresholds)
     if as_json:
         print(json.dumps(rec, indent=2))
     else:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from advisor.rundata.evidence import Evidence
+
 
 @dataclass(frozen=True)
 class Thresholds:
     """Named thresholds (README: "Thresholds"); every one can be overridden from the CLI."""
 
-    long_prompt_tokens: int = 2048  # the guide's case is ~8k; 2k already stalls decodes for 100s of ms
+    long_prompt_tokens: int = (
+        2048  # the guide's case is ~8k; 2k already stalls decodes for 100s of ms
+    )
     high_concurrency: float = 2.0  # requests in flight: prefills then overlap running decodes
     kv_slow_ms: float = 200.0  # guide: "several hundred milliseconds ... fix the transfer first"
     kv_slow_ttft_share: float = 0.25  # or a quarter of the TTFT budget spent moving KV
@@ -36,101 +40,190 @@ class Row:
     thresholds: dict = field(default_factory=dict)
 
 
-def _rows(ev: dict, t: Thresholds) -> list[Row]:
-    slo, col, dis = ev["slo"], ev["collocated"], ev.get("disaggregated")
-    wl, kv, fe = ev["workload"], ev.get("kv_transfer"), ev.get("frontend")
+# When the measured comparison cannot decide, the first of these rows that fired does.
+RULE_ORDER = (
+    "kv_transfer_slow",
+    "growing_context_loops",
+    "itl_p99_misses_slo",
+    "long_prompts_high_concurrency",
+    "ttft_binding",
+    "low_bursty_or_insensitive",
+    "frontend_cpu_heavy",
+)
+DISAGGREGATE = ("disaggregate", "disaggregate-bidirectional")
+
+
+def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
+    slo, col, dis = ev.slo, ev.collocated, ev.disaggregated
+    wl, kv, fe = ev.workload, ev.kv_transfer, ev.frontend
     rows = []
-    p99 = col.get("p99_itl_ms")
-    rows.append(Row("itl_p99_misses_slo", "ITL p99 misses its SLO under load", "disaggregate",
-                    p99 is not None and p99 > slo["itl_ms"],
-                    {"collocated_p99_itl_ms": p99}, {"itl_slo_ms": slo["itl_ms"]}))
-    prompt, conc, prefill = wl.get("mean_prompt_tokens", 0), wl.get("concurrency", 0), \
-        wl.get("prefill_ms")
-    long_prompt = prompt >= t.long_prompt_tokens or (prefill is not None and prefill >= slo["itl_ms"])
-    rows.append(Row("long_prompts_high_concurrency", "long prompts at high concurrency",
-                    "disaggregate", long_prompt and conc >= t.high_concurrency,
-                    {"mean_prompt_tokens": prompt, "prefill_ms": prefill, "concurrency": conc},
-                    {"long_prompt_tokens": t.long_prompt_tokens, "or_prefill_ms_over_itl_slo":
-                     slo["itl_ms"], "high_concurrency": t.high_concurrency}))
-    rows.append(Row("growing_context_loops", "chat / agent loops over a growing context",
-                    "disaggregate-bidirectional", bool(wl.get("multi_turn")),
-                    {"multi_turn": bool(wl.get("multi_turn"))}))
-    share = fe.get("cpu_share") if fe else None
-    rows.append(Row("frontend_cpu_heavy", "GPU hosts' CPU busy with tokenization / parsing",
-                    "split-render-tier", share is not None and share >= t.frontend_cpu_share,
-                    {"frontend_cpu_share": share,
-                     "frontend_cpu_ms_per_request": fe.get("cpu_ms_per_request") if fe else None},
-                    {"frontend_cpu_share": t.frontend_cpu_share}))
-    ttft_limit = t.ttft_binding_ratio * slo["ttft_ms"]
-    col_ttft, dis_ttft = col.get("p99_ttft_ms"), (dis or {}).get("median_ttft_ms")
-    binding = (col_ttft is not None and col_ttft >= ttft_limit and (p99 is None or p99 <= slo["itl_ms"])) \
-        or (dis_ttft is not None and dis_ttft > slo["ttft_ms"])
-    rows.append(Row("ttft_binding", "TTFT is the binding constraint", "measure-first", binding,
-                    {"collocated_p99_ttft_ms": col_ttft, "disaggregated_median_ttft_ms": dis_ttft},
-                    {"ttft_slo_ms": slo["ttft_ms"], "binding_above_ms": ttft_limit}))
-    mean = kv.get("mean_ms") if kv else None
-    kv_limit = min(t.kv_slow_ms, t.kv_slow_ttft_share * slo["ttft_ms"])
-    rows.append(Row("kv_transfer_slow", "KV transfer is slow", "fix-transfer",
-                    mean is not None and mean >= kv_limit,
-                    {"kv_transfer_mean_ms": mean, "emulated": (kv or {}).get("emulated")},
-                    {"kv_slow_ms": t.kv_slow_ms, "kv_slow_ttft_share": t.kv_slow_ttft_share,
-                     "slow_at_ms": kv_limit}))
-    cv, sensitive = wl.get("burstiness_cv", 1.0), wl.get("latency_sensitive", True)
-    rows.append(Row("low_bursty_or_insensitive", "low, bursty or latency-insensitive traffic",
-                    "stay-collocated",
-                    conc < t.low_concurrency or not sensitive
-                    or (cv >= t.bursty_cv and conc < t.high_concurrency),
-                    {"concurrency": conc, "burstiness_cv": cv, "latency_sensitive": sensitive},
-                    {"low_concurrency": t.low_concurrency, "bursty_cv": t.bursty_cv}))
+    p99 = col.p99_itl_ms
+    rows.append(
+        Row(
+            "itl_p99_misses_slo",
+            "ITL p99 misses its SLO under load",
+            "disaggregate",
+            p99 is not None and p99 > slo.itl_ms,
+            {"collocated_p99_itl_ms": p99},
+            {"itl_slo_ms": slo.itl_ms},
+        )
+    )
+    prompt, conc, prefill = wl.mean_prompt_tokens, wl.concurrency, wl.prefill_ms
+    long_prompt = prompt >= t.long_prompt_tokens or (prefill is not None and prefill >= slo.itl_ms)
+    rows.append(
+        Row(
+            "long_prompts_high_concurrency",
+            "long prompts at high concurrency",
+            "disaggregate",
+            long_prompt and conc >= t.high_concurrency,
+            {"mean_prompt_tokens": prompt, "prefill_ms": prefill, "concurrency": conc},
+            {
+                "long_prompt_tokens": t.long_prompt_tokens,
+                "or_prefill_ms_over_itl_slo": slo.itl_ms,
+                "high_concurrency": t.high_concurrency,
+            },
+        )
+    )
+    rows.append(
+        Row(
+            "growing_context_loops",
+            "chat / agent loops over a growing context",
+            "disaggregate-bidirectional",
+            wl.multi_turn,
+            {"multi_turn": wl.multi_turn},
+        )
+    )
+    share = fe.cpu_share if fe else None
+    rows.append(
+        Row(
+            "frontend_cpu_heavy",
+            "GPU hosts' CPU busy with tokenization / parsing",
+            "split-render-tier",
+            share is not None and share >= t.frontend_cpu_share,
+            {
+                "frontend_cpu_share": share,
+                "frontend_cpu_ms_per_request": fe.cpu_ms_per_request if fe else None,
+            },
+            {"frontend_cpu_share": t.frontend_cpu_share},
+        )
+    )
+    ttft_limit = t.ttft_binding_ratio * slo.ttft_ms
+    col_ttft, dis_ttft = col.p99_ttft_ms, dis.median_ttft_ms if dis else None
+    binding = (
+        col_ttft is not None and col_ttft >= ttft_limit and (p99 is None or p99 <= slo.itl_ms)
+    ) or (dis_ttft is not None and dis_ttft > slo.ttft_ms)
+    rows.append(
+        Row(
+            "ttft_binding",
+            "TTFT is the binding constraint",
+            "measure-first",
+            binding,
+            {"collocated_p99_ttft_ms": col_ttft, "disaggregated_median_ttft_ms": dis_ttft},
+            {"ttft_slo_ms": slo.ttft_ms, "binding_above_ms": ttft_limit},
+        )
+    )
+    mean = kv.mean_ms if kv else None
+    kv_limit = min(t.kv_slow_ms, t.kv_slow_ttft_share * slo.ttft_ms)
+    rows.append(
+        Row(
+            "kv_transfer_slow",
+            "KV transfer is slow",
+            "fix-transfer",
+            mean is not None and mean >= kv_limit,
+            {"kv_transfer_mean_ms": mean, "emulated": kv.emulated if kv else None},
+            {
+                "kv_slow_ms": t.kv_slow_ms,
+                "kv_slow_ttft_share": t.kv_slow_ttft_share,
+                "slow_at_ms": kv_limit,
+            },
+        )
+    )
+    cv, sensitive = wl.burstiness_cv, wl.latency_sensitive
+    rows.append(
+        Row(
+            "low_bursty_or_insensitive",
+            "low, bursty or latency-insensitive traffic",
+            "stay-collocated",
+            conc < t.low_concurrency
+            or not sensitive
+            or (cv >= t.bursty_cv and conc < t.high_concurrency),
+            {"concurrency": conc, "burstiness_cv": cv, "latency_sensitive": sensitive},
+            {"low_concurrency": t.low_concurrency, "bursty_cv": t.bursty_cv},
+        )
+    )
     return rows
 
 
-def recommend(ev: dict, t: Thresholds = Thresholds()) -> dict:
+def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     """The recommendation for validated evidence: action, rows, secondary actions, reasoning."""
     rows = _rows(ev, t)
-    fired = {r.id for r in rows if r.fired}
-    col, dis = ev["collocated"], ev.get("disaggregated")
+    fired = {r.id: r for r in rows if r.fired}
     growing = "growing_context_loops" in fired
     split = "disaggregate-bidirectional" if growing else "disaggregate"
     action, why = None, []
-    c, d = col.get("max_goodput_rps"), (dis or {}).get("max_goodput_rps")
+    c = ev.collocated.max_goodput_rps
+    d = ev.disaggregated.max_goodput_rps if ev.disaggregated else None
     comparison = None
     if c is not None and d is not None:
-        comparison = {"collocated_max_goodput_rps": c, "disaggregated_max_goodput_rps": d,
-                      "ratio": d / c if c > 0 else None}
+        comparison = {
+            "collocated_max_goodput_rps": c,
+            "disaggregated_max_goodput_rps": d,
+            "ratio": d / c if c > 0 else None,
+        }
         if d > c * (1 + t.goodput_margin) and d > 0:
             action = split
-            why.append(f"measured: disaggregated sustains {d:.3g} req/s at the SLO against "
-                       f"{c:.3g} collocated ({_by(d, c)})")
+            why.append(
+                f"measured: disaggregated sustains {d:.3g} req/s at the SLO against "
+                f"{c:.3g} collocated ({_by(d, c)})"
+            )
         elif c > d * (1 + t.goodput_margin) and c > 0:
             action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
-            why.append(f"measured: collocated sustains {c:.3g} req/s at the SLO against "
-                       f"{d:.3g} disaggregated ({_by(c, d)})")
+            why.append(
+                f"measured: collocated sustains {c:.3g} req/s at the SLO against "
+                f"{d:.3g} disaggregated ({_by(c, d)})"
+            )
         else:
-            why.append(f"measured goodputs are within {t.goodput_margin:.0%} "
-                       f"({c:.3g} vs {d:.3g} req/s): the rules decide")
+            why.append(
+                f"measured goodputs are within {t.goodput_margin:.0%} "
+                f"({c:.3g} vs {d:.3g} req/s): the rules decide"
+            )
     if action is None:
-        for row_id, act in (("kv_transfer_slow", "fix-transfer"), ("growing_context_loops", split),
-                            ("itl_p99_misses_slo", split), ("long_prompts_high_concurrency", split),
-                            ("ttft_binding", "measure-first"),
-                            ("low_bursty_or_insensitive", "stay-collocated"),
-                            ("frontend_cpu_heavy", "split-render-tier")):
-            if row_id in fired:
-                action = act
-                why.append(f"rule: {row_id} fired")
-                break
-        else:
+        row = next((fired[i] for i in RULE_ORDER if i in fired), None)
+        if row is None:
             action = "stay-collocated"
             why.append("no row fired: nothing to gain from splitting")
+        else:
+            action = split if row.action in DISAGGREGATE else row.action
+            why.append(f"rule: {row.id} fired")
     secondary = []
     if "frontend_cpu_heavy" in fired and action != "split-render-tier":
         secondary.append("split-render-tier")
-    if "kv_transfer_slow" in fired and action in ("disaggregate", "disaggregate-bidirectional"):
+    if "kv_transfer_slow" in fired and action in DISAGGREGATE:
         secondary.append("fix-transfer")
-    return {"action": action, "reasons": why, "secondary_actions": secondary,
-            "comparison": comparison, "rows": [asdict(r) for r in rows],
-            "thresholds": asdict(t)}
+    return {
+        "action": action,
+        "reasons": why,
+        "secondary_actions": secondary,
+        "comparison": comparison,
+        "rows": [asdict(r) for r in rows],
+        "thresholds": asdict(t),
+    }
 
 
 def _by(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b > 0 else "the other meets the SLO at no rate tried"
+
+
+def fmt(v) -> str:
+    """One value as reports and the console show it: "-" when missing, 3 significant
+    digits for floats."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def fmt_items(d: dict | None) -> str:
+    """ "key=value, ..." of a dict's present values (a decision row's evidence or thresholds)."""
+    return ", ".join(f"{k}={fmt(v)}" for k, v in (d or {}).items() if v is not None)

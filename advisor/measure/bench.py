@@ -7,30 +7,24 @@ plus ours and a manifest) and `requests.jsonl` (one record per request).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import json
 import math
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from advisor import console
-from advisor.measure.client import COMPLETIONS, Client, Endpoint, RunResult
+from advisor.errors import UsageError
+from advisor.measure.client import COMPLETIONS, Endpoint
+from advisor.measure.run import discover_model, max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
-from advisor.rundata.files import manifest, write_json, write_jsonl
+from advisor.rundata.files import manifest
+from advisor.rundata.result import RunResult
 from workloads import traces
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.presets import PRESETS, preset
 from workloads.spec import SyntheticSpec, Workload, synthesize
 
-REACH_TIMEOUT_S = 5.0
 DATASETS = ("random",)
 
 
@@ -63,36 +57,45 @@ class BenchOptions:
     num_warmups: int = 0
     request_timeout: float = 600.0
     export_trace: str | None = None
+    # NOTE: a secret: never written to the manifest
+    api_key: str | None = field(default=None, repr=False)
 
 
 def _checked(opts: BenchOptions) -> tuple[dict[str, float], list[float], tuple[str, ...]]:
     """Validate options, naming the bad flag; returns (SLOs, percentiles, metrics)."""
     if opts.dataset not in DATASETS:
-        raise ValueError(f"--dataset {opts.dataset!r} is unknown; one of {', '.join(DATASETS)}")
+        raise UsageError(f"--dataset {opts.dataset!r} is unknown; one of {', '.join(DATASETS)}")
     if opts.request_rate is not None and not opts.request_rate > 0:
-        raise ValueError(f"--request-rate must be > 0 (or inf), not {opts.request_rate}")
+        raise UsageError(f"--request-rate must be > 0 (or inf), not {opts.request_rate}")
     if opts.num_prompts is not None and opts.num_prompts < 1:
-        raise ValueError(f"--num-prompts must be >= 1, not {opts.num_prompts}")
+        raise UsageError(f"--num-prompts must be >= 1, not {opts.num_prompts}")
     if opts.max_concurrency is not None and opts.max_concurrency < 1:
-        raise ValueError(f"--max-concurrency must be >= 1, not {opts.max_concurrency}")
+        raise UsageError(f"--max-concurrency must be >= 1, not {opts.max_concurrency}")
     if opts.num_warmups < 0:
-        raise ValueError("--num-warmups must be >= 0")
+        raise UsageError("--num-warmups must be >= 0")
     if opts.workload and opts.workload not in PRESETS:
-        raise ValueError(f"--workload {opts.workload!r} is unknown; one of {', '.join(PRESETS)}")
+        raise UsageError(f"--workload {opts.workload!r} is unknown; one of {', '.join(PRESETS)}")
     if opts.trace and opts.workload:
-        raise ValueError("--trace and --workload are alternatives; give one")
+        raise UsageError("--trace and --workload are alternatives; give one")
     if opts.trace and opts.request_rate is not None:
-        raise ValueError("--request-rate does not apply to --trace; use --trace-time-scale")
+        raise UsageError("--request-rate does not apply to --trace; use --trace-time-scale")
     metrics = tuple(m.strip() for m in opts.percentile_metrics.split(",") if m.strip())
     bad = [m for m in metrics if m not in METRICS]
     if bad or not metrics:
-        raise ValueError(f"--percentile-metrics: {', '.join(bad) or 'empty'}; choose from "
+        raise UsageError(f"--percentile-metrics: {', '.join(bad) or 'empty'}; choose from "
                          f"{', '.join(METRICS)}")
     return parse_slos(list(opts.goodput)), parse_percentiles(opts.metric_percentiles), metrics
 
 
 def build_workload(opts: BenchOptions) -> Workload:
-    """The request stream the options describe (raises ValueError naming the bad flag)."""
+    """The request stream the options describe (raises UsageError naming the bad value)."""
+    try:
+        return _build_workload(opts)
+    except ValueError as e:  # the workload's own checks: what the user asked for
+        raise UsageError(str(e)) from None
+
+
+def _build_workload(opts: BenchOptions) -> Workload:
     if opts.trace:
         rows = traces.load(opts.trace, time_scale=opts.trace_time_scale,
                            max_requests=opts.num_prompts)
@@ -105,9 +108,9 @@ def build_workload(opts: BenchOptions) -> Workload:
     for flag, v in (("--random-input-len", opts.random_input_len),
                     ("--random-output-len", opts.random_output_len)):
         if v < 1:
-            raise ValueError(f"{flag} must be >= 1, not {v}")
+            raise UsageError(f"{flag} must be >= 1, not {v}")
     if not 0 <= opts.random_range_ratio < 1:
-        raise ValueError(f"--random-range-ratio must be in [0, 1), not {opts.random_range_ratio}")
+        raise UsageError(f"--random-range-ratio must be in [0, 1), not {opts.random_range_ratio}")
     kind = "uniform" if opts.random_range_ratio else "fixed"
     rate = math.inf if opts.request_rate is None else opts.request_rate
     spec = SyntheticSpec(
@@ -121,85 +124,29 @@ def build_workload(opts: BenchOptions) -> Workload:
     return w
 
 
-def discover_model(base_url: str) -> str:
-    """The first model the server lists; ValueError (with the timeout) when unreachable."""
-    url = base_url.rstrip("/") + "/v1/models"
-    try:
-        with urllib.request.urlopen(url, timeout=REACH_TIMEOUT_S) as r:
-            data = json.load(r).get("data") or []
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
-        raise ValueError(f"cannot reach {url} (waited {REACH_TIMEOUT_S:g} s): {reason}") from None
-    if not data:
-        raise ValueError(f"{url} lists no models; pass --model")
-    return data[0]["id"]
-
-
-def progress_bars() -> Progress:
-    """The rich progress display long work shows (on stderr, gone when done)."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-
-
-def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
-            max_concurrency: int | None = None, label: str = "requests",
-            bars: Progress | None = None) -> RunResult:
-    """Send `workload` to `endpoint` with a progress bar (in `bars` if given); every record."""
-    with contextlib.ExitStack() as stack:
-        if bars is None:
-            bars = stack.enter_context(progress_bars())
-        task = bars.add_task(label, total=workload.num_requests)
-        stack.callback(bars.remove_task, task)
-
-        def done(rec) -> None:
-            if not rec.warmup:
-                bars.advance(task)
-
-        client = Client(endpoint, max_concurrency, on_done=done)
-        return asyncio.run(client.run(workload, num_warmups))
-
-
-def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> dict:
-    """Run the benchmark the options describe; return (and maybe save) its result."""
+def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
+    """Run the benchmark the options describe; print it, save it when asked, return it."""
     slos, percentiles, metrics = _checked(opts)
     workload = build_workload(opts)
     if opts.export_trace:
         traces.save(traces.from_workload(workload), opts.export_trace, "mooncake")
-    listed = discover_model(opts.base_url)  # also checks reachability, with a short timeout
+    listed = discover_model(opts.base_url, opts.api_key)  # also checks reachability, quickly
     model = opts.model or listed
-    endpoint = Endpoint(opts.base_url, model, opts.endpoint, opts.ignore_eos, opts.request_timeout)
+    endpoint = Endpoint(opts.base_url, model, opts.endpoint, opts.ignore_eos, opts.request_timeout,
+                        opts.api_key)
     run = measure(endpoint, workload, opts.num_warmups, opts.max_concurrency)
-    result = summarize(run.records, run.duration, slos, percentiles, metrics)
     rate = opts.request_rate if opts.request_rate is not None else (
         math.inf if not (opts.workload or opts.trace) else None)
-    result.update(
+    bench = {"burstiness": opts.burstiness, "max_concurrency": opts.max_concurrency,
+             "endpoint_type": opts.endpoint, "model_id": model, "base_url": opts.base_url,
+             "percentiles": percentiles, "max_send_lateness_ms": max_send_lateness_ms(run),
+             "manifest": manifest(opts.seed, dataclasses.asdict(opts) | {"api_key": None}, argv)}
+    result = RunResult.of(
+        summarize(run.records, run.duration, slos, percentiles, metrics),
+        [record_row(r, run.start) for r in run.records], bench,
         request_rate=rate if rate is None or math.isfinite(rate) else "inf",
-        burstiness=opts.burstiness, num_prompts=workload.num_requests,
-        max_concurrency=opts.max_concurrency, endpoint_type=opts.endpoint, model_id=model,
-        base_url=opts.base_url, workload=workload.name, workload_params=workload.params,
-        percentiles=percentiles, max_send_lateness_ms=_max_lateness_ms(run),
-        manifest=manifest(opts.seed, dataclasses.asdict(opts), argv))
+        num_prompts=workload.num_requests, workload=workload.name, workload_params=workload.params)
     if opts.result_dir:
-        out = Path(opts.result_dir)
-        write_jsonl(out / "requests.jsonl", [record_row(r, run.start) for r in run.records])
-        write_json(out / "result.json", result)
-    console.print_summary(result, metrics, percentiles)
+        result.write(Path(opts.result_dir))
+    console.print_summary(result.to_json(), metrics, percentiles)
     return result
-
-
-def _max_lateness_ms(run: RunResult) -> float:
-    late = [r.dispatched - r.scheduled for r in run.records
-            if not r.warmup and r.turn == 0 and r.dispatched]
-    return max(late, default=0.0) * 1000
-
-
-def record_row(r, start: float) -> dict:
-    """A record with times as seconds from the run's t=0 (chunks too)."""
-    row = dataclasses.asdict(r)
-    row.pop("body_sent", None)
-    for k in ("scheduled", "dispatched", "sent", "end"):
-        row[k] = round(row[k] - start, 6) if row[k] else None
-    row["chunks"] = [round(t - start, 6) for t in r.chunks]
-    row["ok"] = r.ok
-    return row
-

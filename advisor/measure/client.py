@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from advisor.errors import UsageError
 from workloads.spec import Conversation, Workload
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
@@ -28,7 +29,8 @@ START_LEAD_S = 0.05  # schedule t=0 slightly ahead so request 0 is not late by s
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how to send: `path` is /v1/completions (token-ID prompts) or /v1/chat/completions."""
+    """Where and how to send: `path` is /v1/completions (token-ID prompts) or
+    /v1/chat/completions."""
 
     base_url: str
     model: str
@@ -39,11 +41,11 @@ class Endpoint:
 
     def validate(self) -> None:
         if self.path not in (COMPLETIONS, CHAT):
-            raise ValueError(f"endpoint must be {COMPLETIONS} or {CHAT}, not {self.path!r}")
+            raise UsageError(f"endpoint must be {COMPLETIONS} or {CHAT}, not {self.path!r}")
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base URL must start with http:// or https://, not {self.base_url!r}")
+            raise UsageError(f"base URL must start with http:// or https://, not {self.base_url!r}")
         if not self.timeout_s > 0:
-            raise ValueError("request timeout must be > 0")
+            raise UsageError("request timeout must be > 0")
 
 
 @dataclass
@@ -73,7 +75,10 @@ class RequestRecord:
 
 
 @dataclass
-class RunResult:
+class ClientRun:
+    """What a client run saw: every record, when the schedule began and when the last
+    response ended."""
+
     records: list[RequestRecord]
     start: float  # t=0 of the schedule
     end: float  # last response finished
@@ -83,17 +88,23 @@ class RunResult:
         return self.end - self.start
 
 
-WORDS = ("time year people way day man thing woman life child world school state family "
-         "student group country problem hand part place case week company system program "
-         "question work government number night point home water room mother area money "
-         "story fact month lot right study book eye job word business issue side kind head "
-         "house service friend father power hour game line end member law car city name "
-         "team minute idea kid body information back parent face others level office door "
-         "health person art war history party result change morning reason research girl").split()
+WORDS = (
+    "time year people way day man thing woman life child world school state family "
+    "student group country problem hand part place case week company system program "
+    "question work government number night point home water room mother area money "
+    "story fact month lot right study book eye job word business issue side kind head "
+    "house service friend father power hour game line end member law car city name "
+    "team minute idea kid body information back parent face others level office door "
+    "health person art war history party result change morning reason research girl"
+).split()
 
 
-def _dispatch(loop: asyncio.AbstractEventLoop, convs: list[Conversation], start: float,
-              launch: Callable[[Conversation], None]) -> None:
+def _dispatch(
+    loop: asyncio.AbstractEventLoop,
+    convs: list[Conversation],
+    start: float,
+    launch: Callable[[Conversation], None],
+) -> None:
     """Hand each conversation to the loop at its start time.
 
     # NOTE: a thread, not asyncio.sleep: the loop's timers wake up to a
@@ -116,8 +127,12 @@ def text_of(token_ids: list[int]) -> str:
 class Client:
     """Sends a Workload to an Endpoint. One instance per run."""
 
-    def __init__(self, endpoint: Endpoint, max_concurrency: int | None = None,
-                 on_done: Callable[[RequestRecord], None] | None = None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        max_concurrency: int | None = None,
+        on_done: Callable[[RequestRecord], None] | None = None,
+    ):
         endpoint.validate()
         self.endpoint, self.on_done = endpoint, on_done
         self._cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
@@ -125,7 +140,7 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         self._tools: list[dict] | None = None
 
-    async def run(self, workload: Workload, warmups: int = 0) -> RunResult:
+    async def run(self, workload: Workload, warmups: int = 0) -> ClientRun:
         """Send `warmups` requests one at a time (recorded, marked warmup), then the workload."""
         gc.disable()  # NOTE: a full collection mid-run stalls every stream's timestamps by ms
         self._tools = workload.tools
@@ -134,17 +149,21 @@ class Client:
         finally:
             gc.enable()
 
-    async def _run(self, workload: Workload, warmups: int) -> RunResult:
-        headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+    async def _run(self, workload: Workload, warmups: int) -> ClientRun:
+        headers = (
+            {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+        )
         conn = aiohttp.TCPConnector(limit=0)  # NOTE: aiohttp's default 100 would close the loop
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_stamp_sent)
-        async with aiohttp.ClientSession(connector=conn, headers=headers,
-                                         trace_configs=[trace]) as self._session:
+        async with aiohttp.ClientSession(
+            connector=conn, headers=headers, trace_configs=[trace]
+        ) as self._session:
             for i in range(warmups):
                 conv = workload.conversations[i % len(workload.conversations)]
-                await self._turns(Conversation(f"warmup-{i}", 0.0, conv.turns[:1]),
-                                  time.monotonic(), warmup=True)
+                await self._turns(
+                    Conversation(f"warmup-{i}", 0.0, conv.turns[:1]), time.monotonic(), warmup=True
+                )
             start = time.monotonic() + START_LEAD_S
             convs = sorted(workload.conversations, key=lambda c: c.start)
             tasks: list[asyncio.Task] = []
@@ -155,8 +174,12 @@ class Client:
                 if len(tasks) == len(convs):
                     all_started.set_result(None)
 
-            timer = threading.Thread(target=_dispatch, name="dispatch", daemon=True,
-                                     args=(asyncio.get_running_loop(), convs, start, launch))
+            timer = threading.Thread(
+                target=_dispatch,
+                name="dispatch",
+                daemon=True,
+                args=(asyncio.get_running_loop(), convs, start, launch),
+            )
             timer.start()
             await all_started
             await asyncio.gather(*tasks)
@@ -164,7 +187,7 @@ class Client:
         for i, r in enumerate(records):
             r.index = i
         ends = [r.end for r in records if not r.warmup and r.end]
-        return RunResult(records, start, max(ends, default=start))
+        return ClientRun(records, start, max(ends, default=start))
 
     async def _turns(self, conv: Conversation, scheduled: float, warmup: bool = False) -> None:
         history: list[int] = []  # completions: token ids sent and received so far
@@ -186,7 +209,9 @@ class Client:
                 body = {"prompt": list(history)}
                 if multi:
                     body["return_token_ids"] = True  # vLLM's flag; ours always returns them
-            reply_text, reply_ids = await self._send(rec, body, turn.max_tokens, conv.conversation_id)
+            reply_text, reply_ids = await self._send(
+                rec, body, turn.max_tokens, conv.conversation_id
+            )
             if self.on_done:
                 self.on_done(rec)
             if not rec.ok:
@@ -196,26 +221,39 @@ class Client:
                 messages.append({"role": "assistant", "content": reply_text})
             elif multi:
                 if reply_ids is None:
-                    rec.error = "the server returned no token_ids, so the next turn cannot be built; " \
-                                f"use {CHAT} for multi-turn"
+                    rec.error = (
+                        "the server returned no token_ids, so the next turn cannot be built; "
+                        f"use {CHAT} for multi-turn"
+                    )
                     self._unsent(conv, k + 1, rec, warmup)
                     return
                 history += reply_ids
 
     def _unsent(self, conv: Conversation, first: int, cause: RequestRecord, warmup: bool) -> None:
         for k in range(first, len(conv.turns)):
-            rec = RequestRecord(0, conv.conversation_id, k, warmup, cause.end,
-                                error=f"not sent: turn {cause.turn} of this conversation failed")
+            rec = RequestRecord(
+                0,
+                conv.conversation_id,
+                k,
+                warmup,
+                cause.end,
+                error=f"not sent: turn {cause.turn} of this conversation failed",
+            )
             self._records.append(rec)
             if self.on_done:
                 self.on_done(rec)
 
-    async def _send(self, rec: RequestRecord, body: dict, max_tokens: int,
-                    conversation_id: str) -> tuple[str, list[int] | None]:
+    async def _send(
+        self, rec: RequestRecord, body: dict, max_tokens: int, conversation_id: str
+    ) -> tuple[str, list[int] | None]:
         """Stream one request into `rec`; returns (reply text, reply token ids or None)."""
         ep = self.endpoint
-        body.update(model=ep.model, max_tokens=max_tokens, stream=True,
-                    stream_options={"include_usage": True})
+        body.update(
+            model=ep.model,
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         if ep.ignore_eos:
             body["ignore_eos"] = True
         chat = ep.path == CHAT
@@ -227,9 +265,11 @@ class Client:
             try:
                 async with asyncio.timeout(ep.timeout_s):
                     async with self._session.post(
-                            ep.base_url.rstrip("/") + ep.path, json=body,
-                            headers={"X-Conversation-Id": conversation_id},
-                            trace_request_ctx=rec) as resp:
+                        ep.base_url.rstrip("/") + ep.path,
+                        json=body,
+                        headers={"X-Conversation-Id": conversation_id},
+                        trace_request_ctx=rec,
+                    ) as resp:
                         rec.status = resp.status
                         if resp.status != 200:
                             rec.error = _error_text(await resp.text())
@@ -289,8 +329,13 @@ def _content(chunk: dict, chat: bool):
             # ITL), but only content goes into the next turn's history.
             delta = choice.get("delta") or {}
             piece = delta.get("content") or ""
-            has = bool(piece or delta.get("reasoning") or delta.get("reasoning_content")
-                       or delta.get("tool_calls") or choice.get("token_ids"))
+            has = bool(
+                piece
+                or delta.get("reasoning")
+                or delta.get("reasoning_content")
+                or delta.get("tool_calls")
+                or choice.get("token_ids")
+            )
         else:
             piece = choice.get("text") or ""
             has = bool(piece or choice.get("token_ids"))

@@ -24,9 +24,16 @@ class TransferTotals:
     source: str | None = None
 
     def minus(self, before: TransferTotals) -> TransferTotals:
-        buckets = {le: n - (before.buckets or {}).get(le, 0.0) for le, n in (self.buckets or {}).items()}
-        return TransferTotals(self.count - before.count, self.seconds - before.seconds,
-                              self.nbytes - before.nbytes, buckets, self.source)
+        buckets = {
+            le: n - (before.buckets or {}).get(le, 0.0) for le, n in (self.buckets or {}).items()
+        }
+        return TransferTotals(
+            self.count - before.count,
+            self.seconds - before.seconds,
+            self.nbytes - before.nbytes,
+            buckets,
+            self.source,
+        )
 
     def quantile(self, q: float) -> float | None:
         """Upper bound of the histogram bucket holding quantile q (seconds)."""
@@ -47,8 +54,11 @@ class FrontendTotals:
     process_s: float = 0.0
 
     def minus(self, before: FrontendTotals) -> FrontendTotals:
-        return FrontendTotals(self.render_s - before.render_s, self.derender_s - before.derender_s,
-                              self.process_s - before.process_s)
+        return FrontendTotals(
+            self.render_s - before.render_s,
+            self.derender_s - before.derender_s,
+            self.process_s - before.process_s,
+        )
 
 
 def parse_frontend(text: str) -> FrontendTotals | None:
@@ -90,10 +100,17 @@ def parse_transfer(text: str) -> TransferTotals:
                 samples[s.name] = samples.get(s.name, 0.0) + s.value
     for time_name, bytes_name in TRANSFER_METRICS:
         if time_name + "_count" in samples:
-            nbytes = samples.get(bytes_name + "_total", samples.get(bytes_name + "_sum",
-                                                                    samples.get(bytes_name, 0.0)))
-            return TransferTotals(samples[time_name + "_count"], samples[time_name + "_sum"],
-                                  nbytes, buckets.get(time_name), time_name.split(":")[0])
+            nbytes = samples.get(
+                bytes_name + "_total",
+                samples.get(bytes_name + "_sum", samples.get(bytes_name, 0.0)),
+            )
+            return TransferTotals(
+                samples[time_name + "_count"],
+                samples[time_name + "_sum"],
+                nbytes,
+                buckets.get(time_name),
+                time_name.split(":")[0],
+            )
     return TransferTotals()
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from advisor.errors import UsageError
 from advisor.measure.client import RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -28,14 +29,14 @@ def parse_slos(items: list[str]) -> dict[str, float]:
     for item in (p for raw in items for p in raw.split(",") if p.strip()):
         name, sep, value = item.strip().partition(":")
         if not sep or name not in METRICS:
-            raise ValueError(f"--goodput item {item!r}: expected NAME:MS with NAME one of "
+            raise UsageError(f"--goodput item {item!r}: expected NAME:MS with NAME one of "
                              f"{', '.join(METRICS)}")
         try:
             ms = float(value)
         except ValueError:
-            raise ValueError(f"--goodput item {item!r}: {value!r} is not a number of ms") from None
+            raise UsageError(f"--goodput item {item!r}: {value!r} is not a number of ms") from None
         if not ms > 0:
-            raise ValueError(f"--goodput item {item!r}: the limit must be > 0 ms")
+            raise UsageError(f"--goodput item {item!r}: the limit must be > 0 ms")
         slos[name] = ms
     return slos
 
@@ -45,9 +46,11 @@ def parse_percentiles(text: str) -> list[float]:
     try:
         ps = [float(p) for p in text.split(",") if p.strip()]
     except ValueError:
-        raise ValueError(f"--metric-percentiles {text!r}: not a comma-separated list of numbers") from None
+        raise UsageError(
+            f"--metric-percentiles {text!r}: not a comma-separated list of numbers"
+        ) from None
     if not ps or not all(0 < p <= 100 for p in ps):
-        raise ValueError(f"--metric-percentiles {text!r}: each must be in (0, 100]")
+        raise UsageError(f"--metric-percentiles {text!r}: each must be in (0, 100]")
     return ps
 
 
@@ -77,8 +80,12 @@ def is_good(lat: RequestLatency | None, slos: dict[str, float]) -> bool:
     """Whether a request met every SLO (ms). A failed request (None) never does."""
     if lat is None:
         return False
-    got = {"ttft": lat.ttft, "e2el": lat.e2el, "itl": lat.p99_itl,
-           "tpot": lat.tpot if lat.tpot is not None else 0.0}
+    got = {
+        "ttft": lat.ttft,
+        "e2el": lat.e2el,
+        "itl": lat.p99_itl,
+        "tpot": lat.tpot if lat.tpot is not None else 0.0,
+    }
     return all(got[k] * 1000 <= v for k, v in slos.items())
 
 
@@ -87,14 +94,24 @@ def _stats(name: str, values_s: list[float], percentiles: list[float]) -> dict[s
     out = {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"std_{name}_ms": 0.0}
     out.update({f"p{p:g}_{name}_ms": 0.0 for p in percentiles})
     if a.size:
-        out.update({f"mean_{name}_ms": float(a.mean()), f"median_{name}_ms": float(np.median(a)),
-                    f"std_{name}_ms": float(a.std())})
+        out.update(
+            {
+                f"mean_{name}_ms": float(a.mean()),
+                f"median_{name}_ms": float(np.median(a)),
+                f"std_{name}_ms": float(a.std()),
+            }
+        )
         out.update({f"p{p:g}_{name}_ms": float(np.percentile(a, p)) for p in percentiles})
     return out
 
 
-def summarize(records: list[RequestRecord], duration: float, slos: dict[str, float],
-              percentiles: list[float], metrics: tuple[str, ...] = METRICS) -> dict:
+def summarize(
+    records: list[RequestRecord],
+    duration: float,
+    slos: dict[str, float],
+    percentiles: list[float],
+    metrics: tuple[str, ...] = METRICS,
+) -> dict:
     """vLLM's result keys (completed, failed, throughputs, mean_/median_/std_/pNN_ + metric)
     plus slo_attainment and per-source token counts. Warmup records are ignored."""
     runs = [r for r in records if not r.warmup]
@@ -104,7 +121,9 @@ def summarize(records: list[RequestRecord], duration: float, slos: dict[str, flo
     out_tokens = sum(r.output_tokens for r, _ in done)
     duration = max(duration, 1e-9)
     result = {
-        "num_requests": len(runs), "completed": len(done), "failed": len(runs) - len(done),
+        "num_requests": len(runs),
+        "completed": len(done),
+        "failed": len(runs) - len(done),
         "duration": duration,
         "total_input_tokens": sum(r.prompt_tokens for r, _ in done),
         "total_output_tokens": out_tokens,
@@ -117,9 +136,12 @@ def summarize(records: list[RequestRecord], duration: float, slos: dict[str, flo
         "slo_attainment": good / len(runs) if runs else 0.0,
         "goodput_slos": slos,
     }
-    pools = {"ttft": [lat.ttft for _, lat in done], "e2el": [lat.e2el for _, lat in done],
-             "tpot": [lat.tpot for _, lat in done if lat.tpot is not None],
-             "itl": [g for _, lat in done for g in lat.itls]}
+    pools = {
+        "ttft": [lat.ttft for _, lat in done],
+        "e2el": [lat.e2el for _, lat in done],
+        "tpot": [lat.tpot for _, lat in done if lat.tpot is not None],
+        "itl": [g for _, lat in done for g in lat.itls],
+    }
     for m in metrics:
         result.update(_stats(m, pools[m], percentiles))
     return result

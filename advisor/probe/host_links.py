@@ -6,10 +6,10 @@ import time
 
 import torch
 
-from engine.kv.connectors import cuda
-from engine.kv.buffers import BufferPool
-from engine.kv.loopback import pull_seconds, shared_source
 from engine.core.kv_payload import KVLayout
+from engine.kv.buffers import BufferPool
+from engine.kv.connectors import cuda
+from engine.kv.loopback import pull_seconds, shared_source
 
 # A 7B-class layout (28 layers x 4 KV heads x 128 x bf16 = 56 KiB/token), as KV moves in practice
 PROBE_LAYOUT = KVLayout(num_layers=28, num_kv_heads=4, head_dim=128, dtype="bfloat16")
@@ -54,6 +54,8 @@ def gpu_links(n: int, nbytes: int = 256 << 20) -> list[dict]:
             src, dst = torch.device("cuda", i), torch.device("cuda", j)
             row = {"src": i, "dst": j, "route": cuda.route(src, dst),
                    "staged_gbps": copy_gbps(src, dst, "staged", nbytes)}
-            row["peer_gbps"] = copy_gbps(src, dst, "peer", nbytes) if row["route"] == "peer" else None
+            row["peer_gbps"] = (
+                copy_gbps(src, dst, "peer", nbytes) if row["route"] == "peer" else None
+            )
             out.append(row)
     return out

@@ -4,30 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
+from advisor.errors import UsageError
 from engine.core.config import DTYPE_BYTES, load_model_config
 from engine.kv.links import parse_link
-
-_SSM_KEYS = ("mamba_d_state", "ssm_state_size", "layers_block_type", "hybrid_override_pattern",
-             "layer_types_mamba")
-
-
-def _refuse_other_state(model: str) -> None:
-    """MLA and hybrid-SSM configs keep state that is not per-head K and V: say so."""
-    path = Path(model)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
-        return  # a preset, or an error load_model_config will name
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-    if "kv_lora_rank" in d:
-        raise ValueError(f"{model}: MLA (latent KV, kv_lora_rank) models are not supported yet")
-    if any(k in d for k in _SSM_KEYS) or "mamba" in str(d.get("model_type", "")).lower():
-        raise ValueError(f"{model}: hybrid SSM models (per-request state, not per-token KV) "
-                         "are not supported yet")
 
 
 @dataclass(frozen=True)
@@ -55,18 +35,27 @@ def kv_size(model: str, tokens: int, dtype: str = "bfloat16") -> KVSize:
     they are refused rather than guessed.
     """
     if tokens < 0:
-        raise ValueError(f"--tokens must be >= 0, not {tokens}")
+        raise UsageError(f"--tokens must be >= 0, not {tokens}")
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}")
-    _refuse_other_state(model)
-    cfg = load_model_config(model)
-    per = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * DTYPE_BYTES[dtype]
-    return KVSize(model, per, tokens, cfg.num_hidden_layers, cfg.num_key_value_heads,
-                  cfg.head_dim, dtype)
+        raise UsageError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}")
+    try:
+        cfg = load_model_config(model)
+    except ValueError as e:
+        raise UsageError(f"--model {model}: {e}") from None
+    return KVSize(
+        model,
+        cfg.kv_bytes_per_token(dtype),
+        tokens,
+        cfg.num_hidden_layers,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        dtype,
+    )
 
 
-def run_kv_size(model: str, tokens: int, dtype: str, links: list[str], measured: bool,
-                as_json: bool) -> dict:
+def run_kv_size(
+    model: str, tokens: int, dtype: str, links: list[str], measured: bool, as_json: bool
+) -> dict:
     """`advisor kv-size`: the arithmetic, and the time on each link asked for."""
     size = kv_size(model, tokens, dtype)
     rates = {spec: parse_link(spec) for spec in links}
@@ -75,17 +64,27 @@ def run_kv_size(model: str, tokens: int, dtype: str, links: list[str], measured:
 
         for name, lk in host_links().items():
             rates[f"measured {name}"] = lk["gbps"] * 1e9
-    result = {"model": model, "dtype": dtype, "layers": size.layers, "kv_heads": size.kv_heads,
-              "head_dim": size.head_dim, "bytes_per_token": size.bytes_per_token,
-              "tokens": tokens, "total_bytes": size.total_bytes,
-              "links": [{"link": k, "bytes_per_s": v, "ms": size.seconds_on(v) * 1000}
-                        for k, v in rates.items()]}
+    result = {
+        "model": model,
+        "dtype": dtype,
+        "layers": size.layers,
+        "kv_heads": size.kv_heads,
+        "head_dim": size.head_dim,
+        "bytes_per_token": size.bytes_per_token,
+        "tokens": tokens,
+        "total_bytes": size.total_bytes,
+        "links": [
+            {"link": k, "bytes_per_s": v, "ms": size.seconds_on(v) * 1000} for k, v in rates.items()
+        ],
+    }
     if as_json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{model}: {size.layers} layers x 2 x {size.kv_heads} KV heads x {size.head_dim} "
-              f"x {DTYPE_BYTES[dtype]} B = {size.bytes_per_token} B/token "
-              f"({size.bytes_per_token / 1024:g} KiB)")
+        print(
+            f"{model}: {size.layers} layers x 2 x {size.kv_heads} KV heads x {size.head_dim} "
+            f"x {DTYPE_BYTES[dtype]} B = {size.bytes_per_token} B/token "
+            f"({size.bytes_per_token / 1024:g} KiB)"
+        )
         print(f"{tokens} tokens: {size.total_bytes / 1e6:.1f} MB of KV")
         for lk in result["links"]:
             print(f"  on {lk['link']}: {lk['ms']:.1f} ms (no overhead)")

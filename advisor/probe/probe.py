@@ -13,12 +13,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from advisor.decide.table import Thresholds
+from advisor.errors import UsageError
+from advisor.measure.client import Endpoint
+from advisor.measure.prom import scrape_transfer
+from advisor.measure.run import discover_model, measure
 from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
-from advisor.measure.bench import discover_model, measure
-from advisor.measure.client import Endpoint
-from advisor.decide.table import Thresholds
-from advisor.measure.prom import scrape_transfer
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
@@ -40,25 +41,31 @@ class ProbeOptions:
 def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     """Collect everything the options ask for; print it as tables or JSON; return it."""
     if opts.link_mb < 1:
-        raise ValueError("--link-mb must be >= 1")
+        raise UsageError("--link-mb must be >= 1")
     result = {"gpus": [], "gpu_note": None, "torch": None, "p2p": None, "p2p_source": None}
     gpus, note = hardware.inventory()
     result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view())
     if opts.p2p_from:
         path = Path(opts.p2p_from)
         if not path.is_file():
-            raise ValueError(f"--p2p-from {path}: no such file")
+            raise UsageError(f"--p2p-from {path}: no such file")
         result["p2p"] = p2p.parse(path.read_text(errors="replace")).to_json()
         result["p2p_source"] = str(path)
     elif gpus:
         matrix = p2p.query()
-        result["p2p"], result["p2p_source"] = (matrix.to_json(), "nvidia-smi") if matrix else (None, None)
+        result["p2p"], result["p2p_source"] = (
+            (matrix.to_json(), "nvidia-smi") if matrix else (None, None)
+        )
     result["links"] = links.host_links(opts.link_mb << 20)
     n = result["torch"]["device_count"]
     result["links"]["gpu_pairs"] = links.gpu_links(n) if n > 1 else []
     if opts.transfer_check:
-        result["transfer_check"] = transfer_check(opts.transfer_check, list(opts.metrics_urls),
-                                                  opts.check_prompts, opts.check_prompt_tokens)
+        result["transfer_check"] = transfer_check(
+            opts.transfer_check,
+            list(opts.metrics_urls),
+            opts.check_prompts,
+            opts.check_prompt_tokens,
+        )
     if opts.as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -73,27 +80,50 @@ def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int)
     try:
         before = scrape_transfer(metrics_urls)
     except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read transfer metrics from {', '.join(metrics_urls)}: {e}") from None
-    spec = SyntheticSpec(input=LengthDist("fixed", tokens), output=LengthDist("fixed", 4),
-                         arrivals=Arrivals("poisson", math.inf), num_prompts=prompts)
-    run = measure(Endpoint(url, model, ignore_eos=True), synthesize(spec, 0), max_concurrency=1,
-                  label="transfer check")
+        raise UsageError(
+            f"cannot read transfer metrics from {', '.join(metrics_urls)}: {e}"
+        ) from None
+    spec = SyntheticSpec(
+        input=LengthDist("fixed", tokens),
+        output=LengthDist("fixed", 4),
+        arrivals=Arrivals("poisson", math.inf),
+        num_prompts=prompts,
+    )
+    run = measure(
+        Endpoint(url, model, ignore_eos=True),
+        synthesize(spec, 0),
+        max_concurrency=1,
+        label="transfer check",
+    )
     delta = scrape_transfer(metrics_urls).minus(before)
     failed = sum(not r.ok for r in run.records)
     if delta.count <= 0:
-        return {"transfers": 0, "failed_requests": failed, "verdict": "no transfers seen",
-                "detail": "the metrics show no KV transfer: is this a disaggregated deployment, "
-                          "and are these its decoders' /metrics?"}
+        return {
+            "transfers": 0,
+            "failed_requests": failed,
+            "verdict": "no transfers seen",
+            "detail": "the metrics show no KV transfer: is this a disaggregated deployment, "
+            "and are these its decoders' /metrics?",
+        }
     mean_ms = delta.seconds / delta.count * 1000
     p90 = delta.quantile(0.9)
     slow = Thresholds().kv_slow_ms
-    verdict = "healthy" if mean_ms < HEALTHY_MS else ("slow: fix the transfer before anything else"
-                                                      if mean_ms >= slow else "marginal")
-    return {"transfers": delta.count, "failed_requests": failed, "mean_ms": mean_ms,
-            "p90_ms": None if p90 is None or math.isinf(p90) else p90 * 1000,
-            "gbps": delta.nbytes / delta.seconds / 1e9 if delta.seconds > 0 else None,
-            "mean_mb": delta.nbytes / delta.count / 1e6, "metrics": delta.source,
-            "verdict": verdict, "thresholds_ms": {"healthy_below": HEALTHY_MS, "slow_from": slow}}
+    verdict = (
+        "healthy"
+        if mean_ms < HEALTHY_MS
+        else ("slow: fix the transfer before anything else" if mean_ms >= slow else "marginal")
+    )
+    return {
+        "transfers": delta.count,
+        "failed_requests": failed,
+        "mean_ms": mean_ms,
+        "p90_ms": None if p90 is None or math.isinf(p90) else p90 * 1000,
+        "gbps": delta.nbytes / delta.seconds / 1e9 if delta.seconds > 0 else None,
+        "mean_mb": delta.nbytes / delta.count / 1e6,
+        "metrics": delta.source,
+        "verdict": verdict,
+        "thresholds_ms": {"healthy_below": HEALTHY_MS, "slow_from": slow},
+    }
 
 
 def _print(r: dict, out: Console) -> None:
@@ -124,14 +154,20 @@ def _print(r: dict, out: Console) -> None:
         t.add_row(name, f"{lk['gbps']:.2f}", f"{lk['ms']:.1f}", f"{lk['bytes'] / 1e6:.0f}")
     for pair in r["links"]["gpu_pairs"]:
         peer = f"{pair['peer_gbps']:.1f}" if pair["peer_gbps"] else "-"
-        t.add_row(f"GPU{pair['src']}->GPU{pair['dst']} peer / staged", f"{peer} / "
-                  f"{pair['staged_gbps']:.1f}", "", "")
+        t.add_row(
+            f"GPU{pair['src']}->GPU{pair['dst']} peer / staged",
+            f"{peer} / {pair['staged_gbps']:.1f}",
+            "",
+            "",
+        )
     out.print(t)
     tc = r.get("transfer_check")
     if tc:
         out.print(f"[bold]transfer check:[/] {tc['verdict']}")
         if tc.get("mean_ms") is not None:
-            out.print(f"  {tc['transfers']:g} transfers, mean {tc['mean_ms']:.1f} ms, "
-                      f"{tc['mean_mb']:.1f} MB each, {tc['gbps'] or 0:.2f} GB/s ({tc['metrics']} metrics)")
+            out.print(
+                f"  {tc['transfers']:g} transfers, mean {tc['mean_ms']:.1f} ms, "
+                f"{tc['mean_mb']:.1f} MB each, {tc['gbps'] or 0:.2f} GB/s ({tc['metrics']} metrics)"
+            )
         else:
             out.print(f"  {tc['detail']}")

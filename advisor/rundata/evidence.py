@@ -1,61 +1,98 @@
-"""The evidence file: the interface between measuring (sweep, probe) and deciding (recommend).
-
-    {"slo": {"ttft_ms", "itl_ms", "attainment"},
-     "collocated": {"p50_itl_ms", "p99_itl_ms", "median_ttft_ms", "p99_ttft_ms",
-                    "max_goodput_rps", "attainment_at_rate"},
-     "disaggregated": {same} | null,
-     "kv_transfer": {"mean_ms", "p90_ms", "gbps", "bytes_per_token", "p2p", "emulated"} | null,
-     "workload": {"rate_rps", "mean_prompt_tokens", "mean_output_tokens", "concurrency",
-                  "burstiness_cv", "multi_turn", "latency_sensitive", "prefill_ms"},
-     "frontend": {"cpu_ms_per_request", "cpu_share", "render_ms_per_request",
-                  "derender_ms_per_request", "placement", "requests"} | null}
-"""
+"""The evidence: what a decision rests on, the interface between measuring (sweep, probe)
+and deciding (recommend). Written as `evidence.json`; any file of this shape can be
+decided on (`advisor recommend --evidence FILE`)."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
-_NUM = (int, float)
-REQUIRED = {
-    "slo": ("ttft_ms", "itl_ms", "attainment"),
-    "collocated": ("p99_itl_ms", "median_ttft_ms"),
-    "workload": ("mean_prompt_tokens", "concurrency"),
-}
-NULLABLE = ("disaggregated", "kv_transfer", "frontend")
+from advisor.rundata.files import read_json_object
+from advisor.rundata.typed import from_json, to_json
 
 
-def validate(ev, where: str = "evidence") -> dict:
-    """Return `ev` if it has the required sections and numeric fields; else ValueError naming them."""
-    if not isinstance(ev, dict):
-        raise ValueError(f"{where}: not a JSON object")
-    for section, fields in REQUIRED.items():
-        part = ev.get(section)
-        if not isinstance(part, dict):
-            raise ValueError(f"{where}: missing section {section!r}")
-        for f in fields:
-            v = part.get(f)
-            if v is not None and (not isinstance(v, _NUM) or isinstance(v, bool)):
-                raise ValueError(f"{where}: {section}.{f} must be a number, not {v!r}")
-            if v is None and section != "collocated":
-                raise ValueError(f"{where}: missing {section}.{f}")
-    for section in NULLABLE:
-        if ev.get(section) is not None and not isinstance(ev[section], dict):
-            raise ValueError(f"{where}: {section} must be an object or null")
-    return ev
+@dataclass(frozen=True)
+class SloEvidence:
+    ttft_ms: float
+    itl_ms: float
+    attainment: float = 0.9  # share of requests that must meet every SLO
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
 
 
-def load(path: str | Path) -> dict:
+@dataclass(frozen=True)
+class PlacementEvidence:
+    """One placement at the rate where the rows are judged, and its best goodput."""
+
+    placement: str | None = None
+    rate_rps: float | None = None
+    p50_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    median_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    attainment_at_rate: float | None = None
+    max_goodput_rps: float | None = None
+    # the highest rate tried met the SLO: the true maximum may be higher
+    max_goodput_is_lower_bound: bool = False
+
+
+@dataclass(frozen=True)
+class KVTransferEvidence:
+    mean_ms: float
+    p90_ms: float | None = None
+    gbps: float | None = None
+    transfers: float | None = None  # a Prometheus counter
+    bytes_per_token: int | None = None
+    connector: str | None = None
+    p2p: str | None = None
+    emulated: str | None = None  # the emulated link's spec, when one was imposed
+
+
+@dataclass(frozen=True)
+class WorkloadEvidence:
+    mean_prompt_tokens: float
+    concurrency: float  # requests in flight, on average
+    rate_rps: float | None = None
+    mean_output_tokens: float | None = None
+    burstiness_cv: float = 1.0  # of inter-arrival gaps (Poisson: 1)
+    multi_turn: bool = False
+    latency_sensitive: bool = True
+    prefill_ms: float | None = None  # unloaded TTFT: about one prompt's prefill
+
+
+@dataclass(frozen=True)
+class FrontendEvidence:
+    """Front-end (render + derender) CPU per request, and its share of the engines' CPU."""
+
+    cpu_ms_per_request: float | None = None
+    cpu_share: float | None = None
+    render_ms_per_request: float | None = None
+    derender_ms_per_request: float | None = None
+    placement: str | None = None
+    requests: int | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    slo: SloEvidence
+    collocated: PlacementEvidence
+    workload: WorkloadEvidence
+    disaggregated: PlacementEvidence | None = None
+    kv_transfer: KVTransferEvidence | None = None
+    frontend: FrontendEvidence | None = None
+
+    def to_json(self) -> dict:
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, data, file: str = "evidence") -> Evidence:
+        """Validated evidence; RunDataError names the file and the field."""
+        return from_json(cls, data, file)
+
+
+def load(path: str | Path) -> Evidence:
     """Read and validate an evidence file (a run directory's evidence.json, or any path)."""
     path = Path(path)
     if path.is_dir():
         path = path / "evidence.json"
-    try:
-        ev = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"evidence file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
-    return validate(ev, str(path))
+    return Evidence.from_json(read_json_object(path), str(path))

@@ -1,4 +1,4 @@
-"""Run outputs as data: atomic writes and the manifest every run carries."""
+"""Run outputs as data: atomic writes, reads that name the file, and every run's manifest."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+
+from advisor.errors import UsageError
+
+
+class RunDataError(UsageError):
+    """A run directory's file (or one the user named) is missing, corrupt or malformed."""
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -27,6 +33,22 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON object from `path`; RunDataError naming it when missing, unreadable, corrupt
+    or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunDataError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunDataError(f"cannot read {path}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise RunDataError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise RunDataError(f"{path} is not a JSON object")
+    return data
 
 
 def write_json(path: str | Path, obj) -> None:

@@ -1,20 +1,28 @@
-"""From a sweep's results to the evidence file, the manifest and the summary tables."""
+"""From a sweep's results to the evidence, the manifest and the summary table."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from advisor.errors import UsageError
+from advisor.measure.prom import parse_transfer
 from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
 from advisor.probe.kvsize import kv_size
-from advisor.measure.prom import parse_transfer
+from advisor.rundata.evidence import (
+    Evidence,
+    FrontendEvidence,
+    KVTransferEvidence,
+    PlacementEvidence,
+    SloEvidence,
+    WorkloadEvidence,
+)
+from advisor.rundata.files import manifest
+from advisor.rundata.rundir import RunDir
 from advisor.sweep.rate_search import Outcome, max_goodput_rate
-from advisor.rundata.files import manifest, write_atomic
 
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
                    "slo_attainment", "request_goodput", "request_throughput", "output_throughput",
@@ -27,46 +35,45 @@ def sweep_manifest(opts, argv: list[str] | None) -> dict:
     matrix = p2p.query() if gpus else None
     probe = {"gpus": hardware.gpus_json(gpus), "gpu_note": note,
              "p2p": matrix.to_json() if matrix else None, "links": links.host_links(16 << 20)}
-    return {**manifest(opts.seed, dataclasses.asdict(opts), argv), "probe": probe}
+    config = {k: v for k, v in dataclasses.asdict(opts).items() if k != "api_key"}
+    return {**manifest(opts.seed, config, argv), "probe": probe}
 
 
-def load_result(run_dir: Path, name: str, rate: float) -> dict:
-    return json.loads((run_dir / "runs" / name / f"rate-{rate:g}" / "result.json").read_text())
-
-
-def _records(run_dir: Path, name: str, rate: float) -> list[dict]:
-    path = run_dir / "runs" / name / f"rate-{rate:g}" / "requests.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _side(run_dir: Path, name: str, outcomes: list[Outcome], rate: float) -> dict:
-    r = load_result(run_dir, name, rate)
+def _side(run_dir: RunDir, name: str, outcomes: list[Outcome], rate: float) -> PlacementEvidence:
+    r = run_dir.read_run(name, rate)
     best = max_goodput_rate(outcomes)
-    return {"placement": name, "rate_rps": rate,
-            "p50_itl_ms": r.get("p50_itl_ms"), "p99_itl_ms": r.get("p99_itl_ms"),
-            "median_ttft_ms": r.get("median_ttft_ms"), "p99_ttft_ms": r.get("p99_ttft_ms"),
-            "attainment_at_rate": r["slo_attainment"], "max_goodput_rps": best,
-            # the highest rate tried met the SLO: the true maximum may be higher
-            "max_goodput_is_lower_bound": best > 0 and best == max(o.rate for o in outcomes)}
+    return PlacementEvidence(
+        placement=name, rate_rps=rate, p50_itl_ms=r.get("p50_itl_ms"),
+        p99_itl_ms=r.get("p99_itl_ms"), median_ttft_ms=r.get("median_ttft_ms"),
+        p99_ttft_ms=r.get("p99_ttft_ms"), attainment_at_rate=r.get("slo_attainment"),
+        max_goodput_rps=best,
+        max_goodput_is_lower_bound=best > 0 and best == max(o.rate for o in outcomes))
 
 
-def _workload(run_dir: Path, name: str, rate: float, lowest: float) -> dict:
-    r = load_result(run_dir, name, rate)
-    every = _records(run_dir, name, rate)
+def _workload(run_dir: RunDir, name: str, rate: float, lowest: float) -> WorkloadEvidence:
+    r = run_dir.read_run(name, rate, records=True)
+    every = r.records
     recs = [x for x in every if x["ok"]]
-    busy = sum(x["end"] - x["sent"] for x in every if x["sent"] is not None and x["end"] is not None)
-    gaps = np.diff(r.get("arrival_offsets") or [0.0])
+    busy = sum(
+        x["end"] - x["sent"] for x in every if x["sent"] is not None and x["end"] is not None
+    )
+    gaps = np.diff(r.described.arrival_offsets or [0.0])
     cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
-    return {"rate_rps": rate,
-            "mean_prompt_tokens": float(np.mean([x["prompt_tokens"] for x in recs])) if recs else 0.0,
-            "mean_output_tokens": float(np.mean([x["output_tokens"] for x in recs])) if recs else 0.0,
-            "concurrency": busy / r["duration"] if r["duration"] else 0.0, "burstiness_cv": cv,
-            "multi_turn": bool(r.get("multi_turn")), "latency_sensitive": True,
-            # unloaded TTFT at the lowest rate: about one prompt's prefill time
-            "prefill_ms": load_result(run_dir, name, lowest).get("median_ttft_ms")}
+    duration = r.get("duration")
+    return WorkloadEvidence(
+        rate_rps=rate,
+        mean_prompt_tokens=float(np.mean([x["prompt_tokens"] for x in recs])) if recs else 0.0,
+        mean_output_tokens=float(np.mean([x["output_tokens"] for x in recs])) if recs else 0.0,
+        concurrency=busy / duration if duration else 0.0,
+        burstiness_cv=cv,
+        multi_turn=r.described.multi_turn,
+        latency_sensitive=True,
+        # unloaded TTFT at the lowest rate: about one prompt's prefill time
+        prefill_ms=run_dir.read_run(name, lowest).get("median_ttft_ms"),
+    )
 
 
-def _kv(opts, kv_metrics: dict | None, emulated: str | None) -> dict | None:
+def _kv(opts, kv_metrics: dict | None, emulated: str | None) -> KVTransferEvidence | None:
     if not kv_metrics:
         return None
     t = parse_transfer(kv_metrics["text"])
@@ -75,61 +82,75 @@ def _kv(opts, kv_metrics: dict | None, emulated: str | None) -> dict | None:
     p90 = t.quantile(0.9)
     try:
         per_token = kv_size(opts.model, 1, opts.dtype).bytes_per_token
-    except ValueError:
+    except UsageError:
         per_token = None
-    return {"mean_ms": t.seconds / t.count * 1000,
-            "p90_ms": p90 * 1000 if p90 is not None and np.isfinite(p90) else None,
-            "gbps": t.nbytes / t.seconds / 1e9 if t.seconds > 0 else None,
-            "transfers": t.count, "bytes_per_token": per_token, "connector": opts.connector,
-            "p2p": "n/a: no GPU" if not opts.device.startswith("cuda") else "see manifest probe",
-            "emulated": emulated}
+    return KVTransferEvidence(
+        mean_ms=t.seconds / t.count * 1000,
+        p90_ms=p90 * 1000 if p90 is not None and np.isfinite(p90) else None,
+        gbps=t.nbytes / t.seconds / 1e9 if t.seconds > 0 else None,
+        transfers=t.count,
+        bytes_per_token=per_token,
+        connector=opts.connector,
+        p2p="n/a: no GPU" if not opts.device.startswith("cuda") else "see manifest probe",
+        emulated=emulated,
+    )
 
 
-def _frontend(run_dir: Path, name: str, outcomes: list[Outcome]) -> dict | None:
+def _frontend(run_dir: RunDir, name: str, outcomes: list[Outcome]) -> FrontendEvidence | None:
     """Front-end CPU over all of a placement's runs: per request, and as a share of the
     engine processes' whole CPU time (model, scheduler, HTTP and front end together)."""
     cpu = {"render_s": 0.0, "derender_s": 0.0, "process_s": 0.0}
     requests = 0
     for o in outcomes:
-        r = load_result(run_dir, name, o.rate)
-        if r.get("frontend_cpu"):
-            cpu = {k: v + r["frontend_cpu"][k] for k, v in cpu.items()}
-            requests += r["num_prompts"]
+        r = run_dir.read_run(name, o.rate)
+        if r.described.frontend_cpu:
+            cpu = {k: v + r.described.frontend_cpu[k] for k, v in cpu.items()}
+            requests += r.described.num_prompts
     if not requests:
         return None
     front = cpu["render_s"] + cpu["derender_s"]
-    return {"cpu_ms_per_request": front / requests * 1000,
-            "render_ms_per_request": cpu["render_s"] / requests * 1000,
-            "derender_ms_per_request": cpu["derender_s"] / requests * 1000,
-            "cpu_share": front / cpu["process_s"] if cpu["process_s"] > 0 else None,
-            "placement": name, "requests": requests}
+    return FrontendEvidence(
+        cpu_ms_per_request=front / requests * 1000,
+        render_ms_per_request=cpu["render_s"] / requests * 1000,
+        derender_ms_per_request=cpu["derender_s"] / requests * 1000,
+        cpu_share=front / cpu["process_s"] if cpu["process_s"] > 0 else None,
+        placement=name,
+        requests=requests,
+    )
 
 
-def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
-                   run_dir: Path, slos: dict[str, float], kv_metrics: dict | None) -> dict:
-    """The evidence file (see advisor.rundata.evidence) at the grid's top rate, where collocated fell apart."""
+def build_evidence(
+    opts,
+    placements,
+    done: dict[str, list[Outcome]],
+    grid: list[float],
+    run_dir: RunDir,
+    slos: dict[str, float],
+    kv_metrics: dict | None,
+) -> Evidence:
+    """The evidence at the grid's top rate, where collocated fell apart."""
     rate, lowest = max(grid), min(grid)
     col = next((p for p in placements if p.kind == "collocated"), None)
     dis = next((p for p in placements if p.kind == "disagg"), None)
     lead = col or dis
-    return {
-        "slo": {**{f"{k}_ms": v for k, v in slos.items()}, "attainment": opts.attainment},
-        "collocated": _side(run_dir, col.name, done[col.name], rate) if col else {
-            "p99_itl_ms": None, "median_ttft_ms": None},
-        "disaggregated": _side(run_dir, dis.name, done[dis.name], rate) if dis else None,
-        "kv_transfer": _kv(opts, kv_metrics, dis.emulated if dis else None),
-        "workload": _workload(run_dir, lead.name, rate, lowest),
-        "frontend": _frontend(run_dir, lead.name, done[lead.name]),
-    }
+    return Evidence(
+        slo=SloEvidence(**{f"{k}_ms": v for k, v in slos.items()}, attainment=opts.attainment),
+        collocated=_side(run_dir, col.name, done[col.name], rate) if col else PlacementEvidence(),
+        disaggregated=_side(run_dir, dis.name, done[dis.name], rate) if dis else None,
+        kv_transfer=_kv(opts, kv_metrics, dis.emulated if dis else None),
+        workload=_workload(run_dir, lead.name, rate, lowest),
+        frontend=_frontend(run_dir, lead.name, done[lead.name]),
+    )
 
 
-def write_summary(run_dir: Path, placements, done: dict[str, list[Outcome]]) -> None:
+def write_summary(run_dir: RunDir, placements, done: dict[str, list[Outcome]]) -> None:
     """summary.csv: one row per placement x rate."""
     rows = []
     for p in placements:
         for o in sorted(done[p.name], key=lambda o: o.rate):
-            r = load_result(run_dir, p.name, o.rate)
-            rows.append({c: (p.name if c == "topology" else r.get(c)) for c in SUMMARY_COLUMNS}
-                        | {"emulated_link": p.emulated or ""})
-    table = pd.DataFrame(rows)
-    write_atomic(run_dir / "summary.csv", table.to_csv(index=False))
+            r = run_dir.read_run(p.name, o.rate)
+            rows.append(
+                {c: (p.name if c == "topology" else r.get(c)) for c in SUMMARY_COLUMNS}
+                | {"emulated_link": p.emulated or ""}
+            )
+    run_dir.write_summary(pd.DataFrame(rows).to_csv(index=False))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from advisor.errors import UsageError
 from engine.core.config import load_model_config
 from engine.serve.launch import Topology
 
@@ -22,10 +23,10 @@ class Placement:
 
 def parse_topologies(opts) -> list[Placement]:
     """From a SweepOptions: the URLs if given, else `--topologies`; collocated first (it
-    leads the rate search). ValueError names the bad flag."""
+    leads the rate search). UsageError names the bad flag."""
     if opts.collocated_url or opts.disagg_url:
         if opts.link_emulation:
-            raise ValueError("--link-emulation shapes the bundled engine's connector; it cannot "
+            raise UsageError("--link-emulation shapes the bundled engine's connector; it cannot "
                              "apply to --collocated-url / --disagg-url")
         out = []
         if opts.collocated_url:
@@ -33,7 +34,10 @@ def parse_topologies(opts) -> list[Placement]:
         if opts.disagg_url:
             out.append(Placement("disagg-url", "disagg", url=opts.disagg_url))
         return out
-    load_model_config(opts.model)  # a clear error for an unknown model, before anything starts
+    try:  # a clear error for an unknown model, before anything starts
+        load_model_config(opts.model)
+    except ValueError as e:
+        raise UsageError(f"--model: {e}") from None
     out = []
     for item in (t.strip() for t in opts.topologies.split(",") if t.strip()):
         kind, _, shape = item.partition(":")
@@ -48,12 +52,12 @@ def parse_topologies(opts) -> list[Placement]:
                             device=opts.device, extra_args=extra)
             out.append(Placement(f"disagg-{shape}", kind, topo, emulated=opts.link_emulation))
         else:
-            raise ValueError(f"--topologies item {item!r}: expected collocated:N or disagg:XpYd")
+            raise UsageError(f"--topologies item {item!r}: expected collocated:N or disagg:XpYd")
     if not out or len({p.kind for p in out}) != len(out):
-        raise ValueError("--topologies: give at most one collocated and one disagg placement")
+        raise UsageError("--topologies: give at most one collocated and one disagg placement")
     for p in out:
         try:
             p.topology.validate()
         except ValueError as e:
-            raise ValueError(f"--topologies {p.name.replace('-', ':', 1)}: {e}") from None
+            raise UsageError(f"--topologies {p.name.replace('-', ':', 1)}: {e}") from None
     return sorted(out, key=lambda p: p.kind != "collocated")

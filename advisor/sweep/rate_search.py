@@ -17,7 +17,7 @@ from dataclasses import dataclass
 class Outcome:
     rate: float
     meets: bool  # SLO attainment at or above the target
-    collapsed: bool  # p99 ITL or the requests fell apart (the leading topology stops stepping up here)
+    collapsed: bool
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,16 @@ def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
     """The doubling grid the leading topology measured: up to and including the first
     rate where its p99 ITL collapsed, at most `max_steps` rates."""
     grid = []
-    for o in leading[:plan.max_steps]:
+    for o in leading[: plan.max_steps]:
         grid.append(o.rate)
         if o.collapsed:
             break
     return grid
 
 
-def next_rate(done: list[Outcome], plan: SearchPlan, grid: list[float] | None,
-              fixed: bool = False) -> float | None:
+def next_rate(
+    done: list[Outcome], plan: SearchPlan, grid: list[float] | None, fixed: bool = False
+) -> float | None:
     """The next rate for a topology, or None when it is finished.
 
     `grid`: None for the leading topology (it builds the grid by doubling);

@@ -102,7 +102,8 @@ class BlockManager:
         return True
 
     def free(self, req: Request) -> None:
-        """Drop `req`'s references; tail blocks go to the free queue first, so they are evicted first."""
+        """Drop `req`'s references; tail blocks go to the free queue first, so they are
+        evicted first."""
         for b in reversed(req.block_ids):
             block = self.blocks[b]
             block.ref_count -= 1
@@ -119,7 +120,7 @@ class BlockManager:
         bs = self.block_size
         tokens = req.all_token_ids
         for i in range(len(hashes), req.num_computed_tokens // bs):
-            toks = tuple(tokens[i * bs:(i + 1) * bs])
+            toks = tuple(tokens[i * bs : (i + 1) * bs])
             h = chain_hash(hashes[-1] if hashes else None, toks)
             hashes.append(h)
             block = self.blocks[req.block_ids[i]]

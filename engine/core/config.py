@@ -9,6 +9,11 @@ from pathlib import Path
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str) -> int:
+    """KV cache bytes per token: layers x 2 (K, V) x KV heads x head_dim x dtype bytes."""
+    return layers * 2 * kv_heads * head_dim * DTYPE_BYTES[dtype]
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A Llama/Qwen2/Qwen3-architecture decoder, with Hugging Face field names."""
@@ -31,9 +36,9 @@ class ModelConfig:
     eos_token_id: int | None = None
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
-        """KV cache bytes per token: layers x 2 (K,V) x KV heads x head_dim x dtype bytes."""
-        nbytes = DTYPE_BYTES[dtype or self.torch_dtype]
-        return self.num_hidden_layers * 2 * self.num_key_value_heads * self.head_dim * nbytes
+        """KV cache bytes per token in `dtype` (default: the model's own)."""
+        return kv_bytes_per_token(self.num_hidden_layers, self.num_key_value_heads,
+                                  self.head_dim, dtype or self.torch_dtype)
 
     def validate(self) -> None:
         """Raise ValueError when the shapes cannot form a model."""
@@ -90,7 +95,14 @@ PRESETS: dict[str, ModelConfig] = {
                              rms_norm_eps=1e-5, eos_token_id=128009),
 }
 
-_SUPPORTED_ARCHS = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
+_SSM_KEYS = ("mamba_d_state", "ssm_state_size", "layers_block_type", "hybrid_override_pattern",
+             "layer_types_mamba")
+_SUPPORTED_ARCHS = {
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "MistralForCausalLM",
+}
 
 
 def config_from_hf_dict(d: dict, name: str) -> ModelConfig:
@@ -101,10 +113,17 @@ def config_from_hf_dict(d: dict, name: str) -> ModelConfig:
     """
     archs = d.get("architectures") or []
     if archs and not set(archs) & _SUPPORTED_ARCHS:
-        raise ValueError(f"architecture {archs[0]} is not supported yet "
-                         f"(supported: {', '.join(sorted(_SUPPORTED_ARCHS))})")
+        raise ValueError(
+            f"architecture {archs[0]} is not supported yet "
+            f"(supported: {', '.join(sorted(_SUPPORTED_ARCHS))})"
+        )
+    # NOTE: these keep state that is not per-head K and V per token: refused, not guessed.
     if "kv_lora_rank" in d:
-        raise ValueError("MLA (kv_lora_rank) models are not supported yet")
+        raise ValueError("MLA (latent KV, kv_lora_rank) models are not supported yet")
+    if any(k in d for k in _SSM_KEYS) or "mamba" in str(d.get("model_type", "")).lower():
+        raise ValueError(
+            "hybrid SSM models (per-request state, not per-token KV) are not supported yet"
+        )
     try:
         heads = d["num_attention_heads"]
         eos = d.get("eos_token_id")
@@ -140,8 +159,10 @@ def load_model_config(model: str) -> ModelConfig:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise ValueError(f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) "
-                         "nor a local directory with config.json")
+        raise ValueError(
+            f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) "
+            "nor a local directory with config.json"
+        )
     try:
         d = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -186,7 +207,8 @@ class EngineConfig:
 
     def resolved(self) -> "EngineConfig":
         """This config with `model_config` loaded from `model`."""
-        cfg = self if self.model_config else replace(self, model_config=load_model_config(self.model))
+        cfg = (
+            self if self.model_config else replace(self, model_config=load_model_config(self.model))
+        )
         cfg.validate()
         return cfg
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.core.config import DTYPE_BYTES
+from engine.core.config import kv_bytes_per_token
 
 if TYPE_CHECKING:
     import torch
@@ -22,7 +22,7 @@ class KVLayout:
 
     @property
     def bytes_per_token(self) -> int:
-        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * DTYPE_BYTES[self.dtype]
+        return kv_bytes_per_token(self.num_layers, self.num_kv_heads, self.head_dim, self.dtype)
 
 
 @dataclass

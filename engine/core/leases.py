@@ -85,12 +85,16 @@ class KVLeases:
         """Free every request whose lease ran out; returns their ids."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            expired = [rid for rid, h in self._held.items() if h.expires_at <= now and not h.readers]
+            expired = [
+                rid for rid, h in self._held.items() if h.expires_at <= now and not h.readers
+            ]
         return [rid for rid in expired if self.release(rid)]
 
     def _get(self, request_id: str) -> _Held:
         held = self._held.get(request_id)
         if held is None:
-            raise KeyError(f"no KV held for request {request_id!r} (never prefilled, "
-                           "already released, or its lease expired)")
+            raise KeyError(
+                f"no KV held for request {request_id!r} (never prefilled, "
+                "already released, or its lease expired)"
+            )
         return held

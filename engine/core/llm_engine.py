@@ -174,7 +174,7 @@ class LLMEngine:
                              new, req.is_finished, reason, req.num_cached_tokens,
                              req.num_preemptions, req.first_scheduled_time)
 
-    # ---- KV held for export (prefill side) ---------------------------------------------------------
+    # ---- KV held for export (prefill side) --------------------------------------------------
     def export_kv(self, request_id: str) -> KVPayload:
         """The prompt KV of a finished remote-decode request, copied; its lease keeps running.
 
@@ -189,7 +189,7 @@ class LLMEngine:
         itself; renews the lease (see KVLeases.lend). Any thread."""
         req = self.held.lend(request_id)
         prompt = list(req.prompt_token_ids)
-        return req.block_ids[:self.block_manager.blocks_needed(len(prompt))], prompt
+        return req.block_ids[: self.block_manager.blocks_needed(len(prompt))], prompt
 
     def release_kv(self, request_id: str) -> bool:
         """Free the blocks held for `request_id` (the decoder has its copy). True if held."""

@@ -55,7 +55,8 @@ class FinishReason(str, enum.Enum):
 
 @dataclass
 class Request:
-    """One request's token state. The scheduler advances `num_computed_tokens` toward `num_tokens`."""
+    """One request's token state. The scheduler advances `num_computed_tokens` toward
+    `num_tokens`."""
 
     request_id: str
     prompt_token_ids: list[int]

@@ -98,9 +98,10 @@ class KVConnector(ABC):
         (none when the bytes follow the header). FrameError when this cache cannot be
         served this way."""
 
-    def send(self, sock: socket.socket, cache: KVCache, block_ids: list[int],
+    def send(self, sock: socket.socket, cache: KVCache, block_ids: list[int],  # noqa: B027
              num_tokens: int) -> None:
-        """After the header: write the KV bytes, for transports that carry them."""
+        """After the header: write the KV bytes, for transports that carry them (an optional
+        step: connectors whose decoder reads the blocks in place send nothing)."""
 
     # ---- consumer side ---------------------------------------------------------------------------
     @abstractmethod

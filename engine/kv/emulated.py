@@ -39,6 +39,8 @@ class EmulatedLink(KVConnector):
         # transfers must not use up the thread pool that real pulls run on.
         pulled = await self.inner.pull_async(params, layout, device)
         rec = pulled.record
-        await asyncio.sleep(rec.start + self.emulation.transfer_seconds(rec.nbytes) - time.monotonic())
+        await asyncio.sleep(
+            rec.start + self.emulation.transfer_seconds(rec.nbytes) - time.monotonic()
+        )
         rec.end, rec.emulated = max(rec.end, time.monotonic()), self.emulation.spec
         return pulled

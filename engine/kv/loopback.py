@@ -10,10 +10,10 @@ import time
 
 import torch
 
+from engine.core.kv_payload import KVLayout
 from engine.kv import connectors
 from engine.kv.source import KVSource
 from engine.model.kv_cache import KVCache
-from engine.core.kv_payload import KVLayout
 
 REQUEST = "probe"
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.model.attention import AttentionMetadata, paged_attention
 from engine.core.config import ModelConfig
+from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.kv_cache import KVCache
 
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import torch
 
-from engine.model.attention import AttentionMetadata, PrefillSegment
 from engine.core.config import EngineConfig
-from engine.core.llm_engine import LLMEngine
-from engine.model.kv_cache import KVCache
 from engine.core.kv_payload import KVLayout, KVPayload
-from engine.model.causal_lm import CausalLM
-from engine.model.sampler import Sampler
+from engine.core.llm_engine import LLMEngine
 from engine.core.scheduler import SchedulerOutput
 from engine.core.sequence import Request
+from engine.model.attention import AttentionMetadata, PrefillSegment
+from engine.model.causal_lm import CausalLM
+from engine.model.kv_cache import KVCache
+from engine.model.sampler import Sampler
 from engine.model.weights import init_dummy, load_safetensors_dir
 
 _GIB = 1 << 30
@@ -110,12 +110,20 @@ class ModelRunner:
         meta = AttentionMetadata(torch.cat(slots).to(dev), len(decode_tables), None, None, prefills)
         if decode_tables:
             width = max(map(len, decode_tables))
-            padded = [t + [0] * (width - len(t)) for t in decode_tables]  # pads read block 0, masked
+            # pads read block 0, masked
+            padded = [t + [0] * (width - len(t)) for t in decode_tables]
             meta.decode_block_tables = torch.tensor(padded, device=dev)
             lens = torch.tensor(decode_lens, device=dev)
-            meta.decode_mask = (torch.arange(width * bs, device=dev)[None, :] < lens[:, None])[:, None, None, :]
-        return (torch.tensor(ids, device=dev), torch.cat(positions).to(dev), meta,
-                torch.tensor(sample_rows, device=dev), sample_reqs)
+            meta.decode_mask = (torch.arange(width * bs, device=dev)[None, :] < lens[:, None])[
+                :, None, None, :
+            ]
+        return (
+            torch.tensor(ids, device=dev),
+            torch.cat(positions).to(dev),
+            meta,
+            torch.tensor(sample_rows, device=dev),
+            sample_reqs,
+        )
 
     # ---- KV export -----------------------------------------------------------------------------
     def forget(self, request_id: str) -> None:
@@ -126,8 +134,9 @@ class ModelRunner:
         """The prompt KV of a request whose prompt has been computed (see KVCache.export)."""
         n = len(req.prompt_token_ids)
         kv = self.cache.export(req.block_ids[: -(-n // self.cfg.block_size)], n)
-        return KVPayload(req.request_id, self.layout, list(req.prompt_token_ids), kv,
-                         self.cfg.block_size)
+        return KVPayload(
+            req.request_id, self.layout, list(req.prompt_token_ids), kv, self.cfg.block_size
+        )
 
 
 def build_engine(config: EngineConfig) -> LLMEngine:

@@ -13,7 +13,9 @@ from engine.model.causal_lm import CausalLM
 # HF projection -> (our fused parameter, index of its slice)
 _FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
           "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
-_PROJ = re.compile(r"^(layers\.\d+\.(?:self_attn|mlp))\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$")
+_PROJ = re.compile(
+    r"^(layers\.\d+\.(?:self_attn|mlp))\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$"
+)
 
 
 @torch.no_grad()
@@ -31,7 +33,7 @@ def init_dummy(model: CausalLM, seed: int) -> None:
         elif name.endswith("bias"):
             p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
         elif name == "embed_tokens.weight":
-            p.copy_(torch.randn(p.shape, generator=gen) * model.cfg.hidden_size ** -0.25)
+            p.copy_(torch.randn(p.shape, generator=gen) * model.cfg.hidden_size**-0.25)
         else:
             p.copy_(torch.randn(p.shape, generator=gen) * (2.0 / math.sqrt(p.shape[1])))
 
@@ -56,7 +58,8 @@ def _target(model: CausalLM, hf_name: str) -> tuple[str, int | None]:
 
 @torch.no_grad()
 def load_state_dict(model: CausalLM, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy HF-named tensors into `model`; raise ValueError on unknown, missing or misshapen ones."""
+    """Copy HF-named tensors into `model`; raise ValueError on unknown, missing or misshapen
+    ones."""
     params = dict(model.named_parameters())
     seen: set[tuple[str, int | None]] = set()
     for hf_name, t in tensors.items():
@@ -72,12 +75,16 @@ def load_state_dict(model: CausalLM, tensors: dict[str, torch.Tensor]) -> None:
             sizes = _slices(model, name.split(".")[-2])
             dst = dst.narrow(0, sum(sizes[:idx]), sizes[idx])
         if tuple(dst.shape) != tuple(t.shape):
-            raise ValueError(f"tensor {hf_name!r} has shape {tuple(t.shape)}, expected {tuple(dst.shape)}")
+            raise ValueError(
+                f"tensor {hf_name!r} has shape {tuple(t.shape)}, expected {tuple(dst.shape)}"
+            )
         dst.copy_(t.to(dst.dtype))
         seen.add((name, idx))
-    for name, p in params.items():
+    for name in params:
         fused = name.split(".")[-2]
-        parts = range(len(_slices(model, fused))) if fused in ("qkv_proj", "gate_up_proj") else [None]
+        parts = (
+            range(len(_slices(model, fused))) if fused in ("qkv_proj", "gate_up_proj") else [None]
+        )
         if any((name, i) not in seen for i in parts):
             raise ValueError(f"checkpoint lacks weights for {name!r}")
 

@@ -60,7 +60,9 @@ class StreamState:
 
 def check_ids(vocab_size: int, ids) -> list[int]:
     """Token IDs as a list of ints inside the vocabulary, else DerenderError."""
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+    if not isinstance(ids, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in ids
+    ):
         raise DerenderError("token_ids must be a list of integers")
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
@@ -68,15 +70,23 @@ def check_ids(vocab_size: int, ids) -> list[int]:
     return ids
 
 
-def derender_chunk(tokenizer: TextTokenizer, state: StreamState, request_id: str, ids: list[int],
-                   finished: bool, vocab_size: int | None = None) -> tuple[Parsed, StreamState]:
+def derender_chunk(
+    tokenizer: TextTokenizer,
+    state: StreamState,
+    request_id: str,
+    ids: list[int],
+    finished: bool,
+    vocab_size: int | None = None,
+) -> tuple[Parsed, StreamState]:
     """Parse one chunk of generated IDs; returns what it completed and the next state.
 
     `vocab_size` is the model's (default: the tokenizer's). A model's vocabulary may be
     larger than its tokenizer's (padded rows); such IDs are valid and decode to nothing."""
     if request_id != state.request_id:
-        raise DerenderError(f"this chunk belongs to request {request_id!r}, the stream_state to "
-                            f"{state.request_id!r}")
+        raise DerenderError(
+            f"this chunk belongs to request {request_id!r}, the stream_state to "
+            f"{state.request_id!r}"
+        )
     ids = check_ids(vocab_size or tokenizer.vocab_size, ids)
     detok = IncrementalDetokenizer(tokenizer)
     detok.pending = list(state.pending_ids)
@@ -89,8 +99,9 @@ def derender_chunk(tokenizer: TextTokenizer, state: StreamState, request_id: str
     if len(detok.pending) > MAX_PENDING_IDS:  # never a character: give up waiting for it
         out.extend(parser.feed(tokenizer.decode(detok.pending)))
         detok.pending = []
-    return out, StreamState(request_id, detok.pending, parser.to_json(),
-                            state.num_tokens + len(ids), state.fingerprint)
+    return out, StreamState(
+        request_id, detok.pending, parser.to_json(), state.num_tokens + len(ids), state.fingerprint
+    )
 
 
 def derender(tokenizer: TextTokenizer, ids: list[int]) -> Parsed:

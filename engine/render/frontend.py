@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.config import load_model_config
-from engine.render.protocol import ParsedRequest
 from engine.render.chat import delta, finish_reason, message
 from engine.render.derender import DerenderError, StreamState, derender_chunk
 from engine.render.parsing import Parsed
+from engine.render.protocol import ParsedRequest
 from engine.render.tokenizer import TextTokenizer
 
 REASONING_PARSERS = ("qwen3", "none")  # qwen3: <think> ... </think> (DeepSeek-R1's markup too)
@@ -33,7 +33,7 @@ STAGES = ("render", "derender")
 class FrontendConfig:
     """What must match between a render tier and the engine behind it."""
 
-    model_dir: str | None = None  # preset or HF directory: its tokenizer (else the bundled one), vocab
+    model_dir: str | None = None
     chat_template: str | None = None  # a jinja2 file overriding the tokenizer's template
     reasoning_parser: str = "qwen3"
     tool_call_parser: str = "hermes"
@@ -41,8 +41,13 @@ class FrontendConfig:
     def args(self) -> tuple[str, ...]:
         """This configuration as server flags (add_frontend_args reads them back)."""
         template = ("--chat-template", self.chat_template) if self.chat_template else ()
-        return (*template, "--reasoning-parser", self.reasoning_parser,
-                "--tool-call-parser", self.tool_call_parser)
+        return (
+            *template,
+            "--reasoning-parser",
+            self.reasoning_parser,
+            "--tool-call-parser",
+            self.tool_call_parser,
+        )
 
     def validate(self) -> None:
         if self.reasoning_parser not in REASONING_PARSERS:
@@ -62,8 +67,13 @@ class Frontend:
         self.tokenizer = TextTokenizer.load(config.model_dir, config.chat_template)
         self.vocab_size = _model_vocab(config.model_dir) or self.tokenizer.vocab_size
         h = hashlib.sha256()
-        for part in (self.tokenizer.tok.to_str(), self.tokenizer.template_source,
-                     config.reasoning_parser, config.tool_call_parser, str(self.vocab_size)):
+        for part in (
+            self.tokenizer.tok.to_str(),
+            self.tokenizer.template_source,
+            config.reasoning_parser,
+            config.tool_call_parser,
+            str(self.vocab_size),
+        ):
             h.update(part.encode() + b"\0")
         self.fingerprint = h.hexdigest()[:16]
         # CPU seconds of this process's threads spent per stage, and requests per stage
@@ -91,29 +101,41 @@ class Frontend:
         if req.messages is None and isinstance(req.prompt, list):
             return req.prompt
         with self.timed("render", request_done=True):
-            text = req.prompt if req.messages is None else \
-                self.tokenizer.render_chat(req.messages, req.tools)
+            text = (
+                req.prompt
+                if req.messages is None
+                else self.tokenizer.render_chat(req.messages, req.tools)
+            )
             return self.tokenizer.encode(text)
 
     def check(self, fingerprint, what: str) -> None:
         """DerenderError unless `fingerprint` (from a peer) is absent or equals ours."""
         if fingerprint is not None and fingerprint != self.fingerprint:
-            raise DerenderError(f"{what} came from a front end configured differently "
-                                f"(fingerprint {fingerprint!r}, here {self.fingerprint!r}): "
-                                "tokenizer, chat template and parsers must match")
+            raise DerenderError(
+                f"{what} came from a front end configured differently "
+                f"(fingerprint {fingerprint!r}, here {self.fingerprint!r}): "
+                "tokenizer, chat template and parsers must match"
+            )
 
     def start_stream(self, request_id: str, chat: ParsedRequest | None) -> StreamState:
         """A fresh stream state; `chat` (the chat request) decides which markup is parsed."""
         if chat is None and self.parses:
-            raise DerenderError("chat_request is required when a reasoning or tool-call parser is "
-                                "configured (without it, markup would leak into content)")
+            raise DerenderError(
+                "chat_request is required when a reasoning or tool-call parser is "
+                "configured (without it, markup would leak into content)"
+            )
         reasoning = self.config.reasoning_parser != "none"
-        tools = self.config.tool_call_parser != "none" and chat is not None \
-            and bool(chat.tools) and chat.tool_choice != "none"
+        tools = (
+            self.config.tool_call_parser != "none"
+            and chat is not None
+            and bool(chat.tools)
+            and chat.tool_choice != "none"
+        )
         return StreamState.start(request_id, reasoning, tools, self.fingerprint)
 
-    def derender_chunk(self, state: StreamState, request_id: str, ids, finished: bool
-                       ) -> tuple[Parsed, StreamState]:
+    def derender_chunk(
+        self, state: StreamState, request_id: str, ids, finished: bool
+    ) -> tuple[Parsed, StreamState]:
         """One chunk of generated IDs -> what it completed and the next state."""
         self.check(state.fingerprint, "stream_state")
         with self.timed("derender", request_done=finished):
@@ -126,14 +148,16 @@ class Frontend:
 
     # NOTE: the engine's chat endpoint and the render server both answer through the two
     # methods below, which is what makes render -> generate -> derender equal the engine's own.
-    def chat_whole(self, request_id: str, ids, chat: ParsedRequest | None, engine_reason: str
-                   ) -> tuple[dict, str]:
+    def chat_whole(
+        self, request_id: str, ids, chat: ParsedRequest | None, engine_reason: str
+    ) -> tuple[dict, str]:
         """A whole output's ChatCompletion message and finish_reason."""
         parsed = self.derender(request_id, ids, chat)
         return message(parsed), finish_reason(engine_reason, bool(parsed.tool_calls))
 
-    def chat_chunk(self, state: StreamState, request_id: str, ids, engine_reason: str | None
-                   ) -> tuple[dict, str | None, StreamState]:
+    def chat_chunk(
+        self, state: StreamState, request_id: str, ids, engine_reason: str | None
+    ) -> tuple[dict, str | None, StreamState]:
         """A streamed chunk's delta and finish_reason (None until the output ends: the engine's
         `engine_reason` is None), and the next stream state."""
         first, before = state.num_tokens == 0, state.parser["num_tool_calls"]
@@ -160,5 +184,9 @@ def add_frontend_args(ap: argparse.ArgumentParser) -> None:
 
 def frontend_config(a: argparse.Namespace) -> FrontendConfig:
     """The configuration add_frontend_args' flags name (the tokenizer from --model's directory)."""
-    return FrontendConfig(model_dir=a.model, chat_template=a.chat_template,
-                          reasoning_parser=a.reasoning_parser, tool_call_parser=a.tool_call_parser)
+    return FrontendConfig(
+        model_dir=a.model,
+        chat_template=a.chat_template,
+        reasoning_parser=a.reasoning_parser,
+        tool_call_parser=a.tool_call_parser,
+    )

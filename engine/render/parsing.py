@@ -141,11 +141,17 @@ class StreamParser:
         if not isinstance(d, dict) or set(d) != {f for f in ParserState.__dataclass_fields__}:
             raise ValueError("parser state has the wrong fields")
         st = ParserState(**d)
-        if st.mode not in ("content", "reasoning", "tool") or not isinstance(st.held, str) \
-                or not isinstance(st.tool_text, str) or not isinstance(st.num_tool_calls, int) \
-                or not isinstance(st.reasoning, bool) or not isinstance(st.tools, bool) \
-                or (st.mode == "reasoning" and not st.reasoning) or (st.mode == "tool" and not st.tools) \
-                or len(st.held) >= _LONGEST_TAG:
+        if (
+            st.mode not in ("content", "reasoning", "tool")
+            or not isinstance(st.held, str)
+            or not isinstance(st.tool_text, str)
+            or not isinstance(st.num_tool_calls, int)
+            or not isinstance(st.reasoning, bool)
+            or not isinstance(st.tools, bool)
+            or (st.mode == "reasoning" and not st.reasoning)
+            or (st.mode == "tool" and not st.tools)
+            or len(st.held) >= _LONGEST_TAG
+        ):
             raise ValueError("parser state is malformed")
         return cls(st)
 
@@ -159,9 +165,14 @@ def _tool_call(body: str, index: int) -> dict | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None
     args = obj.get("arguments", {})
-    return {"id": f"call_{index}", "type": "function",
-            "function": {"name": obj["name"],
-                         "arguments": args if isinstance(args, str) else json.dumps(args)}}
+    return {
+        "id": f"call_{index}",
+        "type": "function",
+        "function": {
+            "name": obj["name"],
+            "arguments": args if isinstance(args, str) else json.dumps(args),
+        },
+    }
 
 
 def parse(text: str) -> Parsed:

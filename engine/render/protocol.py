@@ -83,7 +83,9 @@ def _tools(body: dict) -> tuple[list[dict] | None, str | dict]:
                                "{\"name\": ...}}", "tools")
     choice = body.get("tool_choice", "auto")
     if choice not in ("auto", "none", "required") and not isinstance(choice, dict):
-        raise RequestError("'tool_choice' must be auto, none, required or a function", "tool_choice")
+        raise RequestError(
+            "'tool_choice' must be auto, none, required or a function", "tool_choice"
+        )
     return tools or None, choice
 
 
@@ -91,9 +93,15 @@ def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
     bias = _typed(body, "logit_bias", (dict,), {}, what="an object of token id -> bias")
     out = []
     for k, v in bias.items():
-        if not str(k).isdigit() or isinstance(v, bool) or not isinstance(v, (int, float)) \
-                or not -100 <= v <= 100:
-            raise RequestError("'logit_bias' maps token ids to numbers in [-100, 100]", "logit_bias")
+        if (
+            not str(k).isdigit()
+            or isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not -100 <= v <= 100
+        ):
+            raise RequestError(
+                "'logit_bias' maps token ids to numbers in [-100, 100]", "logit_bias"
+            )
         out.append((int(k), float(v)))
     return tuple(sorted(out))
 
@@ -104,8 +112,11 @@ def _prompt(body: dict) -> str | list[int]:
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str) and prompt:
         return prompt
-    if isinstance(prompt, list) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
         return prompt
     raise RequestError("'prompt' must be a non-empty string or list of token ids", "prompt")
 
@@ -127,18 +138,28 @@ def tokens_request(body, served_model: str) -> dict:
 
 def sampling_body(params: SamplingParams) -> dict:
     """`params` as the request fields parse_request reads back (a render's sampling_params)."""
-    return {"max_tokens": params.max_tokens, "temperature": params.temperature,
-            "top_p": params.top_p, "top_k": params.top_k, "seed": params.seed,
-            "ignore_eos": params.ignore_eos, "stop_token_ids": list(params.stop_token_ids),
-            "logit_bias": {str(t): b for t, b in params.logit_bias}}
+    return {
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "seed": params.seed,
+        "ignore_eos": params.ignore_eos,
+        "stop_token_ids": list(params.stop_token_ids),
+        "logit_bias": {str(t): b for t, b in params.logit_bias},
+    }
 
 
 def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
     """Validate a /v1/completions (chat=False) or /v1/chat/completions body."""
     model = _typed(body, "model", (str,), served_model, what="a string")
     if model != served_model:
-        raise RequestError(f"model {model!r} is not served here (serving {served_model!r})",
-                           "model", status=400, err_type="model_not_found")
+        raise RequestError(
+            f"model {model!r} is not served here (serving {served_model!r})",
+            "model",
+            status=400,
+            err_type="model_not_found",
+        )
     if _typed(body, "n", (int,), 1, what="an integer") != 1:
         raise RequestError("only n=1 is supported", "n")
     messages = _messages(body) if chat else None
@@ -150,10 +171,12 @@ def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
     top_k = _typed(body, "top_k", (int,), 0, lambda v: v >= -1, "an integer >= -1")
     params = SamplingParams(
         max_tokens=_typed(body, max_key, (int,), 16, lambda v: v >= 1, "an integer >= 1"),
-        temperature=float(_typed(body, "temperature", (int, float), 1.0, lambda v: v >= 0,
-                                 "a number >= 0")),
-        top_p=float(_typed(body, "top_p", (int, float), 1.0, lambda v: 0 < v <= 1,
-                           "a number in (0, 1]")),
+        temperature=float(
+            _typed(body, "temperature", (int, float), 1.0, lambda v: v >= 0, "a number >= 0")
+        ),
+        top_p=float(
+            _typed(body, "top_p", (int, float), 1.0, lambda v: 0 < v <= 1, "a number in (0, 1]")
+        ),
         top_k=max(top_k, 0),  # -1 means "no top-k", as in vLLM
         seed=_typed(body, "seed", (int,), None, what="an integer"),
         ignore_eos=_typed(body, "ignore_eos", (bool,), False, what="a boolean"),
@@ -165,5 +188,6 @@ def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
     include_usage = _typed(opts, "include_usage", (bool,), False, what="a boolean")
     kv = _typed(body, "kv_transfer_params", (dict,), None, what="an object")
     tools, tool_choice = _tools(body) if chat else (None, "none")
-    return ParsedRequest(model, prompt, messages, params, stream, include_usage, kv, tools,
-                         tool_choice)
+    return ParsedRequest(
+        model, prompt, messages, params, stream, include_usage, kv, tools, tool_choice
+    )

@@ -31,7 +31,9 @@ class TextTokenizer:
         self.template = env.from_string(chat_template)
 
     @classmethod
-    def load(cls, model_dir: str | None = None, chat_template: str | None = None) -> "TextTokenizer":
+    def load(
+        cls, model_dir: str | None = None, chat_template: str | None = None
+    ) -> "TextTokenizer":
         """The model directory's tokenizer.json / tokenizer_config.json, else the bundled
         default; `chat_template` (a file) overrides the template."""
         path, template = DEFAULT_TOKENIZER, DEFAULT_CHAT_TEMPLATE
@@ -52,10 +54,15 @@ class TextTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
 
-    def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
-                    add_generation_prompt: bool = True) -> str:
-        return self.template.render(messages=messages, tools=tools,
-                                    add_generation_prompt=add_generation_prompt)
+    def render_chat(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        return self.template.render(
+            messages=messages, tools=tools, add_generation_prompt=add_generation_prompt
+        )
 
 
 class IncrementalDetokenizer:

@@ -3,13 +3,15 @@
 collocated: N `both` replicas behind a round-robin front; disagg: x prefillers +
 y decoders behind the P/D proxy; render: one render-tier server (no model). Each
 instance is pinned to its CPU cores (sched_setaffinity + its torch thread count)
-or, on GPUs, to one device via CUDA_VISIBLE_DEVICES. Children get SIGTERM if this process dies (PR_SET_PDEATHSIG).
+or, on GPUs, to one device via CUDA_VISIBLE_DEVICES. Children get SIGTERM if this process
+dies (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -21,6 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _PR_SET_PDEATHSIG = 1
+MODES = ("collocated", "disagg", "render")
+
+
+class LaunchError(RuntimeError):
+    """An instance exited during start-up or never became healthy (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class Topology:
     port: int = 0  # the front's port; 0 picks a free one
     host: str = "127.0.0.1"
     cores: tuple[int, ...] | None = None  # default: all cores this process may use
-    gpus: tuple[int, ...] | None = None  # default: GPU i for instance i; fewer are shared round-robin
+    gpus: tuple[int, ...] | None = None
     max_num_batched_tokens: int = 2048
     kv_lease_duration: float = 30.0
     extra_args: tuple[str, ...] = ()
@@ -50,16 +57,22 @@ class Topology:
         return {"collocated": self.replicas, "render": 1}.get(self.mode, self.prefill + self.decode)
 
     def validate(self) -> None:
-        if self.mode not in ("collocated", "disagg", "render"):
-            raise ValueError(f"mode must be collocated, disagg or render, not {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if min(self.replicas, self.prefill, self.decode) < 1:
             raise ValueError("replicas, prefill and decode must be >= 1")
         cores = self.cores or tuple(sorted(os.sched_getaffinity(0)))
         if self.device == "cpu" and self.num_instances > len(cores):
-            raise ValueError(f"{self.num_instances} instances need {self.num_instances} cores; "
-                             f"this machine offers {len(cores)}")
+            raise ValueError(
+                f"{self.num_instances} instances need {self.num_instances} cores; "
+                f"this machine offers {len(cores)}"
+            )
         if self.connector == "cuda" and not self.device.startswith("cuda"):
             raise ValueError("the cuda connector needs device cuda")
+
+    def with_frontend(self, args: tuple[str, ...]) -> Topology:
+        """This topology with front-end flags for every engine and render server."""
+        return dataclasses.replace(self, frontend_args=args)
 
     def instance_device(self, i: int, env: dict[str, str]) -> str:
         """Instance i's --device, setting CUDA_VISIBLE_DEVICES in `env` where it pins one GPU."""
@@ -94,8 +107,13 @@ def _die_with_parent() -> None:
 
 
 def _spawn(args: list[str], cores: list[int] | None, env: dict) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, *args], env=env, preexec_fn=_die_with_parent,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        env=env,
+        preexec_fn=_die_with_parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     if cores:
         os.sched_setaffinity(proc.pid, cores)
     return proc
@@ -106,13 +124,13 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-            raise RuntimeError(f"instance {url} exited with code {proc.returncode}: {err}")
+            raise LaunchError(f"instance {url} exited with code {proc.returncode}: {err}")
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(url + "/health", timeout=1) as r:
                 if r.status == 200:
                     return
         time.sleep(0.05)
-    raise TimeoutError(f"instance {url} not healthy after {timeout:.0f} s")
+    raise LaunchError(f"instance {url} not healthy after {timeout:.0f} s")
 
 
 def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
@@ -132,13 +150,20 @@ def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
-def serve_module(module: str, args: list[str], host: str = "127.0.0.1",
-                 cores: list[int] | None = None, health_timeout: float = 60.0,
-                 port: int = 0) -> Iterator[str]:
+def serve_module(
+    module: str,
+    args: list[str],
+    host: str = "127.0.0.1",
+    cores: list[int] | None = None,
+    health_timeout: float = 60.0,
+    port: int = 0,
+) -> Iterator[str]:
     """Run `python -m module --host H --port P *args` (P: `port`, else a free one), yield its
     URL once healthy, stop it."""
     port = port or free_port(host)
-    proc = _spawn(["-m", module, "--host", host, "--port", str(port), *args], cores, dict(os.environ))
+    proc = _spawn(
+        ["-m", module, "--host", host, "--port", str(port), *args], cores, dict(os.environ)
+    )
     try:
         url = f"http://{host}:{port}"
         _wait_healthy(url, proc, health_timeout)
@@ -148,11 +173,32 @@ def serve_module(module: str, args: list[str], host: str = "127.0.0.1",
 
 
 def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
-    return ["-m", "engine.serve.server", "--model", t.model, "--role", role, "--host", t.host,
-            "--port", str(port), "--connector", t.connector, "--dtype", t.dtype,
-            "--device", device,
-            "--num-threads", "1", "--max-num-batched-tokens", str(t.max_num_batched_tokens),
-            "--kv-lease-duration", str(t.kv_lease_duration), *t.frontend_args, *t.extra_args]
+    return [
+        "-m",
+        "engine.serve.server",
+        "--model",
+        t.model,
+        "--role",
+        role,
+        "--host",
+        t.host,
+        "--port",
+        str(port),
+        "--connector",
+        t.connector,
+        "--dtype",
+        t.dtype,
+        "--device",
+        device,
+        "--num-threads",
+        "1",
+        "--max-num-batched-tokens",
+        str(t.max_num_batched_tokens),
+        "--kv-lease-duration",
+        str(t.kv_lease_duration),
+        *t.frontend_args,
+        *t.extra_args,
+    ]
 
 
 @contextlib.contextmanager
@@ -160,13 +206,21 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     """Start `t`, yield its Deployment once every process is healthy, stop all on exit."""
     t.validate()
     if t.mode == "render":
-        with serve_module("engine.serve.render_server", ["--model", t.model, *t.frontend_args], t.host,
-                          health_timeout=health_timeout, port=t.port) as url:
+        with serve_module(
+            "engine.serve.render_server",
+            ["--model", t.model, *t.frontend_args],
+            t.host,
+            health_timeout=health_timeout,
+            port=t.port,
+        ) as url:
             yield Deployment(url, {"render": [url]})
         return
     cores = list(t.cores or sorted(os.sched_getaffinity(0)))
-    roles = ["both"] * t.replicas if t.mode == "collocated" else \
-        ["prefill"] * t.prefill + ["decode"] * t.decode
+    roles = (
+        ["both"] * t.replicas
+        if t.mode == "collocated"
+        else ["prefill"] * t.prefill + ["decode"] * t.decode
+    )
     procs: list[subprocess.Popen] = []
     urls: dict[str, list[str]] = {"both": [], "prefill": [], "decode": []}
     try:
@@ -176,7 +230,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
             mine = None
             device = t.instance_device(i, env)
             if device == "cpu":
-                mine = cores[i * share:(i + 1) * share] or [cores[i % len(cores)]]
+                mine = cores[i * share : (i + 1) * share] or [cores[i % len(cores)]]
                 env["OMP_NUM_THREADS"] = "1"
             port = free_port(t.host)
             url = f"http://{t.host}:{port}"
@@ -185,8 +239,16 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         for p, url in zip(procs, urls["both"] + urls["prefill"] + urls["decode"]):
             _wait_healthy(url, p, health_timeout)
         port = t.port or free_port(t.host)
-        front = ["-m", "engine.serve.proxy", "--host", t.host, "--port", str(port),
-                 "--decode", *(urls["both"] or urls["decode"])]
+        front = [
+            "-m",
+            "engine.serve.proxy",
+            "--host",
+            t.host,
+            "--port",
+            str(port),
+            "--decode",
+            *(urls["both"] or urls["decode"]),
+        ]
         if urls["prefill"]:
             front += ["--prefill", *urls["prefill"]]
         procs.append(_spawn(front, None, dict(os.environ)))

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -18,11 +25,17 @@ class FrontendCollector:
         self.frontend, self.model = frontend, model
 
     def collect(self):
-        cpu = CounterMetricFamily("engine:frontend_cpu_seconds",
-                                  "CPU time of chat templating + tokenization (render) and "
-                                  "detokenization + parsing (derender)", labels=["model_name", "stage"])
-        reqs = CounterMetricFamily("engine:frontend_requests", "Requests through each front-end stage",
-                                   labels=["model_name", "stage"])
+        cpu = CounterMetricFamily(
+            "engine:frontend_cpu_seconds",
+            "CPU time of chat templating + tokenization (render) and "
+            "detokenization + parsing (derender)",
+            labels=["model_name", "stage"],
+        )
+        reqs = CounterMetricFamily(
+            "engine:frontend_requests",
+            "Requests through each front-end stage",
+            labels=["model_name", "stage"],
+        )
         for stage, seconds in self.frontend.cpu_seconds.items():
             cpu.add_metric([self.model, stage], seconds)
             reqs.add_metric([self.model, stage], self.frontend.requests[stage])
@@ -30,8 +43,9 @@ class FrontendCollector:
         yield reqs
 
 
-def frontend_registry(frontend, model: str, registry: CollectorRegistry | None = None
-                      ) -> CollectorRegistry:
+def frontend_registry(
+    frontend, model: str, registry: CollectorRegistry | None = None
+) -> CollectorRegistry:
     """`registry` (or a new one) with the front end's and the process's CPU counters."""
     registry = registry or CollectorRegistry()
     registry.register(FrontendCollector(frontend, model))
@@ -56,18 +70,37 @@ class EngineMetrics:
         self.itl = hist("vllm:inter_token_latency_seconds", "Gap between output tokens")
         self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency")
         self.step_time = hist("engine_step_duration_seconds", "Duration of one engine step")
-        self.running = Gauge("vllm:num_requests_running", "Requests running", lbl, registry=r).labels(model)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", lbl, registry=r).labels(model)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage (0-1)", lbl, registry=r).labels(model)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", lbl, registry=r).labels(model)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", lbl, registry=r).labels(model)
-        self.kv_transfer_time = hist("engine:kv_transfer_time_seconds", "KV pull time, first byte asked to last byte in")
-        self.kv_ready_delay = hist("engine:kv_transfer_ready_delay_seconds",
-                                   "Last KV byte in -> the decoder computing on it")
-        self.kv_transfer_bytes = Counter("engine:kv_transfer_bytes", "KV bytes pulled", lbl, registry=r).labels(model)
-        self.kv_transfers = Counter("engine:kv_transfers", "KV transfers completed", lbl, registry=r).labels(model)
-        self.kv_failures = Counter("engine:kv_transfer_failures", "KV pulls or imports that failed", lbl,
-                                   registry=r).labels(model)
+        self.running = Gauge(
+            "vllm:num_requests_running", "Requests running", lbl, registry=r
+        ).labels(model)
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting", lbl, registry=r
+        ).labels(model)
+        self.kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc", "KV cache usage (0-1)", lbl, registry=r
+        ).labels(model)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", lbl, registry=r).labels(
+            model
+        )
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Generated tokens", lbl, registry=r
+        ).labels(model)
+        self.kv_transfer_time = hist(
+            "engine:kv_transfer_time_seconds", "KV pull time, first byte asked to last byte in"
+        )
+        self.kv_ready_delay = hist(
+            "engine:kv_transfer_ready_delay_seconds",
+            "Last KV byte in -> the decoder computing on it",
+        )
+        self.kv_transfer_bytes = Counter(
+            "engine:kv_transfer_bytes", "KV bytes pulled", lbl, registry=r
+        ).labels(model)
+        self.kv_transfers = Counter(
+            "engine:kv_transfers", "KV transfers completed", lbl, registry=r
+        ).labels(model)
+        self.kv_failures = Counter(
+            "engine:kv_transfer_failures", "KV pulls or imports that failed", lbl, registry=r
+        ).labels(model)
 
     def on_step(self, stats) -> None:
         """Engine-thread callback with an async_engine.StepStats."""

@@ -17,8 +17,8 @@ import uuid
 import aiohttp
 from aiohttp import web
 
-from engine.serve.http_app import run_app
 from engine.render.protocol import RequestError, error_body, parse_json
+from engine.serve.http_app import run_app
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
@@ -101,7 +101,8 @@ class Proxy:
                     if r.status != 200:
                         return web.Response(body=data, status=r.status, headers=headers,
                                             content_type="application/json")
-                    body = {**body, "kv_transfer_params": json.loads(data).get("kv_transfer_params")}
+                    returned = json.loads(data).get("kv_transfer_params")
+                    body = {**body, "kv_transfer_params": returned}
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 return _err(f"prefill instance failed: {e}", 502)
         return await self._forward(request, next(self._decode) + path, body, headers)
@@ -117,8 +118,12 @@ class Proxy:
                     data = await upstream.read()
                 except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                     return _err(f"decode instance failed: {e}", 502)
-                return web.Response(body=data, status=upstream.status, headers=headers,
-                                    content_type="application/json")
+                return web.Response(
+                    body=data,
+                    status=upstream.status,
+                    headers=headers,
+                    content_type="application/json",
+                )
             resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
             await resp.prepare(request)
             try:

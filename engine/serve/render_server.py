@@ -21,13 +21,13 @@ import time
 import uuid
 
 from aiohttp import web
+from prometheus_client import generate_latest
 
-from engine.serve.http_app import run_app
-from engine.serve.metrics import frontend_registry
-from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
 from engine.render.derender import DerenderError, StreamState
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
-from prometheus_client import generate_latest
+from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
+from engine.serve.http_app import run_app
+from engine.serve.metrics import frontend_registry
 
 
 class RenderServer:
@@ -92,25 +92,46 @@ class RenderServer:
         self.frontend.check(gen.get("fingerprint"), "generate_response")
         rid = _request_id(gen)
         ids = gen.get("token_ids")
-        msg, reason = self.frontend.chat_whole(rid, ids, chat_req, gen.get("finish_reason") or "stop")
-        return {"id": rid, "object": "chat.completion", "created": int(time.time()),
-                "model": self.model, "usage": _usage(body, gen, len(ids)),
-                "choices": [{"index": 0, "message": msg, "finish_reason": reason,
-                             "token_ids": ids}]}
+        msg, reason = self.frontend.chat_whole(
+            rid, ids, chat_req, gen.get("finish_reason") or "stop"
+        )
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "usage": _usage(body, gen, len(ids)),
+            "choices": [{"index": 0, "message": msg, "finish_reason": reason, "token_ids": ids}],
+        }
 
     def _chunk(self, body: dict, chat_req) -> dict:
         gen = _object(body, "generate_chunk")
         self.frontend.check(gen.get("fingerprint"), "generate_chunk")
         rid = _request_id(gen)
         state = body.get("stream_state")
-        state = self.frontend.start_stream(rid, chat_req) if state is None else \
-            StreamState.from_json(state)
-        delta, reason, state = self.frontend.chat_chunk(state, rid, gen.get("token_ids"),
-                                                        gen.get("finish_reason"))
-        out = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
-               "model": self.model, "stream_state": state.to_json(),
-               "choices": [{"index": 0, "delta": delta, "finish_reason": reason,
-                            "token_ids": gen.get("token_ids")}]}
+        state = (
+            self.frontend.start_stream(rid, chat_req)
+            if state is None
+            else StreamState.from_json(state)
+        )
+        delta, reason, state = self.frontend.chat_chunk(
+            state, rid, gen.get("token_ids"), gen.get("finish_reason")
+        )
+        out = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model,
+            "stream_state": state.to_json(),
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": delta,
+                    "finish_reason": reason,
+                    "token_ids": gen.get("token_ids"),
+                }
+            ],
+        }
         if gen.get("finish_reason") is not None and "prompt_tokens" in body:
             out["usage"] = _usage(body, gen, state.num_tokens)
         return out
@@ -138,16 +159,23 @@ def _usage(body: dict, gen: dict, completion: int) -> dict:
     if prompt is None:
         prompt = (gen.get("usage") or {}).get("prompt_tokens")
     if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt < 0:
-        raise RequestError("'prompt_tokens' must be a count or the prompt's token IDs",
-                           "prompt_tokens")
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+        raise RequestError(
+            "'prompt_tokens' must be a count or the prompt's token IDs", "prompt_tokens"
+        )
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Run a render-tier server (no model, CPU only).")
-    ap.add_argument("--model", default="small",
-                    help="served model name; a local HF directory also gives the tokenizer")
+    ap.add_argument(
+        "--model",
+        default="small",
+        help="served model name; a local HF directory also gives the tokenizer",
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8200)
     add_frontend_args(ap)

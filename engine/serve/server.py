@@ -12,18 +12,18 @@ import uuid
 
 from aiohttp import web
 
-from engine.serve.async_engine import AsyncEngine
 from engine.core.config import EngineConfig
+from engine.core.llm_engine import KVImportError, RequestOutput
 from engine.kv import connector, connectors
 from engine.kv.frame import FrameError
-from engine.kv.source import KVSource
-from engine.serve.http_app import run_app
 from engine.kv.links import LinkEmulation, parse_emulation
-from engine.core.llm_engine import KVImportError, RequestOutput
+from engine.kv.source import KVSource
 from engine.model.runner import build_engine
-from engine.serve.metrics import EngineMetrics
-from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
+from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
+from engine.serve.async_engine import AsyncEngine
+from engine.serve.http_app import run_app
+from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
 
 
@@ -34,9 +34,16 @@ def _error(e: RequestError) -> web.Response:
 class EngineServer:
     """Routes, request handling and the KV side channel of one instance."""
 
-    def __init__(self, config: EngineConfig, connector: str = "shm", served_model: str | None = None,
-                 kv_host: str = "127.0.0.1", kv_port: int = 0,
-                 link_emulation: LinkEmulation | None = None, frontend: FrontendConfig | None = None):
+    def __init__(
+        self,
+        config: EngineConfig,
+        connector: str = "shm",
+        served_model: str | None = None,
+        kv_host: str = "127.0.0.1",
+        kv_port: int = 0,
+        link_emulation: LinkEmulation | None = None,
+        frontend: FrontendConfig | None = None,
+    ):
         self.connector = connectors.get(connector, link_emulation)
         if connector == "cuda" and not config.device.startswith("cuda"):
             raise ValueError("the cuda connector needs --device cuda")
@@ -49,18 +56,27 @@ class EngineServer:
         self.metrics = EngineMetrics(self.model, self.frontend)
         self.source = None
         if self.role == "prefill":
-            self.source = KVSource(self.engine.lend_kv, self._release, self.engine.runner.cache,
-                                   self.engine.runner.layout, kv_host, kv_port)
+            self.source = KVSource(
+                self.engine.lend_kv,
+                self._release,
+                self.engine.runner.cache,
+                self.engine.runner.layout,
+                kv_host,
+                kv_port,
+            )
         self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
         self.responder = Responder(self.frontend, self.model, self._held_kv_params)
         self.app = web.Application(client_max_size=64 << 20)
-        self.app.add_routes([
-            web.get("/health", self.health), web.get("/v1/models", self.models),
-            web.get("/metrics", self.prometheus),
-            web.post("/v1/completions", self.completions),
-            web.post("/v1/chat/completions", self.chat_completions),
-            web.post("/inference/v1/generate", self.generate_tokens),
-        ])
+        self.app.add_routes(
+            [
+                web.get("/health", self.health),
+                web.get("/v1/models", self.models),
+                web.get("/metrics", self.prometheus),
+                web.post("/v1/completions", self.completions),
+                web.post("/v1/chat/completions", self.chat_completions),
+                web.post("/inference/v1/generate", self.generate_tokens),
+            ]
+        )
         self.app.on_cleanup.append(self._close)
 
     async def _close(self, _app) -> None:
@@ -84,9 +100,19 @@ class EngineServer:
         return web.json_response({"status": "ok", "role": self.role})
 
     async def models(self, _req) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "owned_by": "advisor",
-             "max_model_len": self.engine.model_config.max_position_embeddings}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "owned_by": "advisor",
+                        "max_model_len": self.engine.model_config.max_position_embeddings,
+                    }
+                ],
+            }
+        )
 
     async def prometheus(self, _req) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
@@ -102,8 +128,9 @@ class EngineServer:
         """Tokens in, tokens out (the engine behind a render tier): no text anywhere."""
         return await self.generate(request, chat=False, tokens_only=True)
 
-    async def generate(self, request: web.Request, chat: bool,
-                       tokens_only: bool = False) -> web.StreamResponse:
+    async def generate(
+        self, request: web.Request, chat: bool, tokens_only: bool = False
+    ) -> web.StreamResponse:
         arrival = time.monotonic()
         try:
             body = parse_json(await request.read())
@@ -119,18 +146,28 @@ class EngineServer:
         pulled = None
         if self.role == "decode" and connector.can_pull(kv):
             try:
-                pulled = await self.connector.pull_async(kv, self.engine.runner.layout,
-                                                         self.engine.runner.device)
+                pulled = await self.connector.pull_async(
+                    kv, self.engine.runner.layout, self.engine.runner.device
+                )
             except (FrameError, OSError, ValueError) as e:
                 self.metrics.kv_failures.inc()
                 if self.engine.config.kv_load_failure_policy == "fail":
-                    return _error(RequestError(f"KV transfer failed: {e}", status=500,
-                                               err_type="kv_transfer_error"))
+                    return _error(
+                        RequestError(
+                            f"KV transfer failed: {e}", status=500, err_type="kv_transfer_error"
+                        )
+                    )
         rid = f"{'gen' if tokens_only else 'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        stream = self.aengine.generate(prompt, req.params, rid,
-                                       kv=pulled.payload if pulled else None,
-                                       remote_decode=True if kv.get("do_remote_decode") else None)
-        ctx = RequestContext(self.responder, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only)
+        stream = self.aengine.generate(
+            prompt,
+            req.params,
+            rid,
+            kv=pulled.payload if pulled else None,
+            remote_decode=True if kv.get("do_remote_decode") else None,
+        )
+        ctx = RequestContext(
+            self.responder, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only
+        )
         try:
             first = await stream.__anext__()
         except (KVImportError, ValueError) as e:
@@ -147,8 +184,12 @@ class EngineServer:
         ctx.pulled.close(imported=out is not None)
         ctx.pulled = None
         if out is not None:
-            ctx.transfer = {"seconds": rec.seconds, "bytes": rec.nbytes, "connector": rec.connector,
-                            "emulated": rec.emulated}
+            ctx.transfer = {
+                "seconds": rec.seconds,
+                "bytes": rec.nbytes,
+                "connector": rec.connector,
+                "emulated": rec.emulated,
+            }
             self.metrics.kv_transfer_time.observe(rec.seconds)
             self.metrics.kv_transfer_bytes.inc(rec.nbytes)
             self.metrics.kv_transfers.inc()
@@ -178,9 +219,12 @@ class EngineServer:
         except Exception as e:  # noqa: BLE001  (as in _stream: an OpenAI error, not a bare 500)
             return _error(_internal(e))
 
-    async def _stream(self, request: web.Request, ctx: RequestContext, first, stream) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+    async def _stream(
+        self, request: web.Request, ctx: RequestContext, first, stream
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await resp.prepare(request)
         final = first
         try:
@@ -213,8 +257,9 @@ class EngineServer:
 def _internal(e: Exception) -> RequestError:
     """A server-side failure as an OpenAI-style 500, its traceback printed to the log."""
     traceback.print_exc()
-    return RequestError(f"internal error: {type(e).__name__}: {e}", status=500,
-                        err_type="internal_error")
+    return RequestError(
+        f"internal error: {type(e).__name__}: {e}", status=500, err_type="internal_error"
+    )
 
 
 def _sse(obj: dict) -> bytes:
@@ -222,12 +267,16 @@ def _sse(obj: dict) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Run one engine instance as an OpenAI-compatible server.")
+    ap = argparse.ArgumentParser(
+        description="Run one engine instance as an OpenAI-compatible server."
+    )
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--role", default="both", choices=["both", "prefill", "decode"])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8100)
-    ap.add_argument("--kv-port", type=int, default=0, help="side-channel port of a prefill instance")
+    ap.add_argument(
+        "--kv-port", type=int, default=0, help="side-channel port of a prefill instance"
+    )
     ap.add_argument("--connector", default="shm", choices=connectors.NAMES)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
@@ -237,19 +286,36 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--kv-lease-duration", type=float, default=30.0)
     ap.add_argument("--kv-load-failure-policy", default="fail", choices=["fail", "recompute"])
-    ap.add_argument("--kv-link-emulation", default=None,
-                    help="decode: make each KV transfer take as long as on a slower link "
-                         "(1.3s per transfer, or a rate such as 1GBps); for experiments")
+    ap.add_argument(
+        "--kv-link-emulation",
+        default=None,
+        help="decode: make each KV transfer take as long as on a slower link "
+        "(1.3s per transfer, or a rate such as 1GBps); for experiments",
+    )
     add_frontend_args(ap)
     a = ap.parse_args(argv)
-    cfg = EngineConfig(model=a.model, seed=a.seed, device=a.device, dtype=a.dtype, role=a.role,
-                       block_size=a.block_size, max_num_batched_tokens=a.max_num_batched_tokens,
-                       num_threads=a.num_threads, kv_lease_duration=a.kv_lease_duration,
-                       kv_load_failure_policy=a.kv_load_failure_policy)
+    cfg = EngineConfig(
+        model=a.model,
+        seed=a.seed,
+        device=a.device,
+        dtype=a.dtype,
+        role=a.role,
+        block_size=a.block_size,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        num_threads=a.num_threads,
+        kv_lease_duration=a.kv_lease_duration,
+        kv_load_failure_policy=a.kv_load_failure_policy,
+    )
     try:
         emulation = parse_emulation(a.kv_link_emulation) if a.kv_link_emulation else None
-        server = EngineServer(cfg, a.connector, kv_host=a.host, kv_port=a.kv_port,
-                              link_emulation=emulation, frontend=frontend_config(a))
+        server = EngineServer(
+            cfg,
+            a.connector,
+            kv_host=a.host,
+            kv_port=a.kv_port,
+            link_emulation=emulation,
+            frontend=frontend_config(a),
+        )
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.server: {e}") from None
     try:

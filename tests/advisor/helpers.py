@@ -13,8 +13,11 @@ from workloads.spec import SyntheticSpec, synthesize
 
 @contextlib.contextmanager
 def scripted(ttft_ms=50, itl_ms=10, fail_every=0, cores=None):
-    with serve_module("advisor.testing.scripted_server", ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
-                                                 "--fail-every", str(fail_every)], cores=cores) as url:
+    with serve_module(
+        "advisor.testing.scripted_server",
+        ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--fail-every", str(fail_every)],
+        cores=cores,
+    ) as url:
         yield url
 
 
@@ -40,6 +43,13 @@ def received(url: str) -> list[dict]:
 
 
 def workload(n=20, out=5, rate=50.0, inp=10, turns=1, seed=0):
-    return synthesize(SyntheticSpec(input=LengthDist("fixed", inp), output=LengthDist("fixed", out),
-                                    arrivals=Arrivals("poisson", rate), num_prompts=n, turns=turns),
-                      seed)
+    return synthesize(
+        SyntheticSpec(
+            input=LengthDist("fixed", inp),
+            output=LengthDist("fixed", out),
+            arrivals=Arrivals("poisson", rate),
+            num_prompts=n,
+            turns=turns,
+        ),
+        seed,
+    )

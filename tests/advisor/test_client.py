@@ -12,7 +12,6 @@ from advisor.measure.stats import summarize
 from tests.advisor.helpers import pinned_apart, received, scripted, workload
 from tests.cli import advisor
 
-
 RULER_SLACK_MS = 1.0
 
 
@@ -52,7 +51,9 @@ def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight(
     else:
         pytest.skip(f"too noisy to resolve 1 ms: the ruler missed its own schedule by "
                     f"{disturbed:.2f} ms at p99 in 3 runs")
-    in_flight = max(sum(1 for r in recs if r["sent"] <= t < r["end"]) for t in (r["sent"] for r in recs))
+    in_flight = max(
+        sum(1 for r in recs if r["sent"] <= t < r["end"]) for t in (r["sent"] for r in recs)
+    )
     assert in_flight >= 100
     assert s["completed"] == 500 and s["failed"] == 0
     for q in (50, 90, 99):
@@ -89,9 +90,13 @@ def test_second_turn_carries_the_first_prompt_and_the_reply_received():
     assert all(r.ok for r in res.records)
     for conv in w.conversations:
         first, second = conv.turns
-        sent = [b["prompt"] for b in bodies if b["prompt"][:len(first.new_tokens)] == first.new_tokens]
-        assert sorted(map(len, sent)) == [len(first.new_tokens),
-                                          len(first.new_tokens) + 3 + len(second.new_tokens)]
+        sent = [
+            b["prompt"] for b in bodies if b["prompt"][: len(first.new_tokens)] == first.new_tokens
+        ]
+        assert sorted(map(len, sent)) == [
+            len(first.new_tokens),
+            len(first.new_tokens) + 3 + len(second.new_tokens),
+        ]
         # the scripted reply's token ids are 0, 1, 2
         assert max(sent, key=len) == first.new_tokens + [0, 1, 2] + second.new_tokens
 
@@ -124,4 +129,6 @@ def test_turns_after_a_failed_turn_are_recorded_as_failed():
     assert len(res.records) == 6
     unsent = [r for r in res.records if r.error and r.error.startswith("not sent")]
     assert unsent and all(r.sent == 0.0 for r in unsent)
-    assert summarize(res.records, res.duration, {}, [50])["failed"] == sum(not r.ok for r in res.records)
+    assert summarize(res.records, res.duration, {}, [50])["failed"] == sum(
+        not r.ok for r in res.records
+    )

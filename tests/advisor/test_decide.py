@@ -7,8 +7,11 @@ import sys
 
 import pytest
 
+from advisor.decide.table import Thresholds
+from advisor.decide.table import recommend as decide
+from advisor.errors import UsageError
 from advisor.rundata import evidence
-from advisor.decide.table import Thresholds, recommend
+from advisor.rundata.evidence import Evidence
 
 # The guide's own L40S figures: collocated p99 ITL 169 ms at 0.4 req/s; P/D ITL fine, but
 # a ~1.3 s transfer of ~470 MB pushed P/D median TTFT to 2.2 s against 0.7 s collocated.
@@ -46,6 +49,11 @@ def with_(**changes):
         else:
             ev[section] = value
     return ev
+
+
+def recommend(ev: dict, t: Thresholds | None = None) -> dict:
+    """The decision on evidence written as evidence.json holds it."""
+    return decide(Evidence.from_json(ev), t or Thresholds())
 
 
 def fired(rec):
@@ -103,13 +111,16 @@ def test_secondary_actions():
 
 @pytest.mark.parametrize("text,needle", [
     ("{", "not valid JSON"), ("[]", "not a JSON object"), ('{"slo": {}}', "slo.ttft_ms"),
+    (json.dumps({**QUIET, "workload": {**QUIET["workload"], "multi_turn": "no"}}),
+     "workload.multi_turn must be true or false"),
+    (json.dumps({**QUIET, "colocated": {}}), "unknown field 'colocated'"),
     (json.dumps({**QUIET, "collocated": {"p99_itl_ms": "high", "median_ttft_ms": 1}}),
      "collocated.p99_itl_ms"),
 ])
 def test_malformed_evidence_is_named(tmp_path, text, needle):
     p = tmp_path / "ev.json"
     p.write_text(text)
-    with pytest.raises(ValueError, match=needle):
+    with pytest.raises(UsageError, match=needle):
         evidence.load(p)
 
 

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from advisor.measure.bench import measure
 from advisor.measure.client import CHAT, Endpoint, text_of
 from advisor.measure.prom import FrontendTotals, parse_frontend
+from advisor.measure.run import measure
 from advisor.sweep.sweep import SweepOptions, seed_for
-from engine.render.protocol import parse_request
 from engine.render.frontend import Frontend, FrontendConfig
+from engine.render.protocol import parse_request
 from tests.advisor.helpers import received, scripted
 from tests.cli import advisor
 from workloads.presets import AGENT_TOOLS, preset
@@ -54,7 +54,9 @@ def test_a_sweep_records_the_front_ends_measured_cpu_in_its_evidence(tmp_path):
     fe = json.loads((run / "evidence.json").read_text())["frontend"]
     assert fe["requests"] == 6 and fe["placement"] == "collocated-1"
     assert 0 < fe["cpu_share"] < 1
-    assert fe["cpu_ms_per_request"] == pytest.approx(fe["render_ms_per_request"] + fe["derender_ms_per_request"])
+    assert fe["cpu_ms_per_request"] == pytest.approx(
+        fe["render_ms_per_request"] + fe["derender_ms_per_request"]
+    )
     rec = json.loads((run / "recommendation.json").read_text())
     (row,) = [r for r in rec["rows"] if r["id"] == "frontend_cpu_heavy"]
     assert row["evidence"]["frontend_cpu_share"] == fe["cpu_share"]
@@ -64,8 +66,14 @@ def test_a_sweep_records_the_front_ends_measured_cpu_in_its_evidence(tmp_path):
     front = Frontend(FrontendConfig())
     costs = []
     for conv in w.conversations:
-        req = parse_request({"messages": [{"role": "user", "content": text_of(conv.turns[0].new_tokens)}],
-                             "tools": w.tools}, True, "tiny")
+        req = parse_request(
+            {
+                "messages": [{"role": "user", "content": text_of(conv.turns[0].new_tokens)}],
+                "tools": w.tools,
+            },
+            True,
+            "tiny",
+        )
         start = time.thread_time()
         for _ in range(20):
             front.prompt_ids(req)

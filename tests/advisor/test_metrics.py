@@ -2,6 +2,7 @@
 
 import pytest
 
+from advisor.errors import UsageError
 from advisor.measure.client import RequestRecord
 from advisor.measure.stats import parse_percentiles, parse_slos, summarize
 
@@ -50,7 +51,7 @@ def test_failed_requests_count_against_attainment_and_warmups_count_nowhere():
 
 @pytest.mark.parametrize("bad", ["ttft", "ttft:", "ttft:abc", "speed:3", "ttft:-1", "ttft=5"])
 def test_bad_goodput_items_are_named(bad):
-    with pytest.raises(ValueError, match="--goodput item"):
+    with pytest.raises(UsageError, match="--goodput item"):
         parse_slos([bad])
 
 
@@ -58,5 +59,5 @@ def test_goodput_accepts_spaces_and_commas_and_percentiles_are_checked():
     assert parse_slos(["ttft:2000", "itl:50,tpot:30"]) == {"ttft": 2000, "itl": 50, "tpot": 30}
     assert parse_percentiles("50,99.9") == [50, 99.9]
     for bad in ("", "0", "50,x", "101"):
-        with pytest.raises(ValueError, match="--metric-percentiles"):
+        with pytest.raises(UsageError, match="--metric-percentiles"):
             parse_percentiles(bad)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from advisor.errors import UsageError
 from advisor.probe import hardware, p2p
 from advisor.probe.kvsize import kv_size, parse_link
-
 from tests.cli import advisor
 
 FIX = Path(__file__).parent / "fixtures"
@@ -49,7 +49,7 @@ def test_eight_gpus_with_tabs_and_trailing_tabs():
     (" \tGPU0\tGPU1\n GPU0\tX\n GPU1\tOK\tX\n", "malformed P2P row"),
 ])
 def test_malformed_outputs_are_refused(text, needle):
-    with pytest.raises(ValueError, match=needle):
+    with pytest.raises(UsageError, match=needle):
         p2p.parse(text)
 
 
@@ -67,18 +67,17 @@ def test_kv_arithmetic_matches_the_guide():
 ])
 def test_mla_and_hybrid_ssm_are_stated_not_guessed(tmp_path, config, needle):
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=needle):
+    with pytest.raises(UsageError, match=needle):
         kv_size(str(tmp_path), 10)
 
 
 def test_inventory_parser():
-    text = "0, NVIDIA H200, 143771 MiB, 00000000:19:00.0\n1, NVIDIA H200, 143771 MiB, 00000000:3B:00.0\n"
+    text = ("0, NVIDIA H200, 143771 MiB, 00000000:19:00.0\n"
+            "1, NVIDIA H200, 143771 MiB, 00000000:3B:00.0\n")
     gpus = hardware.parse_inventory(text)
     assert [g.index for g in gpus] == [0, 1] and gpus[1].pci_bus_id == "00000000:3B:00.0"
     with pytest.raises(ValueError):
         hardware.parse_inventory("garbage line")
-
-
 
 
 def test_probe_json_on_this_machine(tmp_path):
@@ -92,8 +91,9 @@ def test_probe_json_on_this_machine(tmp_path):
 
 
 def test_kv_size_cli():
-    out = advisor("kv-size", "--model", "llama-3.1-70b", "--tokens", "10000", "--link", "400Gbps",
-                  "--json")
+    out = advisor(
+        "kv-size", "--model", "llama-3.1-70b", "--tokens", "10000", "--link", "400Gbps", "--json"
+    )
     r = json.loads(out.stdout)
     assert r["bytes_per_token"] == 327680 and round(r["links"][0]["ms"]) == 66
     bad = advisor("kv-size", "--model", "nope")

@@ -23,14 +23,33 @@ def run_dir_of(out):
 
 def engine_processes() -> list[str]:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if "-m engine.serve.server" in line or "-m engine.serve.proxy" in line]
+    return [
+        line
+        for line in ps.splitlines()
+        if "-m engine.serve.server" in line or "-m engine.serve.proxy" in line
+    ]
 
 
 def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_path):
     with scripted(ttft_ms=30, itl_ms=10) as col, scripted(ttft_ms=60, itl_ms=5) as dis:
-        out = advisor("sweep", "--collocated-url", col, "--disagg-url", dis, "--rates", "2,4",
-                      "--num-prompts", "6", "--scale", "0.01", "--out", str(tmp_path),
-                      "--slo", "ttft:1000", "itl:50")
+        out = advisor(
+            "sweep",
+            "--collocated-url",
+            col,
+            "--disagg-url",
+            dis,
+            "--rates",
+            "2,4",
+            "--num-prompts",
+            "6",
+            "--scale",
+            "0.01",
+            "--out",
+            str(tmp_path),
+            "--slo",
+            "ttft:1000",
+            "itl:50",
+        )
         assert out.returncode == 0, out.stderr
         run = run_dir_of(tmp_path)
         for name in RUN_FILES:
@@ -40,10 +59,14 @@ def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_
                 assert (run / "runs" / placement / f"rate-{rate}" / "result.json").is_file()
                 assert (run / "runs" / placement / f"rate-{rate}" / "requests.jsonl").is_file()
         manifest = json.loads((run / "manifest.json").read_text())
-        assert manifest["seed"] == 0 and manifest["versions"]["python"] and manifest["probe"]["links"]
+        assert (
+            manifest["seed"] == 0 and manifest["versions"]["python"] and manifest["probe"]["links"]
+        )
         assert len((run / "summary.csv").read_text().splitlines()) == 5
         ev = json.loads((run / "evidence.json").read_text())
-        assert ev["collocated"]["max_goodput_rps"] == 4 and ev["disaggregated"]["max_goodput_rps"] == 4
+        assert (
+            ev["collocated"]["max_goodput_rps"] == 4 and ev["disaggregated"]["max_goodput_rps"] == 4
+        )
         assert ev["kv_transfer"] is None  # the scripted servers export no transfer metrics
 
         # an interrupted sweep: one run and the decision are missing
@@ -57,15 +80,18 @@ def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_
     assert (run / "recommendation.json").is_file() and kept.stat().st_mtime_ns == before
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--workload", "nope"], "--workload"),
-    (["--topologies", "collocated:3,disagg:1p1d"], "3 instances need 3 cores"),
-    (["--topologies", "disagg:1x1"], "--topologies"),
-    (["--slo", "ttft:2000"], "itl"),
-    (["--link-emulation", "fast"], "link emulation"),
-    (["--model", "nope"], "unknown model"),
-    (["--resume", "/nonexistent"], "--resume"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--workload", "nope"], "--workload"),
+        (["--topologies", "collocated:3,disagg:1p1d"], "3 instances need 3 cores"),
+        (["--topologies", "disagg:1x1"], "--topologies"),
+        (["--slo", "ttft:2000"], "itl"),
+        (["--link-emulation", "fast"], "link emulation"),
+        (["--model", "nope"], "unknown model"),
+        (["--resume", "/nonexistent"], "--resume"),
+    ],
+)
 def test_bad_input_is_one_clear_line(tmp_path, args, needle):
     out = advisor("sweep", "--out", str(tmp_path), *args)
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr

@@ -23,7 +23,8 @@ def computed(bm, r):
 
 
 def test_scheduler_and_block_manager_import_no_torch():
-    code = "import sys, engine.core.scheduler, engine.core.block_manager; assert 'torch' not in sys.modules"
+    code = ("import sys, engine.core.scheduler, engine.core.block_manager; "
+            "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,7 +1,7 @@
 """OpenAI's logit_bias moves the engine's choices as asked, for one request of a batch only."""
 
-from engine.llm import LLM
 from engine.core.sequence import SamplingParams
+from engine.llm import LLM
 
 GREEDY = dict(max_tokens=12, temperature=0, ignore_eos=True)
 
@@ -15,5 +15,7 @@ def test_logit_bias_forces_and_forbids_tokens_per_request():
     assert out[0].token_ids == [77] * 12
     assert out[1].token_ids == plain[1]  # its neighbour in the batch is untouched
     banned = sorted(set(plain[0]))
-    out = llm.generate(prompts[:1], SamplingParams(**GREEDY, logit_bias=tuple((t, -100.0) for t in banned)))
+    out = llm.generate(
+        prompts[:1], SamplingParams(**GREEDY, logit_bias=tuple((t, -100.0) for t in banned))
+    )
     assert not set(out[0].token_ids) & set(banned)

@@ -17,7 +17,9 @@ def chunked(ids, cuts, rid="r1"):
     points = sorted(set(cuts))
     pieces = [ids[a:b] for a, b in zip([0] + points, points + [len(ids)])]
     for k, piece in enumerate(pieces):
-        state = StreamState.from_json(json.loads(json.dumps(state.to_json())))  # as a client echoes it
+        state = StreamState.from_json(
+            json.loads(json.dumps(state.to_json()))
+        )  # as a client echoes it
         got, state = derender_chunk(TOK, state, rid, piece, finished=k == len(pieces) - 1)
         out = got if out is None else (out.extend(got) or out)
     return out
@@ -44,12 +46,15 @@ def test_multibyte_characters_split_across_tokens_never_come_out_broken():
     assert text == "🙂漢字é"
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda s: {**s, "pending_ids": "x"}, "malformed"),
-    (lambda s: {**s, "parser": {"mode": "weird"}}, "malformed"),
-    (lambda s: {k: v for k, v in s.items() if k != "num_tokens"}, "stream_state"),
-    (lambda s: "opaque", "stream_state"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda s: {**s, "pending_ids": "x"}, "malformed"),
+        (lambda s: {**s, "parser": {"mode": "weird"}}, "malformed"),
+        (lambda s: {k: v for k, v in s.items() if k != "num_tokens"}, "stream_state"),
+        (lambda s: "opaque", "stream_state"),
+    ],
+)
 def test_malformed_states_are_refused(mutate, needle):
     with pytest.raises(DerenderError, match=needle):
         StreamState.from_json(mutate(StreamState.start("r").to_json()))

@@ -65,9 +65,15 @@ def test_what_the_markup_parses_into():
     assert [c["id"] for c in parse(TRICKY[9]).tool_calls] == ["call_0", "call_1"]
 
 
-@pytest.mark.parametrize("bad", [{}, {"mode": "x", "held": "", "tool_text": "", "num_tool_calls": 0},
-                                 {"mode": "content", "held": "x" * 50, "tool_text": "",
-                                  "num_tool_calls": 0}, "state"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"mode": "x", "held": "", "tool_text": "", "num_tool_calls": 0},
+        {"mode": "content", "held": "x" * 50, "tool_text": "", "num_tool_calls": 0},
+        "state",
+    ],
+)
 def test_malformed_state_is_refused(bad):
     with pytest.raises(ValueError):
         StreamParser.from_json(bad)

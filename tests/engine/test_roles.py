@@ -30,7 +30,10 @@ def test_export_import_continues_token_identically(params):
     assert all(o.num_cached_tokens == len(p) - 1 for o, p in zip(outs, prompts))
     cfg = decode.config
     for p, kv in zip(prompts, payloads):
-        assert kv.nbytes == cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 4 * len(p)
+        assert (
+            kv.nbytes
+            == cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 4 * len(p)
+        )
     assert_no_leaks(decode)
 
 

@@ -15,16 +15,32 @@ PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 def save_hf_dir(path, llm, drop=()):
     cfg = llm.config
-    sd = {k: v.contiguous() for k, v in hf_state_dict(llm.engine.runner.model).items() if k not in drop}
+    sd = {
+        k: v.contiguous()
+        for k, v in hf_state_dict(llm.engine.runner.model).items()
+        if k not in drop
+    }
     save_file(sd, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.hidden_size,
-        "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim,
-        "intermediate_size": cfg.intermediate_size, "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": cfg.max_position_embeddings, "rope_theta": cfg.rope_theta,
-        "rms_norm_eps": cfg.rms_norm_eps, "tie_word_embeddings": True, "eos_token_id": 2,
-        "torch_dtype": "float32"}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "hidden_size": cfg.hidden_size,
+                "num_hidden_layers": cfg.num_hidden_layers,
+                "num_attention_heads": cfg.num_attention_heads,
+                "num_key_value_heads": cfg.num_key_value_heads,
+                "head_dim": cfg.head_dim,
+                "intermediate_size": cfg.intermediate_size,
+                "vocab_size": cfg.vocab_size,
+                "max_position_embeddings": cfg.max_position_embeddings,
+                "rope_theta": cfg.rope_theta,
+                "rms_norm_eps": cfg.rms_norm_eps,
+                "tie_word_embeddings": True,
+                "eos_token_id": 2,
+                "torch_dtype": "float32",
+            }
+        )
+    )
 
 
 def test_same_seed_same_weights_other_seed_other_output():
@@ -40,8 +56,9 @@ def test_safetensors_directory_loads_to_the_same_model(tmp_path):
     save_hf_dir(tmp_path, source)
     loaded = make_llm(model=str(tmp_path), seed=0)  # seed ignored: weights come from disk
     prompts = random_prompts(3, (5, 40))
-    assert [o.token_ids for o in loaded.generate(prompts, PARAMS)] == \
-        [o.token_ids for o in source.generate(prompts, PARAMS)]
+    assert [o.token_ids for o in loaded.generate(prompts, PARAMS)] == [
+        o.token_ids for o in source.generate(prompts, PARAMS)
+    ]
 
 
 def test_checkpoint_missing_a_tensor_is_named(tmp_path):

@@ -1,5 +1,6 @@
-"""Reports from real (quick) sweeps: rendered in headless Chromium, escaped, honest about
-failures and about damaged run directories."""
+"""Reports from a checked-in run directory (a quick sweep of the tiny engine, written in the
+previous run-directory format) and from a sweep with failures: rendered in headless Chromium,
+escaped, honest about failures and about damaged run directories."""
 
 import json
 import shutil
@@ -7,8 +8,9 @@ import shutil
 import pytest
 
 from tests.advisor.helpers import scripted
-from tests.reports import browser
 from tests.cli import advisor
+from tests.fixtures import FIXTURE_RUN
+from tests.reports import browser
 
 PLOTS = ("itl", "ttft", "attainment", "kv_transfer", "timeline")
 
@@ -20,14 +22,12 @@ def only_dir(parent):
     return d
 
 
-@pytest.fixture(scope="module")
-def engine_run(tmp_path_factory):
-    """A quick sweep of the bundled tiny engine: both placements, two rates."""
-    out = tmp_path_factory.mktemp("sweep")
-    p = advisor("sweep", "--model", "tiny", "--dtype", "float32", "--rates", "2,4",
-                "--num-prompts", "6", "--scale", "0.02", "--out", str(out))
-    assert p.returncode == 0, p.stderr
-    return only_dir(out)
+@pytest.fixture
+def engine_run(tmp_path):
+    """A copy of the checked-in run: the tiny engine in both placements at two rates."""
+    run = tmp_path / "engine-run"
+    shutil.copytree(FIXTURE_RUN, run)
+    return run
 
 
 def test_report_renders_in_chromium_with_every_plot_and_nothing_fetched(engine_run, tmp_path):
@@ -69,6 +69,7 @@ def test_hostile_strings_are_escaped_and_never_run(engine_run, tmp_path):
     assert seen["dialogs"] == [] and seen["scripts"] == 0
 
 
+@pytest.mark.integration
 def test_failed_requests_show_in_the_tables_and_count_in_attainment(tmp_path):
     with scripted(ttft_ms=20, itl_ms=5, fail_every=3) as col, scripted(ttft_ms=20, itl_ms=5) as dis:
         p = advisor("sweep", "--collocated-url", col, "--disagg-url", dis, "--rates", "4",

@@ -53,7 +53,9 @@ def running_app(app: web.Application):
 def post(url: str, body, path: str = "/v1/completions", raw: bytes | None = None):
     """POST JSON; return (status, parsed body)."""
     data = raw if raw is not None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=data, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read())
@@ -63,8 +65,9 @@ def post(url: str, body, path: str = "/v1/completions", raw: bytes | None = None
 
 def post_stream(url: str, body: dict, path: str) -> list[dict]:
     """POST a streaming request; return its server-sent event objects, in order."""
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         assert r.status == 200
         events = [line[5:].strip() for line in r if line.startswith(b"data:")]

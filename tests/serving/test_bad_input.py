@@ -51,12 +51,32 @@ def test_server_still_serves_after_bad_requests(url):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False)
     | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
-    max_leaves=20)
-KEYS = ["prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream",
-        "stream_options", "ignore_eos", "model", "n", "stop_token_ids", "kv_transfer_params"]
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5)
+    ),
+    max_leaves=20,
+)
+KEYS = [
+    "prompt",
+    "messages",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stream",
+    "stream_options",
+    "ignore_eos",
+    "model",
+    "n",
+    "stop_token_ids",
+    "kv_transfer_params",
+]
 bodies = st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6) | json_values
 
 
@@ -76,13 +96,16 @@ def test_fuzzed_bodies_never_get_a_5xx(url, body, chat):
     assert status < 500
 
 
-@pytest.mark.parametrize("body,needle", [
-    ({"sampling_params": {"max_tokens": 4}}, "token_ids"),
-    ({"token_ids": [1, 2], "sampling_params": "fast"}, "sampling_params"),
-    ({"token_ids": [1, 2], "sampling_params": {"max_tokens": -3}}, "max_tokens"),
-    ({"token_ids": [1, 10_000_000]}, "vocab"),
-    ([1, 2, 3], "object"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ({"sampling_params": {"max_tokens": 4}}, "token_ids"),
+        ({"token_ids": [1, 2], "sampling_params": "fast"}, "sampling_params"),
+        ({"token_ids": [1, 2], "sampling_params": {"max_tokens": -3}}, "max_tokens"),
+        ({"token_ids": [1, 10_000_000]}, "vocab"),
+        ([1, 2, 3], "object"),
+    ],
+)
 def test_tokens_only_generate_rejects_bad_bodies(url, body, needle):
     status, out = post(url, body, path="/inference/v1/generate")
     assert status == 400 and needle in out["error"]["message"]

@@ -12,9 +12,8 @@ import time
 import aiohttp
 import pytest
 
-from engine.kv import frame
-from engine.kv import connector, connectors
 from engine.core.kv_payload import KVLayout
+from engine.kv import connector, connectors, frame
 from engine.serve.launch import Topology, launch
 from tests.cli import advisor
 from tests.serving.helpers import post, running_server

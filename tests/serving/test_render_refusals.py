@@ -51,36 +51,57 @@ def refused(url: str, body: dict, path: str = DERENDER) -> str:
 def test_malformed_stream_state(urls, mutate, needle):
     _, render, _ = urls
     chunk = {"request_id": "r1", "token_ids": [42], "finish_reason": None}
-    assert needle in refused(render, {"generate_chunk": chunk, "stream_state": mutate(first_state(render))})
+    assert needle in refused(
+        render, {"generate_chunk": chunk, "stream_state": mutate(first_state(render))}
+    )
 
 
 def test_a_chunk_for_another_request(urls):
     _, render, _ = urls
-    msg = refused(render, {"generate_chunk": {"request_id": "r2", "token_ids": [42]},
-                           "stream_state": first_state(render, "r1")})
+    msg = refused(
+        render,
+        {
+            "generate_chunk": {"request_id": "r2", "token_ids": [42]},
+            "stream_state": first_state(render, "r1"),
+        },
+    )
     assert "belongs to request 'r2'" in msg
 
 
-@pytest.mark.parametrize("ids,needle", [([5, 512], "token id 512 is outside the vocabulary"),
-                                        ([-1], "outside the vocabulary"),
-                                        (["5"], "list of integers"), (None, "list of integers")])
+@pytest.mark.parametrize(
+    "ids,needle",
+    [
+        ([5, 512], "token id 512 is outside the vocabulary"),
+        ([-1], "outside the vocabulary"),
+        (["5"], "list of integers"),
+        (None, "list of integers"),
+    ],
+)
 def test_token_ids_outside_the_vocabulary(urls, ids, needle):
     _, render, _ = urls
-    assert needle in refused(render, {"generate_response": {"token_ids": ids}, "prompt_tokens": 3,
-                                      "chat_request": CHAT})
-    assert needle in refused(render, {"generate_chunk": {"request_id": "r", "token_ids": ids},
-                                      "chat_request": CHAT})
+    assert needle in refused(
+        render, {"generate_response": {"token_ids": ids}, "prompt_tokens": 3, "chat_request": CHAT}
+    )
+    assert needle in refused(
+        render, {"generate_chunk": {"request_id": "r", "token_ids": ids}, "chat_request": CHAT}
+    )
 
 
-@pytest.mark.parametrize("body,needle", [
-    ({"generate_response": {"token_ids": [40]}, "prompt_tokens": 1}, "chat_request is required"),
-    ({"generate_chunk": {"request_id": "r", "token_ids": [40]}}, "chat_request is required"),
-    ({"generate_response": {"token_ids": [40]}, "chat_request": CHAT}, "prompt_tokens"),
-    ({"generate_response": [1], "chat_request": CHAT}, "must be an object"),
-    ({"chat_request": CHAT}, "needs 'generate_response'"),
-    ({"generate_response": {"token_ids": [40]}, "chat_request": "x"}, "chat_request"),
-    ({"generate_response": {"token_ids": [40]}, "chat_request": {"messages": []}}, "messages"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        (
+            {"generate_response": {"token_ids": [40]}, "prompt_tokens": 1},
+            "chat_request is required",
+        ),
+        ({"generate_chunk": {"request_id": "r", "token_ids": [40]}}, "chat_request is required"),
+        ({"generate_response": {"token_ids": [40]}, "chat_request": CHAT}, "prompt_tokens"),
+        ({"generate_response": [1], "chat_request": CHAT}, "must be an object"),
+        ({"chat_request": CHAT}, "needs 'generate_response'"),
+        ({"generate_response": {"token_ids": [40]}, "chat_request": "x"}, "chat_request"),
+        ({"generate_response": {"token_ids": [40]}, "chat_request": {"messages": []}}, "messages"),
+    ],
+)
 def test_incomplete_derender_requests(urls, body, needle):
     _, render, _ = urls
     assert needle in refused(render, body)
@@ -103,41 +124,59 @@ def test_front_ends_configured_differently_are_caught_at_every_hand_off(urls):
     status, gen = post(render, CHAT, RENDER)
     status, out = post(engine, gen, "/inference/v1/generate")
     assert status == 200 and out["fingerprint"] == gen["fingerprint"]
-    assert "configured differently" in refused(other, {"generate_response": out, "prompt_tokens": 1,
-                                                       "chat_request": CHAT})
+    assert "configured differently" in refused(
+        other, {"generate_response": out, "prompt_tokens": 1, "chat_request": CHAT}
+    )
     # a stream begun on one replica, continued on one configured differently
     chunk = {"request_id": "r1", "token_ids": [42], "finish_reason": None}
-    assert "configured differently" in refused(other, {"generate_chunk": chunk,
-                                                       "stream_state": first_state(render)})
+    assert "configured differently" in refused(
+        other, {"generate_chunk": chunk, "stream_state": first_state(render)}
+    )
     # alike-configured replicas take each other's streams
     with running_app(RenderServer(FrontendConfig(model_dir="tiny"), "tiny").app) as twin:
-        status, r = post(twin, {"generate_chunk": chunk, "stream_state": first_state(render)},
-                         DERENDER)
+        status, r = post(
+            twin, {"generate_chunk": chunk, "stream_state": first_state(render)}, DERENDER
+        )
         assert status == 200, r
 
 
 def counters(url: str) -> dict[tuple[str, str], float]:
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
-    return {(name, stage): float(v) for name, stage, v in re.findall(
-        r'^engine:frontend_(cpu_seconds|requests)_total\{model_name="tiny",stage="(\w+)"\} (\S+)$',
-        text, re.M)} | {("process", "cpu"): float(re.search(
-            r"^process_cpu_seconds_total (\S+)$", text, re.M).group(1))}
+    return {
+        (name, stage): float(v)
+        for name, stage, v in re.findall(
+            r'^engine:frontend_(cpu_seconds|requests)_total'
+            r'\{model_name="tiny",stage="(\w+)"\} (\S+)$',
+            text,
+            re.M,
+        )
+    } | {
+        ("process", "cpu"): float(
+            re.search(r"^process_cpu_seconds_total (\S+)$", text, re.M).group(1)
+        )
+    }
 
 
 def test_front_end_cpu_is_counted_per_stage_on_engine_and_render_servers():
-    with running_server() as (engine, _), \
-            running_app(RenderServer(FrontendConfig(model_dir="tiny"), "tiny").app) as render:
+    with (
+        running_server() as (engine, _),
+        running_app(RenderServer(FrontendConfig(model_dir="tiny"), "tiny").app) as render,
+    ):
         e0, r0 = counters(engine), counters(render)
         long_chat = {**CHAT, "messages": [{"role": "user", "content": "word " * 300}]}
         for stream in (False, True):
-            (post_stream if stream else post)(engine, {**long_chat, "stream": stream},
-                                             "/v1/chat/completions")
+            (post_stream if stream else post)(
+                engine, {**long_chat, "stream": stream}, "/v1/chat/completions"
+            )
         status, gen = post(render, long_chat, RENDER)
         status, out = post(engine, gen, "/inference/v1/generate")  # tokens only: no front end
         assert status == 200, out
-        status, _ = post(render, {"generate_response": out, "prompt_tokens": 1,
-                                  "chat_request": long_chat}, DERENDER)
+        status, _ = post(
+            render,
+            {"generate_response": out, "prompt_tokens": 1, "chat_request": long_chat},
+            DERENDER,
+        )
         assert status == 200
         e1, r1 = counters(engine), counters(render)
     assert e1["requests", "render"] - e0["requests", "render"] == 2

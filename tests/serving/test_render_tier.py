@@ -68,15 +68,19 @@ def own_chat(engine_url: str, body: dict) -> tuple[dict, str, list[int]]:
 
 
 def via_render_tier(engine_url: str, render_url: str, body: dict) -> tuple[dict, str, list[int]]:
-    """The same through render -> tokens-only generate -> derender (chunk by chunk when streaming)."""
+    """The same through render -> tokens-only generate -> derender (chunk by chunk when
+    streaming)."""
     status, gen = post(render_url, body, RENDER)
     assert status == 200, gen
     assert all(isinstance(t, int) for t in gen["token_ids"])
     if not body["stream"]:
         status, out = post(engine_url, gen, GENERATE)
         assert status == 200, out
-        status, r = post(render_url, {"generate_response": out, "prompt_tokens": gen["token_ids"],
-                                      "chat_request": body}, DERENDER)
+        status, r = post(
+            render_url,
+            {"generate_response": out, "prompt_tokens": gen["token_ids"], "chat_request": body},
+            DERENDER,
+        )
         assert status == 200, r
         assert r["usage"]["prompt_tokens"] == len(gen["token_ids"])
         c = r["choices"][0]
@@ -91,8 +95,11 @@ def via_render_tier(engine_url: str, render_url: str, body: dict) -> tuple[dict,
         state = r["stream_state"]
         assert len(str(state)) < 1000  # the state stays small: no history, no prompt
         choices.append(r["choices"][0])
-    return (merged([c["delta"] for c in choices]), choices[-1]["finish_reason"],
-            [t for c in choices for t in c["token_ids"]])
+    return (
+        merged([c["delta"] for c in choices]),
+        choices[-1]["finish_reason"],
+        [t for c in choices for t in c["token_ids"]],
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streaming"])
@@ -112,10 +119,12 @@ def test_render_generate_derender_equals_the_engines_own_chat(servers, seed, str
 def test_round_trip_with_the_models_own_sampled_output(servers, stream):
     """No script: the model samples (seeded) among markup pieces and multi-byte bytes."""
     engine_url, render_url, engine = servers
-    pieces = engine.frontend.tokenizer.encode('<think></think><tool_call>{"name": "f"}'
-                                              "</tool_call> é漢🙂")
-    body = chat_body(10_000, stream, temperature=1.0, max_tokens=60,
-                     logit_bias={str(t): 30 for t in set(pieces)})
+    pieces = engine.frontend.tokenizer.encode(
+        '<think></think><tool_call>{"name": "f"}</tool_call> é漢🙂'
+    )
+    body = chat_body(
+        10_000, stream, temperature=1.0, max_tokens=60, logit_bias={str(t): 30 for t in set(pieces)}
+    )
     own = own_chat(engine_url, body)
     assert len(own[2]) == 60 and set(own[2]) <= set(pieces)
     assert own == via_render_tier(engine_url, render_url, body)
@@ -135,15 +144,25 @@ def test_streaming_derender_over_http_equals_whole_for_every_two_way_split(serve
     _, render_url, engine = servers
     ids = engine.frontend.tokenizer.encode(TRICKY[seed])
     body = chat_body(seed, False)
-    status, whole = post(render_url, {"generate_response": {"token_ids": ids, "finish_reason": "stop"},
-                                      "prompt_tokens": 1, "chat_request": body}, DERENDER)
+    status, whole = post(
+        render_url,
+        {
+            "generate_response": {"token_ids": ids, "finish_reason": "stop"},
+            "prompt_tokens": 1,
+            "chat_request": body,
+        },
+        DERENDER,
+    )
     assert status == 200, whole
     for cut in range(len(ids) + 1):
         state, choices = None, []
         for k, piece in enumerate((ids[:cut], ids[cut:])):
             chunk = {"request_id": "r", "token_ids": piece, "finish_reason": "stop" if k else None}
-            status, r = post(render_url, {"generate_chunk": chunk, "stream_state": state,
-                                          "chat_request": body}, DERENDER)
+            status, r = post(
+                render_url,
+                {"generate_chunk": chunk, "stream_state": state, "chat_request": body},
+                DERENDER,
+            )
             assert status == 200, r
             state = r["stream_state"]
             choices.append(r["choices"][0])

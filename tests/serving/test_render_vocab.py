@@ -21,26 +21,41 @@ VOCAB = 1024  # the bundled tokenizer has 512
 @pytest.fixture(scope="module")
 def padded_model(tmp_path_factory):
     d = tmp_path_factory.mktemp("padded")
-    cfg = dataclasses.asdict(PRESETS["tiny"]) | {"vocab_size": VOCAB, "architectures": ["LlamaForCausalLM"],
-                                                 "torch_dtype": "float32"}
+    cfg = dataclasses.asdict(PRESETS["tiny"]) | {
+        "vocab_size": VOCAB,
+        "architectures": ["LlamaForCausalLM"],
+        "torch_dtype": "float32",
+    }
     (d / "config.json").write_text(json.dumps(cfg))
     return str(d)
 
 
 def test_ids_past_the_tokenizer_but_inside_the_model_derender_alike(padded_model):
-    with running_server(model=padded_model) as (engine_url, engine), \
-            running_app(RenderServer(FrontendConfig(model_dir=padded_model), "tiny").app) as render:
+    with (
+        running_server(model=padded_model) as (engine_url, engine),
+        running_app(RenderServer(FrontendConfig(model_dir=padded_model), "tiny").app) as render,
+    ):
         engine.model.causal_lm = "tiny"  # the served name both sides use
         for stream in (False, True):
             body = chat_body(3, stream, temperature=1.0, max_tokens=40, ignore_eos=True)
             own = own_chat(engine_url, body)
             assert len(own[2]) == 40 and max(own[2]) >= 512  # the model uses its padded rows
             assert via_render_tier(engine_url, render, body) == own
-        status, r = post(render, {"generate_response": {"token_ids": [5, VOCAB - 1]},
-                                  "prompt_tokens": 1, "chat_request": body}, DERENDER)
+        status, r = post(
+            render,
+            {
+                "generate_response": {"token_ids": [5, VOCAB - 1]},
+                "prompt_tokens": 1,
+                "chat_request": body,
+            },
+            DERENDER,
+        )
         assert status == 200, r
-        status, r = post(render, {"generate_response": {"token_ids": [VOCAB]}, "prompt_tokens": 1,
-                                  "chat_request": body}, DERENDER)
+        status, r = post(
+            render,
+            {"generate_response": {"token_ids": [VOCAB]}, "prompt_tokens": 1, "chat_request": body},
+            DERENDER,
+        )
         assert status == 400 and f"size {VOCAB}" in r["error"]["message"]
 
 

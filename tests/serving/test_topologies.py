@@ -1,4 +1,5 @@
-"""Both topologies through the official openai client; disaggregated == collocated, token for token."""
+"""Both topologies through the official openai client; disaggregated == collocated, token
+for token."""
 
 import json
 import urllib.request
@@ -6,17 +7,19 @@ import urllib.request
 import pytest
 from openai import OpenAI
 
-from engine.serve.launch import Topology, launch
 from engine.render.frontend import Frontend, FrontendConfig
+from engine.serve.launch import Topology, launch
 from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, running_app
 from tests.serving.test_render_tier import chat_body, own_chat, via_render_tier
 
 PROMPTS = [list(range(5, 60)), list(range(100, 103)), list(range(200, 400))]
 GREEDY = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
-TOPOLOGIES = {"collocated": Topology(mode="collocated", replicas=2),
-              "disagg-shm": Topology(mode="disagg", connector="shm"),
-              "disagg-tcp": Topology(mode="disagg", connector="tcp")}
+TOPOLOGIES = {
+    "collocated": Topology(mode="collocated", replicas=2),
+    "disagg-shm": Topology(mode="disagg", connector="shm"),
+    "disagg-tcp": Topology(mode="disagg", connector="tcp"),
+}
 
 
 @pytest.fixture(scope="module", params=list(TOPOLOGIES))
@@ -40,19 +43,28 @@ def test_greedy_output_is_identical_across_topologies(deployment, collocated_tok
 def test_openai_client_streams_chat_and_completion(deployment, collocated_tokens):
     _, d = deployment
     client = OpenAI(base_url=d.url + "/v1", api_key="none")
-    chunks = list(client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Hello there"}], max_tokens=6,
-        temperature=0, stream=True, stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Hello there"}],
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     content = [c for c in chunks if c.choices]
     assert len(content) == 6 and content[-1].choices[0].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 6
-    stream = client.completions.create(model="tiny", prompt=PROMPTS[0], stream=True,
-                                       extra_body={k: v for k, v in GREEDY.items()})
+    stream = client.completions.create(
+        model="tiny", prompt=PROMPTS[0], stream=True, extra_body={k: v for k, v in GREEDY.items()}
+    )
     ids = [t for c in stream for t in c.choices[0].model_extra["token_ids"]]
     assert ids == collocated_tokens[0]
-    full = client.completions.create(model="tiny", prompt="a text prompt", max_tokens=4,
-                                     temperature=0)
+    full = client.completions.create(
+        model="tiny", prompt="a text prompt", max_tokens=4, temperature=0
+    )
     assert full.usage.completion_tokens == 4 and isinstance(full.choices[0].text, str)
 
 
@@ -64,18 +76,23 @@ def test_decoder_reports_transfer_bytes_equal_to_the_prompt_kv(deployment):
     before = _bytes(d.instance_urls["decode"][0])
     post(d.url, {"prompt": prompt, **GREEDY})
     layers, kv_heads, head_dim, dtype_bytes = 2, 2, 16, 4  # tiny, float32
-    assert _bytes(d.instance_urls["decode"][0]) - before == layers * 2 * kv_heads * head_dim * dtype_bytes * len(prompt)
+    assert _bytes(
+        d.instance_urls["decode"][0]
+    ) - before == layers * 2 * kv_heads * head_dim * dtype_bytes * len(prompt)
 
 
 def _bytes(url: str) -> float:
     text = urllib.request.urlopen(url + "/metrics").read().decode()
-    line = next(l for l in text.splitlines() if l.startswith("engine:kv_transfer_bytes_total"))
+    line = next(x for x in text.splitlines() if x.startswith("engine:kv_transfer_bytes_total"))
     return float(line.split()[-1])
 
 
 def _stream_token_ids(url: str, body: dict) -> list[int]:
-    req = urllib.request.Request(url + "/inference/v1/generate", headers={"Content-Type": "application/json"},
-                                 data=json.dumps({**body, "stream": True}).encode())
+    req = urllib.request.Request(
+        url + "/inference/v1/generate",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps({**body, "stream": True}).encode(),
+    )
     ids = []
     with urllib.request.urlopen(req, timeout=60) as r:
         for line in r:
@@ -98,11 +115,15 @@ def test_a_render_tier_in_front_of_every_topology_gives_the_topologys_own_chat_a
     equals the topology's own /v1/chat/completions for sampled output full of markup pieces."""
     _, d = deployment
     with running_app(RenderServer(FrontendConfig(model_dir="tiny"), "tiny").app) as render_url:
-        pieces = set(Frontend(FrontendConfig()).tokenizer.encode(
-            '<think></think><tool_call>{"name": "f"}</tool_call> é'))
+        pieces = set(
+            Frontend(FrontendConfig()).tokenizer.encode(
+                '<think></think><tool_call>{"name": "f"}</tool_call> é'
+            )
+        )
         for stream in (False, True):
-            body = chat_body(7, stream, temperature=1.0, max_tokens=40,
-                             logit_bias={str(t): 30 for t in pieces})
+            body = chat_body(
+                7, stream, temperature=1.0, max_tokens=40, logit_bias={str(t): 30 for t in pieces}
+            )
             own = own_chat(d.url, body)
             assert len(own[2]) == 40
             assert via_render_tier(d.url, render_url, body) == own

@@ -28,7 +28,9 @@ def block_views(data: torch.Tensor, block_ids: list[int], num_tokens: int) -> li
         for half in range(2):
             for i, b in enumerate(block_ids):
                 n = min(bs, num_tokens - i * bs)
-                views.append(memoryview(data[layer, half, b, :n].view(torch.uint8).numpy()).cast("B"))
+                views.append(
+                    memoryview(data[layer, half, b, :n].view(torch.uint8).numpy()).cast("B")
+                )
     return views
 
 
@@ -38,19 +40,26 @@ class TcpConnector(KVConnector):
     def describe(self, cache: KVCache, block_ids: list[int]) -> dict:
         return {}
 
-    def send(self, sock: socket.socket, cache: KVCache, block_ids: list[int],
-             num_tokens: int) -> None:
+    def send(
+        self, sock: socket.socket, cache: KVCache, block_ids: list[int], num_tokens: int
+    ) -> None:
         data = cache.data  # [L, 2, blocks, bs, kvh, hd]
         if data.device.type == "cpu":
             frame.send_views(sock, block_views(data, block_ids, num_tokens))
             return
         for layer in range(data.shape[0]):  # GPU: gather a layer, copy it to host, send it
-            kv = gather_blocks(data[layer:layer + 1], block_ids, num_tokens).cpu()
+            kv = gather_blocks(data[layer : layer + 1], block_ids, num_tokens).cpu()
             for half in kv[0]:  # [T, kvh, hd]: K then V, each contiguous
                 sock.sendall(memoryview(half.view(torch.uint8).numpy()))
 
-    def receive(self, sock: socket.socket, header: dict, shape: tuple[int, ...], dtype: str,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def receive(
+        self,
+        sock: socket.socket,
+        header: dict,
+        shape: tuple[int, ...],
+        dtype: str,
+        device: torch.device,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         nbytes = header["nbytes"]
         buf = POOL.take(nbytes)
         frame.recv_into_exact(sock, memoryview(buf[:nbytes].numpy()))

@@ -1,0 +1,79 @@
+"""Measuring one endpoint: reachability, sending a workload with progress, and the
+per-request records as rows. The library under `advisor bench`, the sweep and probe."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import urllib.error
+import urllib.request
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from advisor.errors import UsageError
+from advisor.measure.client import Client, ClientRun, Endpoint
+from workloads.spec import Workload
+
+REACH_TIMEOUT_S = 5.0
+
+
+def discover_model(base_url: str, api_key: str | None = None) -> str:
+    """The first model the server lists; UsageError (with the timeout) when unreachable."""
+    url = base_url.rstrip("/") + "/v1/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=REACH_TIMEOUT_S) as r:
+            data = json.load(r).get("data") or []
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise UsageError(f"cannot reach {url} (waited {REACH_TIMEOUT_S:g} s): {reason}") from None
+    if not data:
+        raise UsageError(f"{url} lists no models; pass --model")
+    return data[0]["id"]
+
+
+def progress_bars() -> Progress:
+    """The rich progress display long work shows (on stderr, gone when done)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+
+def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
+            max_concurrency: int | None = None, label: str = "requests",
+            bars: Progress | None = None) -> ClientRun:
+    """Send `workload` to `endpoint` with a progress bar (in `bars` if given); every record."""
+    with contextlib.ExitStack() as stack:
+        if bars is None:
+            bars = stack.enter_context(progress_bars())
+        task = bars.add_task(label, total=workload.num_requests)
+        stack.callback(bars.remove_task, task)
+
+        def done(rec) -> None:
+            if not rec.warmup:
+                bars.advance(task)
+
+        client = Client(endpoint, max_concurrency, on_done=done)
+        return asyncio.run(client.run(workload, num_warmups))
+
+
+def max_send_lateness_ms(run: ClientRun) -> float:
+    """How late the latest first turn went out against its schedule, in ms."""
+    late = [r.dispatched - r.scheduled for r in run.records
+            if not r.warmup and r.turn == 0 and r.dispatched]
+    return max(late, default=0.0) * 1000
+
+
+def record_row(r, start: float) -> dict:
+    """A record with times as seconds from the run's t=0 (chunks too)."""
+    row = dataclasses.asdict(r)
+    row.pop("body_sent", None)
+    for k in ("scheduled", "dispatched", "sent", "end"):
+        row[k] = round(row[k] - start, 6) if row[k] else None
+    row["chunks"] = [round(t - start, 6) for t in r.chunks]
+    row["ok"] = r.ok
+    return row
+

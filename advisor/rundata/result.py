@@ -1,0 +1,134 @@
+"""One measured run: `result.json` (vLLM's statistics keys, plus ours) and `requests.jsonl`
+(one record per request). Written by `advisor bench --result-dir` and by the sweep for
+every placement x rate; read by the sweep's evidence and by the reports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from advisor.rundata.files import RunDataError, read_json_object, write_json, write_jsonl
+from advisor.rundata.typed import from_json
+
+RESULT, RECORDS = "result.json", "requests.jsonl"
+# What `advisor bench` adds about how it was run (vLLM's names), kept as they are.
+BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "base_url",
+              "percentiles", "max_send_lateness_ms", "manifest")
+
+
+@dataclass(frozen=True)
+class _Described:
+    """result.json's fields that say what ran (validated on read)."""
+
+    num_prompts: int
+    request_rate: float | str | None = None  # req/s; "inf" (all at once); None: the workload's own
+    workload: str | None = None
+    workload_params: dict = field(default_factory=dict)
+    topology: str | None = None  # a sweep's placement (its directory name)
+    kind: str | None = None  # collocated | disagg
+    emulated: str | None = None  # an emulated KV link's spec
+    multi_turn: bool = False
+    arrival_offsets: list = field(default_factory=list)  # each conversation's start, s
+    frontend_cpu: dict | None = None  # front-end CPU seconds during the run (render, derender)
+
+
+@dataclass
+class RunResult:
+    """A run's statistics (`stats`: completed, failed, slo_attainment, request_goodput,
+    mean_/median_/std_/pNN_ of ttft, tpot, itl, e2el in ms, ...), what ran (`described`),
+    `advisor bench`'s own extras, and (when read with them) the per-request records."""
+
+    stats: dict
+    described: _Described
+    bench: dict = field(default_factory=dict)
+    records: list[dict] | None = None
+
+    @classmethod
+    def of(cls, stats: dict, records: list[dict] | None = None, bench: dict | None = None,
+           **described) -> RunResult:
+        """A new result from summarize()'s statistics and what ran (num_prompts, ...)."""
+        return cls(stats, _Described(**described), bench or {}, records)
+
+    @property
+    def placement(self) -> str | None:
+        return self.described.topology
+
+    @property
+    def kind(self) -> str | None:
+        return self.described.kind
+
+    @property
+    def rate(self) -> float | None:
+        r = self.described.request_rate
+        return float(r) if r is not None else None
+
+    @property
+    def emulated(self) -> str | None:
+        return self.described.emulated
+
+    def get(self, key: str, default=None):
+        """A statistic or a described field by its result.json name."""
+        if key in self.stats:
+            return self.stats[key]
+        return getattr(self.described, key, default) if key in _DESCRIBED else default
+
+    def to_json(self) -> dict:
+        """result.json's object: one flat namespace, as vLLM writes it."""
+        described = {f: getattr(self.described, f) for f in _DESCRIBED}
+        return {**self.stats, **described, **self.bench}
+
+    def write(self, directory: Path) -> None:
+        """requests.jsonl, then result.json, each atomically: # NOTE: result.json's presence
+        marks the run complete (a resumed sweep re-runs what lacks it)."""
+        write_jsonl(directory / RECORDS, self.records or [])
+        write_json(directory / RESULT, self.to_json())
+
+    @classmethod
+    def read(cls, directory: Path, records: bool = False,
+             problems: list[str] | None = None) -> RunResult:
+        """The run in `directory`. RunDataError names the file and field when result.json is
+        missing or malformed; corrupt record lines are skipped and, given `problems`, listed
+        there (else an error too)."""
+        path = directory / RESULT
+        data = read_json_object(path)
+        described = from_json(_Described, {k: data[k] for k in _DESCRIBED if k in data}, str(path))
+        bench = {k: data[k] for k in BENCH_KEYS if k in data}
+        stats = {k: v for k, v in data.items() if k not in _DESCRIBED and k not in BENCH_KEYS}
+        for k, v in stats.items():
+            if not (isinstance(v, (int, float, dict)) or v is None) or isinstance(v, bool):
+                raise RunDataError(f"{path}: {k} must be a number, not {v!r}")
+        for k in ("completed", "failed", "slo_attainment"):
+            if not isinstance(stats.get(k), (int, float)):
+                raise RunDataError(f"{path}: missing field {k!r}")
+        rows = _records(directory / RECORDS, problems) if records else None
+        return cls(stats, described, bench, rows)
+
+
+_DESCRIBED = tuple(f.name for f in fields(_Described))
+
+
+def _records(path: Path, problems: list[str] | None) -> list[dict]:
+    where = "/".join(path.parts[-3:])
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        if problems is None:
+            raise RunDataError(f"cannot read {path}: {e}") from None
+        problems.append(f"{where} unreadable: {e}")
+        return []
+    rows = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):
+            if problems is None:
+                raise RunDataError(f"{path}: line {no} is not a JSON object")
+            problems.append(f"{where} line {no} is corrupt and was skipped")
+            continue
+        rows.append(row)
+    return rows

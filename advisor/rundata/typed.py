@@ -1,0 +1,79 @@
+"""JSON objects <-> frozen dataclasses, validated field by field where they are read.
+
+A field typed `float` takes any JSON number (never a bool), `int` an integer, `str`,
+`bool`, `dict` and `list` their JSON kinds; `X | None` also takes null; a dataclass
+field takes a nested object. Missing required fields, unknown fields and wrong kinds
+raise `RunDataError` naming the file and the field's dotted path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from functools import cache
+
+from advisor.rundata.files import RunDataError
+
+_KINDS = {float: (int, float), int: (int,), str: (str,), bool: (bool,), dict: (dict,),
+          list: (list,)}
+
+
+@cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _check(value, hint, file: str, path: str):
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        for kind in kinds[:-1]:  # the first alternative that fits; the last one names the error
+            try:
+                return _check(value, kind, file, path)
+            except RunDataError:
+                pass
+        return _check(value, kinds[-1], file, path)
+    if dataclasses.is_dataclass(hint):
+        return from_json(hint, value, file, path)
+    kind = origin or hint
+    ok = _KINDS.get(kind, (object,))
+    if not isinstance(value, ok) or (isinstance(value, bool) and bool not in ok):
+        raise RunDataError(f"{file}: {path} must be {_NAMES.get(kind, kind.__name__)}, "
+                           f"not {value!r}")
+    return value
+
+
+_NAMES = {float: "a number", int: "an integer", str: "a string", bool: "true or false",
+          dict: "an object", list: "a list"}
+
+
+def from_json(cls, data, file: str, path: str = ""):
+    """An instance of dataclass `cls` from a parsed JSON object, read from `file`; `path` is
+    the object's dotted place in it ("" for the whole file)."""
+    if not isinstance(data, dict):
+        raise RunDataError(f"{file}: {path or 'the file'} must be a JSON object, "
+                           f"not {type(data).__name__}")
+    hints, fields = _hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise RunDataError(f"{file}: unknown field {_join(path, unknown[0])!r}")
+    values = {}
+    for name, f in fields.items():
+        if name in data:
+            values[name] = _check(data[name], hints[name], file, _join(path, name))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise RunDataError(f"{file}: missing field {_join(path, name)!r}")
+    return cls(**values)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def to_json(obj) -> dict:
+    """A dataclass instance as a JSON-ready dict (nested dataclasses too)."""
+    return dataclasses.asdict(obj)

@@ -1,0 +1,87 @@
+"""Run directories as typed data: the previous format reads as is, a newer one is refused,
+damage is named by file and field, and what is written reads back the same."""
+
+import json
+import shutil
+
+import pytest
+
+from advisor.errors import UsageError
+from advisor.rundata.evidence import Evidence
+from advisor.rundata.result import RunResult
+from advisor.rundata.rundir import FORMAT, RunDir
+from tests.cli import advisor
+from tests.fixtures import FIXTURE_RUN
+
+
+@pytest.fixture
+def run(tmp_path):
+    shutil.copytree(FIXTURE_RUN, tmp_path / "run")
+    return RunDir.existing(tmp_path / "run")
+
+
+def test_the_previous_format_reads_as_it_is(run):
+    assert "format" not in run.read_manifest()
+    problems = []
+    runs = run.read_runs(problems)
+    assert problems == []
+    assert sorted((r.placement, r.kind, r.rate) for r in runs) == [
+        ("collocated-2", "collocated", 2.0), ("collocated-2", "collocated", 4.0),
+        ("disagg-1p1d", "disagg", 2.0), ("disagg-1p1d", "disagg", 4.0)]
+    assert all(len(r.records) == r.described.num_prompts == 6 for r in runs)
+    ev = run.read_evidence()
+    assert ev.slo.ttft_ms == 2000 and ev.disaggregated.placement == "disagg-1p1d"
+    assert ev.kv_transfer.transfers > 0 and ev.kv_transfer.connector == "shm"
+
+
+def test_a_newer_format_is_refused_by_name(run):
+    manifest = run.read_manifest()
+    run.write_manifest(manifest)
+    assert run.read_manifest()["format"] == FORMAT  # what this advisor writes
+    (run.path / "manifest.json").write_text(json.dumps({**manifest, "format": FORMAT + 1}))
+    with pytest.raises(UsageError, match=f"manifest.json: run-directory format {FORMAT + 1}"):
+        RunDir.existing(run.path)
+    out = advisor("report", str(run.path))
+    assert out.returncode == 2 and "run-directory format" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("slo_attainment", "high", "slo_attainment must be a number"),
+    ("num_prompts", 6.5, "num_prompts must be an integer"),
+    ("kind", 3, "kind must be a string"),
+])
+def test_a_damaged_result_names_its_file_and_field(run, field, value, needle):
+    path = run.run_path("collocated-2", 2) / "result.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, field: value}))
+    with pytest.raises(UsageError, match=needle) as e:
+        run.read_run("collocated-2", 2)
+    assert str(path) in str(e.value)
+
+
+def test_written_runs_and_evidence_read_back_the_same(run, tmp_path):
+    original = run.read_run("disagg-1p1d", 4, records=True)
+    copy = RunDir(tmp_path / "copy")
+    copy.write_run(original)
+    back = copy.read_run("disagg-1p1d", 4, records=True)
+    assert back.to_json() == original.to_json() and back.records == original.records
+    ev = run.read_evidence()
+    copy.write_evidence(ev)
+    assert copy.read_evidence() == ev == Evidence.from_json(ev.to_json())
+
+
+def test_resume_over_a_corrupt_result_is_one_line_naming_it(run):
+    (run.run_path("disagg-1p1d", 4) / "result.json").write_text("{oops")
+    (run.path / "recommendation.json").unlink()
+    out = advisor("sweep", "--resume", str(run.path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "disagg-1p1d/rate-4/result.json is not valid JSON" in out.stderr
+
+
+def test_recommend_decides_on_the_checked_in_run(run):
+    (run.path / "recommendation.json").unlink()
+    out = advisor("recommend", str(run.path), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == run.read_recommendation()
+    assert RunResult.read(run.run_path("collocated-2", 4)).get("completed") == 6
