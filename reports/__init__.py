@@ -1,1 +1,1 @@
-"""Renderers for run directories: Markdown now; HTML and plots arrive with the report issue."""
+"""Renderers for run directories: a self-contained HTML page and GFM Markdown, with plots."""

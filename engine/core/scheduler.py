@@ -27,7 +27,6 @@ class SchedulerOutput:
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
     kv_imports: list[Request] = field(default_factory=list)  # write pending_kv before the forward
-    preempted: list[str] = field(default_factory=list)
 
     @property
     def num_batched_tokens(self) -> int:
@@ -72,7 +71,7 @@ class Scheduler:
             n = self._chunk(req.num_new_tokens, budget)
             if n == 0:
                 continue
-            if not self._allocate_or_preempt(req, n, done, out):
+            if not self._allocate_or_preempt(req, n, done):
                 continue
             out.scheduled.append((req, n))
             done.add(req.request_id)
@@ -85,13 +84,11 @@ class Scheduler:
             return num_new
         return budget if self.enable_chunked_prefill else 0
 
-    def _allocate_or_preempt(self, req: Request, n: int, done: set[str],
-                             out: SchedulerOutput) -> bool:
+    def _allocate_or_preempt(self, req: Request, n: int, done: set[str]) -> bool:
         while not self.bm.allocate(req, n):
             victims = [r for r in self.running if r.request_id not in done and r is not req]
             victim = victims[-1] if victims else req
             self._preempt(victim)
-            out.preempted.append(victim.request_id)
             if victim is req:
                 return False
         return True

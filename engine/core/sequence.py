@@ -49,7 +49,6 @@ class FinishReason(str, enum.Enum):
     STOP = "stop"  # eos or a stop token
     LENGTH = "length"  # max_tokens or the context limit
     ABORT = "abort"
-    ERROR = "error"  # e.g. a KV import failed under policy "fail"
     REMOTE_DECODE = "remote_decode"  # prefill role: KV held for a decoder to pull
 
 

@@ -86,21 +86,6 @@ class AsyncEngine:
         """Run `fn()` on the engine thread between steps; fire and forget (any thread)."""
         self._inbox.put(fn)
 
-    async def call(self, fn: Callable):
-        """Run `fn()` on the engine thread between steps and return its result."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-
-        def run():
-            try:
-                result = fn()
-                loop.call_soon_threadsafe(fut.set_result, result)
-            except Exception as e:  # noqa: BLE001 - handed to the caller
-                loop.call_soon_threadsafe(fut.set_exception, e)
-
-        self._inbox.put(run)
-        return await fut
-
     # ---- engine thread --------------------------------------------------------------------------
     def _fail_all(self, error: Exception) -> None:
         for request_id, (loop, q) in list(self._streams.items()):

@@ -7,6 +7,8 @@ import pytest
 from tests.advisor.helpers import scripted
 from tests.cli import advisor
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 VLLM_KEYS = ("completed", "failed", "duration", "request_throughput", "request_goodput",
              "output_throughput", "total_input_tokens", "total_output_tokens",
              "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",

@@ -12,6 +12,8 @@ from advisor.measure.stats import summarize
 from tests.advisor.helpers import pinned_apart, received, scripted, workload
 from tests.cli import advisor
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 RULER_SLACK_MS = 1.0
 
 

@@ -124,6 +124,7 @@ def test_malformed_evidence_is_named(tmp_path, text, needle):
         evidence.load(p)
 
 
+@pytest.mark.integration
 def test_recommend_cli(tmp_path):
     p = tmp_path / "ev.json"
     p.write_text(json.dumps(L40S))

@@ -17,6 +17,8 @@ from tests.advisor.helpers import received, scripted
 from tests.cli import advisor
 from workloads.presets import AGENT_TOOLS, preset
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 ENGINE_TEXT = """# TYPE engine:frontend_cpu_seconds_total counter
 engine:frontend_cpu_seconds_total{model_name="m",stage="render"} 1.5
 engine:frontend_cpu_seconds_total{model_name="m",stage="derender"} 0.25

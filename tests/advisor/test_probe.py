@@ -80,6 +80,7 @@ def test_inventory_parser():
         hardware.parse_inventory("garbage line")
 
 
+@pytest.mark.integration
 def test_probe_json_on_this_machine(tmp_path):
     out = advisor("probe", "--json", "--link-mb", "8", "--p2p-from", str(FIX / "p2p_2gpu_ansi.txt"))
     assert out.returncode == 0, out.stderr
@@ -90,6 +91,7 @@ def test_probe_json_on_this_machine(tmp_path):
     assert r["p2p"]["status"] == [["X", "CNS"], ["CNS", "X"]]
 
 
+@pytest.mark.integration
 def test_kv_size_cli():
     out = advisor(
         "kv-size", "--model", "llama-3.1-70b", "--tokens", "10000", "--link", "400Gbps", "--json"

@@ -34,6 +34,7 @@ def test_the_previous_format_reads_as_it_is(run):
     assert ev.kv_transfer.transfers > 0 and ev.kv_transfer.connector == "shm"
 
 
+@pytest.mark.integration
 def test_a_newer_format_is_refused_by_name(run):
     manifest = run.read_manifest()
     run.write_manifest(manifest)
@@ -71,6 +72,7 @@ def test_written_runs_and_evidence_read_back_the_same(run, tmp_path):
     assert copy.read_evidence() == ev == Evidence.from_json(ev.to_json())
 
 
+@pytest.mark.integration
 def test_resume_over_a_corrupt_result_is_one_line_naming_it(run):
     (run.run_path("disagg-1p1d", 4) / "result.json").write_text("{oops")
     (run.path / "recommendation.json").unlink()
@@ -79,6 +81,7 @@ def test_resume_over_a_corrupt_result_is_one_line_naming_it(run):
     assert "disagg-1p1d/rate-4/result.json is not valid JSON" in out.stderr
 
 
+@pytest.mark.integration
 def test_recommend_decides_on_the_checked_in_run(run):
     (run.path / "recommendation.json").unlink()
     out = advisor("recommend", str(run.path), "--json")

@@ -9,6 +9,8 @@ import pytest
 from tests.advisor.helpers import scripted
 from tests.cli import advisor
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 RUN_FILES = ("manifest.json", "summary.csv", "evidence.json", "recommendation.json", "report.html",
              "report.md")
 

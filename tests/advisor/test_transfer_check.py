@@ -5,6 +5,8 @@ import pytest
 from advisor.probe.probe import transfer_check
 from engine.serve.launch import Topology, launch
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 
 @pytest.mark.parametrize("connector", ["shm"])
 def test_transfer_check_reads_the_decoders_metrics(connector):

@@ -12,6 +12,8 @@ from tests.cli import advisor
 from tests.fixtures import FIXTURE_RUN
 from tests.reports import browser
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 PLOTS = ("itl", "ttft", "attainment", "kv_transfer", "timeline")
 
 

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from tests.serving.helpers import post, running_server
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 
 @pytest.fixture(scope="module")
 def url():

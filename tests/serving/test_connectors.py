@@ -18,6 +18,8 @@ from engine.kv.links import parse_emulation
 from engine.kv.source import KVSource
 from engine.model.runner import build_engine
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 ON_THIS_HOST = [pytest.param(n, marks=pytest.mark.skipif(
     n == "cuda" and not torch.cuda.is_available(), reason="needs a GPU")) for n in connectors.NAMES]
 

@@ -18,6 +18,8 @@ from engine.serve.launch import Topology, launch
 from tests.cli import advisor
 from tests.serving.helpers import post, running_server
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float32")
 
 

@@ -11,6 +11,8 @@ from engine.render.frontend import FrontendConfig
 from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, post_stream, running_app, running_server
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
         "temperature": 0}

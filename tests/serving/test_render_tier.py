@@ -11,6 +11,8 @@ from engine.serve.render_server import RenderServer
 from tests.engine.test_render_parsing import TRICKY
 from tests.serving.helpers import post, post_stream, running_app, running_server
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 CHAT, GENERATE = "/v1/chat/completions", "/inference/v1/generate"
 EOS = 2

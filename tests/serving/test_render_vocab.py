@@ -15,6 +15,8 @@ from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, post_stream, running_app, running_server
 from tests.serving.test_render_tier import CHAT, DERENDER, chat_body, own_chat, via_render_tier
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 VOCAB = 1024  # the bundled tokenizer has 512
 
 
@@ -32,10 +34,10 @@ def padded_model(tmp_path_factory):
 
 def test_ids_past_the_tokenizer_but_inside_the_model_derender_alike(padded_model):
     with (
-        running_server(model=padded_model) as (engine_url, engine),
+        # "tiny": the served name both sides use
+        running_server(model=padded_model, served_model="tiny") as (engine_url, engine),
         running_app(RenderServer(FrontendConfig(model_dir=padded_model), "tiny").app) as render,
     ):
-        engine.model.causal_lm = "tiny"  # the served name both sides use
         for stream in (False, True):
             body = chat_body(3, stream, temperature=1.0, max_tokens=40, ignore_eos=True)
             own = own_chat(engine_url, body)

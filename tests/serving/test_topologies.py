@@ -13,6 +13,8 @@ from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, running_app
 from tests.serving.test_render_tier import chat_body, own_chat, via_render_tier
 
+pytestmark = pytest.mark.integration  # starts servers or runs the CLI
+
 PROMPTS = [list(range(5, 60)), list(range(100, 103)), list(range(200, 400))]
 GREEDY = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
 TOPOLOGIES = {
