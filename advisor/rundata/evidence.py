@@ -91,8 +91,5 @@ class Evidence:
 
 
 def load(path: str | Path) -> Evidence:
-    """Read and validate an evidence file (a run directory's evidence.json, or any path)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "evidence.json"
-    return Evidence.from_json(read_json_object(path), str(path))
+    """Read and validate an evidence file (for a run directory's: RunDir.read_evidence)."""
+    return Evidence.from_json(read_json_object(Path(path)), str(path))

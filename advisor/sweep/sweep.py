@@ -17,7 +17,7 @@ from advisor.measure.stats import parse_percentiles, parse_slos, summarize
 from advisor.report import run_report
 from advisor.rundata.files import RunDataError
 from advisor.rundata.result import RunResult
-from advisor.rundata.rundir import RunDir
+from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep.evidence import build_evidence, sweep_manifest, write_summary
 from advisor.sweep.placements import Placement, parse_topologies
 from advisor.sweep.rate_search import Outcome, SearchPlan, grid_of, next_rate
@@ -287,7 +287,7 @@ def _resumed_options(run_dir: RunDir) -> SweepOptions:
     config = run_dir.read_manifest().get("config")
     if not isinstance(config, dict):
         raise RunDataError(
-            f"{run_dir}/manifest.json: missing field 'config' (the options to resume with)"
+            f"{run_dir.path / MANIFEST}: missing field 'config' (the options to resume with)"
         )
     fields = {f.name for f in dataclasses.fields(SweepOptions)}
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in fields}

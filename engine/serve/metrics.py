@@ -66,41 +66,28 @@ class EngineMetrics:
         def hist(name, doc):
             return Histogram(name, doc, lbl, registry=r, buckets=_LATENCY_BUCKETS).labels(model)
 
+        def gauge(name, doc):
+            return Gauge(name, doc, lbl, registry=r).labels(model)
+
+        def counter(name, doc):
+            return Counter(name, doc, lbl, registry=r).labels(model)
+
         self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token")
         self.itl = hist("vllm:inter_token_latency_seconds", "Gap between output tokens")
         self.e2e = hist("vllm:e2e_request_latency_seconds", "End-to-end request latency")
         self.step_time = hist("engine_step_duration_seconds", "Duration of one engine step")
-        self.running = Gauge(
-            "vllm:num_requests_running", "Requests running", lbl, registry=r
-        ).labels(model)
-        self.waiting = Gauge(
-            "vllm:num_requests_waiting", "Requests waiting", lbl, registry=r
-        ).labels(model)
-        self.kv_usage = Gauge(
-            "vllm:kv_cache_usage_perc", "KV cache usage (0-1)", lbl, registry=r
-        ).labels(model)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", lbl, registry=r).labels(
-            model
-        )
-        self.generation_tokens = Counter(
-            "vllm:generation_tokens", "Generated tokens", lbl, registry=r
-        ).labels(model)
-        self.kv_transfer_time = hist(
-            "engine:kv_transfer_time_seconds", "KV pull time, first byte asked to last byte in"
-        )
-        self.kv_ready_delay = hist(
-            "engine:kv_transfer_ready_delay_seconds",
-            "Last KV byte in -> the decoder computing on it",
-        )
-        self.kv_transfer_bytes = Counter(
-            "engine:kv_transfer_bytes", "KV bytes pulled", lbl, registry=r
-        ).labels(model)
-        self.kv_transfers = Counter(
-            "engine:kv_transfers", "KV transfers completed", lbl, registry=r
-        ).labels(model)
-        self.kv_failures = Counter(
-            "engine:kv_transfer_failures", "KV pulls or imports that failed", lbl, registry=r
-        ).labels(model)
+        self.running = gauge("vllm:num_requests_running", "Requests running")
+        self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting")
+        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV cache usage (0-1)")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens")
+        self.generation_tokens = counter("vllm:generation_tokens", "Generated tokens")
+        self.kv_transfer_time = hist("engine:kv_transfer_time_seconds",
+                                     "KV pull time, first byte asked to last byte in")
+        self.kv_ready_delay = hist("engine:kv_transfer_ready_delay_seconds",
+                                   "Last KV byte in -> the decoder computing on it")
+        self.kv_transfer_bytes = counter("engine:kv_transfer_bytes", "KV bytes pulled")
+        self.kv_transfers = counter("engine:kv_transfers", "KV transfers completed")
+        self.kv_failures = counter("engine:kv_transfer_failures", "KV pulls or imports that failed")
 
     def on_step(self, stats) -> None:
         """Engine-thread callback with an async_engine.StepStats."""

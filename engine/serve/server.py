@@ -13,12 +13,12 @@ import uuid
 from aiohttp import web
 
 from engine.core.config import EngineConfig
-from engine.core.llm_engine import KVImportError, RequestOutput
+from engine.core.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.kv import connector, connectors
 from engine.kv.frame import FrameError
 from engine.kv.links import LinkEmulation, parse_emulation
 from engine.kv.source import KVSource
-from engine.model.runner import build_engine
+from engine.model.runner import ModelRunner
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve.async_engine import AsyncEngine
@@ -49,21 +49,17 @@ class EngineServer:
             raise ValueError("the cuda connector needs --device cuda")
         if config.role == "prefill" and connector == "shm" and config.device == "cpu":
             config = dataclasses.replace(config, kv_shared_memory=True)
-        self.engine = build_engine(config)
+        config = config.resolved()
+        self.runner = ModelRunner(config)  # the model, its KV cache and its device
+        self.engine = LLMEngine(config, self.runner)
         self.role = self.engine.config.role
         self.model = served_model or config.model
         self.frontend = Frontend(frontend or FrontendConfig(model_dir=config.model))
         self.metrics = EngineMetrics(self.model, self.frontend)
         self.source = None
         if self.role == "prefill":
-            self.source = KVSource(
-                self.engine.lend_kv,
-                self._release,
-                self.engine.runner.cache,
-                self.engine.runner.layout,
-                kv_host,
-                kv_port,
-            )
+            self.source = KVSource(self.engine.lend_kv, self._release, self.runner.cache,
+                                   self.runner.layout, kv_host, kv_port)
         self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
         self.responder = Responder(self.frontend, self.model, self._held_kv_params)
         self.app = web.Application(client_max_size=64 << 20)
@@ -83,7 +79,7 @@ class EngineServer:
         if self.source:
             self.source.close()
         self.aengine.close()
-        self.engine.runner.cache.close()
+        self.runner.cache.close()
 
     def _held_kv_params(self, request_id: str) -> dict | None:
         """kv_transfer_params naming the blocks this prefiller holds for `request_id`."""
@@ -147,7 +143,7 @@ class EngineServer:
         if self.role == "decode" and connector.can_pull(kv):
             try:
                 pulled = await self.connector.pull_async(
-                    kv, self.engine.runner.layout, self.engine.runner.device
+                    kv, self.runner.layout, self.runner.device
                 )
             except (FrameError, OSError, ValueError) as e:
                 self.metrics.kv_failures.inc()
