@@ -65,7 +65,8 @@ def serve(
     decode: int = typer.Option(1, min=1, help="disagg: number of decode instances"),
     connector: str = typer.Option("shm", help=f"disagg KV connector: {', '.join(CONNECTORS)}"),
     model: str = typer.Option("small", help="preset name or a local HF model directory"),
-    dtype: str = typer.Option("bfloat16", help="float32, bfloat16 or float16"),
+    dtype: str = typer.Option("auto", help="auto (bfloat16 where fast here, else float32), "
+                                           "float32, bfloat16 or float16"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
     port: int = typer.Option(8000, min=0, max=65535, help="the front's port"),
@@ -233,7 +234,8 @@ def sweep(
     resume: str = typer.Option(None, help="resume an interrupted sweep's run directory"),
     scale: float = typer.Option(None, help="prompt length scale (default 0.05 on CPU, 1 on GPU)"),
     output_scale: float = typer.Option(None, help="output length scale (default 0.25 on CPU)"),
-    dtype: str = typer.Option("bfloat16", help="engine dtype"),
+    dtype: str = typer.Option("auto", help="engine dtype: auto (bfloat16 where fast here, "
+                                           "else float32), float32, bfloat16, float16"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     start_rate: float = typer.Option(0.25, help="search: first rate (req/s)"),
     max_steps: int = typer.Option(4, help="search: doublings, and the bracket's extra steps"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 
@@ -10,6 +11,7 @@ from rich.console import Console
 from advisor.errors import UsageError
 from engine.core.config import load_model_config
 from engine.kv import connectors
+from engine.model.dtype import resolve as resolve_dtype
 from engine.render.frontend import FrontendConfig
 from engine.serve.launch import MODES, Topology, launch
 
@@ -35,6 +37,10 @@ def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | N
     """Start `topology`, print its URLs, block until SIGINT or SIGTERM, then stop everything."""
     topology = check_topology(topology, frontend)
     console = console or Console()
+    if topology.mode != "render":
+        choice = resolve_dtype(topology.dtype, topology.device)
+        topology = dataclasses.replace(topology, dtype=choice.dtype)
+        console.print(f"dtype: {choice.dtype} ({choice.reason})")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -1,12 +1,13 @@
 """Engine throughput against this machine's own limits, measured in one run.
 
-Prints, for a preset (default `small`) in bfloat16 on one thread:
+Prints, for a preset (default `small`) in the `auto` dtype (bfloat16 where it is fast
+here, else float32) on one thread:
 - prefill of a 2048-token prompt as a fraction of the time the same GEMMs take
   alone (the projections at their shapes, plus attention's QK^T and PV as
   batched matmuls at the causal half of their FLOPs); goal >= 0.7;
 - decode tokens/s at batch 1, 8 and 32 and the batch-32 / batch-1 ratio; goal >= 12.
 
-Usage: python benchmarks/engine_bench.py [--model small] [--tokens 2048] [--threads 1]
+Usage: python benchmarks/engine_bench.py [--model small] [--tokens 2048] [--threads 1] [--dtype]
 """
 
 from __future__ import annotations
@@ -74,18 +75,20 @@ def main() -> None:
     ap.add_argument("--model", default="small")
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="auto", help="auto: bfloat16 where it is fast here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     llm = LLM(
         model=args.model,
-        dtype="bfloat16",
+        dtype=args.dtype,
         num_threads=args.threads,
         max_num_batched_tokens=max(4096, args.tokens),
         enable_prefix_caching=False,
     )
-    proj, attn = gemm_baseline_s(llm, args.tokens, torch.bfloat16)
+    ran = llm.engine.config.dtype
+    proj, attn = gemm_baseline_s(llm, args.tokens, getattr(torch, ran))
     pre = prefill_s(llm, args.tokens)
-    print(f"model {args.model}, bfloat16, {args.threads} thread(s)")
+    print(f"model {args.model}, {ran}, {args.threads} thread(s)")
     print(f"prefill {args.tokens} tokens: {pre * 1000:.0f} ms ({args.tokens / pre:.0f} tok/s)")
     print(
         f"  same GEMMs alone: projections {proj * 1000:.0f} ms + attention matmuls "

@@ -131,9 +131,10 @@ def setup(data: ReportData) -> list[tuple[str, str]]:
     """(label, value) pairs: hardware, probe, model, workload, SLO, versions, command line."""
     m = data.manifest or {}
     cfg, host, probe = m.get("config") or {}, m.get("host") or {}, m.get("probe") or {}
-    links = probe.get("links") or {}
+    links, ran = probe.get("links") or {}, m.get("dtype") or {}
     items = [
-        ("model", f"{cfg.get('model')} ({cfg.get('dtype')}, {cfg.get('device')})"),
+        ("model", f"{cfg.get('model')} ({ran.get('ran', cfg.get('dtype'))}, {cfg.get('device')})"),
+        ("dtype", f"{ran.get('ran')}: {ran.get('reason')}" if ran else cfg.get("dtype")),
         (
             "workload",
             f"{cfg.get('workload')}, scale {cfg.get('scale') or 'auto'}, "

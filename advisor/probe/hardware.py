@@ -1,9 +1,16 @@
-"""What accelerators this host has: nvidia-smi's inventory and torch's view of them."""
+"""What this host computes with: nvidia-smi's GPU inventory and torch's view of it, and the
+CPU's vector units with the matmul rate torch gets from them in each dtype."""
 
 from __future__ import annotations
 
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from advisor.rundata.files import cpu_model
+
+# The flags that decide whether bfloat16 is fast on a CPU (AMX and AVX-512-BF16) or emulated.
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16")
 
 QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.total,pci.bus_id", "--format=csv,noheader"]
 
@@ -57,3 +64,26 @@ def torch_view() -> dict:
 
 def gpus_json(gpus: list[GPU]) -> list[dict]:
     return [asdict(g) for g in gpus]
+
+
+def cpu_flags(cpuinfo: str | None = None) -> list[str]:
+    """Which of VECTOR_FLAGS this CPU has (from /proc/cpuinfo, or the text given)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    line = next((x for x in cpuinfo.splitlines() if x.startswith("flags")), "")
+    have = set(line.partition(":")[2].split())
+    return [f for f in VECTOR_FLAGS if f in have]
+
+
+def cpu_view() -> dict:
+    """The CPU, its vector flags, torch's matmul rate per dtype (one thread) and the dtype
+    that `auto` picks here, with why."""
+    from engine.model.dtype import choose_cpu, matmul_gflops
+
+    rates = {d: matmul_gflops(d) for d in ("float32", "bfloat16", "float16")}
+    choice = choose_cpu(rates.__getitem__)
+    return {"model": cpu_model(), "vector_flags": cpu_flags(), "matmul_gflops": rates,
+            "auto_dtype": choice.dtype, "auto_reason": choice.reason}

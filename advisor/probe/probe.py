@@ -44,7 +44,8 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
         raise UsageError("--link-mb must be >= 1")
     result = {"gpus": [], "gpu_note": None, "torch": None, "p2p": None, "p2p_source": None}
     gpus, note = hardware.inventory()
-    result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view())
+    result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view(),
+                  cpu=hardware.cpu_view())
     if opts.p2p_from:
         path = Path(opts.p2p_from)
         if not path.is_file():
@@ -127,6 +128,12 @@ def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int)
 
 
 def _print(r: dict, out: Console) -> None:
+    cpu = r["cpu"]
+    out.print(f"[bold]CPU:[/] {cpu['model']}; vector units: "
+              f"{', '.join(cpu['vector_flags']) or 'none of ' + ', '.join(hardware.VECTOR_FLAGS)}")
+    out.print("  matmul on one thread: " + ", ".join(
+        f"{d} {g:.0f} GFLOP/s" for d, g in cpu["matmul_gflops"].items()))
+    out.print(f"  dtype auto -> {cpu['auto_dtype']} ({cpu['auto_reason']})")
     if r["gpus"]:
         t = Table(title="GPUs")
         for col in ("index", "name", "memory", "PCI bus"):

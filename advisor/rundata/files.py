@@ -75,7 +75,8 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -96,6 +97,6 @@ def manifest(seed: int, config: dict, argv: list[str] | None = None) -> dict:
                      "git_commit": _git_commit(),
                      **{d: _version(d) for d in ("torch", "numpy", "aiohttp", "pandas")}},
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
-                 "cpu": _cpu_model(), "cpus_usable": len(os.sched_getaffinity(0)),
+                 "cpu": cpu_model(), "cpus_usable": len(os.sched_getaffinity(0)),
                  "cpus_total": os.cpu_count()},
     }

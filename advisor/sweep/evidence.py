@@ -23,20 +23,23 @@ from advisor.rundata.evidence import (
 from advisor.rundata.files import manifest
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.rate_search import Outcome, max_goodput_rate
+from engine.model.dtype import DtypeChoice
 
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
                    "slo_attainment", "request_goodput", "request_throughput", "output_throughput",
                    "median_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "mean_tpot_ms")
 
 
-def sweep_manifest(opts, argv: list[str] | None) -> dict:
-    """The run's manifest, with what probe finds on this host."""
+def sweep_manifest(opts, argv: list[str] | None, dtype: DtypeChoice) -> dict:
+    """The run's manifest, with what probe finds on this host and the dtype that runs."""
     gpus, note = hardware.inventory()
     matrix = p2p.query() if gpus else None
     probe = {"gpus": hardware.gpus_json(gpus), "gpu_note": note,
              "p2p": matrix.to_json() if matrix else None, "links": links.host_links(16 << 20)}
     config = {k: v for k, v in dataclasses.asdict(opts).items() if k != "api_key"}
-    return {**manifest(opts.seed, config, argv), "probe": probe}
+    ran = {"asked": opts.dtype, "ran": dtype.dtype, "reason": dtype.reason,
+           "matmul_gflops": dtype.gflops}
+    return {**manifest(opts.seed, config, argv), "probe": probe, "dtype": ran}
 
 
 def _side(run_dir: RunDir, name: str, outcomes: list[Outcome], rate: float) -> PlacementEvidence:

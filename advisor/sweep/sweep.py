@@ -21,8 +21,11 @@ from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep.evidence import build_evidence, sweep_manifest, write_summary
 from advisor.sweep.placements import Placement, parse_topologies
 from advisor.sweep.rate_search import Outcome, SearchPlan, grid_of, next_rate
+from engine.core.config import DTYPES
 from engine.kv import connectors
 from engine.kv.links import parse_emulation
+from engine.model.dtype import DtypeChoice
+from engine.model.dtype import resolve as resolve_dtype
 from engine.serve.launch import launch
 from workloads.presets import PRESETS, preset
 
@@ -43,7 +46,7 @@ class SweepOptions:
     scale: float | None = None  # None: CPU_SCALE on a CPU, 1 on GPUs
     output_scale: float | None = None  # None: CPU_OUTPUT_SCALE on a CPU, else scale
     model: str = "small"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # resolved once per sweep (engine.model.dtype); the manifest says why
     slo: tuple[str, ...] = ("ttft:2000", "itl:50")
     attainment: float = 0.9
     rates: tuple[float, ...] = ()  # a fixed grid instead of the search
@@ -119,10 +122,18 @@ def run_sweep(
     if resume:
         run_dir = RunDir.existing(resume)
         opts = dataclasses.replace(_resumed_options(run_dir), api_key=opts.api_key)
+        ran = (run_dir.read_manifest().get("dtype") or {}).get("ran", opts.dtype)
+        choice = DtypeChoice(ran, "as the interrupted sweep ran", {})
+    else:
+        if opts.dtype not in DTYPES:
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {opts.dtype!r}")
+        choice = resolve_dtype(opts.dtype, opts.device)
+    asked, opts = opts, dataclasses.replace(opts, dtype=choice.dtype)  # what the engines run
     placements = opts.validate()
     if not resume:
         run_dir = RunDir.create(opts.out or "results", opts.workload)
-        run_dir.write_manifest(sweep_manifest(opts, argv))
+        run_dir.write_manifest(sweep_manifest(asked, argv, choice))
+        print(f"dtype: {choice.dtype} ({choice.reason})", flush=True)
     print(
         f"run directory: {run_dir} (resume an interrupted sweep with --resume {run_dir})",
         flush=True,

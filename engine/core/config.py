@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPES = ("auto", *DTYPE_BYTES)  # what a user may ask for; auto is resolved before running
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str) -> int:
@@ -177,7 +178,7 @@ class EngineConfig:
     model: str = "tiny"
     seed: int = 0
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: str = "auto"  # or float32 / bfloat16 / float16; auto: what is fast here (model.dtype)
     block_size: int = 16
     num_kv_blocks: int | None = None
     kv_cache_memory_gib: float = 2.0  # used when num_kv_blocks is None
@@ -198,8 +199,8 @@ class EngineConfig:
             raise ValueError(f"role must be both, prefill or decode, not {self.role!r}")
         if self.kv_load_failure_policy not in ("fail", "recompute"):
             raise ValueError("kv_load_failure_policy must be 'fail' or 'recompute'")
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if self.block_size < 1 or self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ValueError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:

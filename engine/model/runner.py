@@ -3,6 +3,7 @@ where requests meet tensors."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -14,6 +15,8 @@ from engine.core.scheduler import SchedulerOutput
 from engine.core.sequence import Request
 from engine.model.attention import AttentionMetadata, PrefillSegment
 from engine.model.causal_lm import CausalLM
+from engine.model.dtype import AUTO
+from engine.model.dtype import resolve as resolve_dtype
 from engine.model.kv_cache import KVCache
 from engine.model.sampler import Sampler
 from engine.model.weights import init_dummy, load_safetensors_dir
@@ -38,6 +41,8 @@ class ModelRunner:
         self.device = resolve_device(cfg.device)
         if self.device.type == "cpu" and cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
+        if cfg.dtype == AUTO:
+            raise ValueError("ModelRunner needs a concrete dtype: build it from resolve_config()")
         self.dtype = getattr(torch, cfg.dtype)
         with torch.device("meta"):
             model = CausalLM(mcfg, self.device).to(self.dtype)
@@ -139,7 +144,13 @@ class ModelRunner:
         )
 
 
+def resolve_config(config: EngineConfig) -> EngineConfig:
+    """`config` with its model config loaded and a concrete dtype in place of "auto"."""
+    config = config.resolved()
+    return replace(config, dtype=resolve_dtype(config.dtype, config.device).dtype)
+
+
 def build_engine(config: EngineConfig) -> LLMEngine:
     """An engine instance with this model runner under it."""
-    config = config.resolved()
+    config = resolve_config(config)
     return LLMEngine(config, ModelRunner(config))

@@ -22,6 +22,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from engine.core.config import DTYPES
+
 _PR_SET_PDEATHSIG = 1
 MODES = ("collocated", "disagg", "render")
 
@@ -40,7 +42,7 @@ class Topology:
     decode: int = 1
     model: str = "tiny"
     connector: str = "shm"
-    dtype: str = "float32"
+    dtype: str = "auto"  # resolved once by launch(), so every instance runs the same
     device: str = "cpu"
     port: int = 0  # the front's port; 0 picks a free one
     host: str = "127.0.0.1"
@@ -59,6 +61,8 @@ class Topology:
     def validate(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if min(self.replicas, self.prefill, self.decode) < 1:
             raise ValueError("replicas, prefill and decode must be >= 1")
         cores = self.cores or tuple(sorted(os.sched_getaffinity(0)))
@@ -205,6 +209,10 @@ def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
 def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     """Start `t`, yield its Deployment once every process is healthy, stop all on exit."""
     t.validate()
+    if t.mode != "render" and t.dtype == "auto":  # NOTE: decided once: P and D must agree
+        from engine.model.dtype import resolve  # here: the launcher itself needs no torch
+
+        t = dataclasses.replace(t, dtype=resolve(t.dtype, t.device).dtype)
     if t.mode == "render":
         with serve_module(
             "engine.serve.render_server",

@@ -12,13 +12,13 @@ import uuid
 
 from aiohttp import web
 
-from engine.core.config import EngineConfig
+from engine.core.config import DTYPES, EngineConfig
 from engine.core.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.kv import connector, connectors
 from engine.kv.frame import FrameError
 from engine.kv.links import LinkEmulation, parse_emulation
 from engine.kv.source import KVSource
-from engine.model.runner import ModelRunner
+from engine.model.runner import ModelRunner, resolve_config
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve.async_engine import AsyncEngine
@@ -49,7 +49,7 @@ class EngineServer:
             raise ValueError("the cuda connector needs --device cuda")
         if config.role == "prefill" and connector == "shm" and config.device == "cpu":
             config = dataclasses.replace(config, kv_shared_memory=True)
-        config = config.resolved()
+        config = resolve_config(config)
         self.runner = ModelRunner(config)  # the model, its KV cache and its device
         self.engine = LLMEngine(config, self.runner)
         self.role = self.engine.config.role
@@ -275,7 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--connector", default="shm", choices=connectors.NAMES)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="auto", choices=DTYPES,
+                    help="auto: bfloat16 where it is fast here, else float32 (float16 on old GPUs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-threads", type=int, default=1)
     ap.add_argument("--block-size", type=int, default=16)

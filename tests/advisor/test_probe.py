@@ -110,3 +110,11 @@ def test_gpu_link_measurement_runs_the_connectors_copy_path():
 
     assert copy_gbps(torch.device("cpu"), torch.device("cpu"), "staged", 4 << 20) > 0
     assert gpu_links(0) == [] and gpu_links(1) == []
+
+
+def test_cpu_vector_flags_are_read_from_cpuinfo():
+    zen3 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma bmi2\n"
+    zen4 = "flags\t\t: avx2 avx512f avx512_bf16 avx512vl\n"
+    assert hardware.cpu_flags(zen3) == ["avx2"]
+    assert hardware.cpu_flags(zen4) == ["avx2", "avx512f", "avx512_bf16"]
+    assert hardware.cpu_flags("") == []

@@ -1,0 +1,45 @@
+"""dtype "auto": the faster of float32 and bfloat16 on this CPU, by measurement; an explicit
+dtype is honoured; every instance of a topology runs the same."""
+
+import pytest
+import torch
+
+from engine import LLM
+from engine.model import dtype
+from engine.serve.launch import Topology
+
+ZEN3 = {"float32": 62.0, "bfloat16": 1.0}  # AVX2 only: bf16 emulated (measured, Zen 3)
+ZEN4 = {"float32": 80.0, "bfloat16": 160.0}  # AVX-512-BF16
+
+
+@pytest.mark.parametrize("rates,picked", [(ZEN3, "float32"), (ZEN4, "bfloat16")])
+def test_auto_picks_the_faster_dtype_by_its_measured_rate(rates, picked):
+    choice = dtype.choose_cpu(rates.__getitem__)
+    assert choice.dtype == picked and choice.gflops == rates
+    assert f"{rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s" in choice.reason
+
+
+def test_an_explicit_dtype_is_honoured():
+    assert dtype.resolve("float16").dtype == "float16"
+    assert dtype.resolve("bfloat16").reason == "asked for"
+
+
+@pytest.fixture
+def cpu_without_bf16(monkeypatch):
+    monkeypatch.setattr(dtype, "_cpu_choice", lambda: dtype.choose_cpu(ZEN3.__getitem__))
+
+
+def test_llm_small_runs_in_float32_on_a_cpu_without_native_bf16(cpu_without_bf16):
+    llm = LLM(model="small", num_kv_blocks=8)
+    assert llm.engine.config.dtype == "float32" and llm.engine.runner.dtype is torch.float32
+    assert llm.engine.runner.layout.dtype == "float32"
+
+
+def test_the_real_measurement_is_quick_and_positive():
+    rate = dtype.matmul_gflops("float32", seconds=0.01)
+    assert rate > 0.1
+
+
+def test_a_topology_refuses_an_unknown_dtype():
+    with pytest.raises(ValueError, match="dtype must be one of auto, float32"):
+        Topology(dtype="fp8").validate()
