@@ -217,8 +217,10 @@ def kv_size(
 def sweep(
     ctx: typer.Context,
     workload: str = typer.Option("long-prompt", help=f"workload preset: {', '.join(WORKLOADS)}"),
-    model: str = typer.Option("small", help="preset name or a local HF model directory"),
-    slo: list[str] = typer.Option(None, help="SLOs in ms (default ttft:2000 itl:50)"),
+    model: str = typer.Option(None, help="preset name or a local HF model directory "
+                                         "(default: small)"),
+    slo: list[str] = typer.Option(None, help="SLOs in ms (default ttft:2000 itl:50, widened to "
+                                             "what this machine can meet unless --model is given)"),
     attainment: float = typer.Option(0.9, help="share of requests that must meet every SLO"),
     rates: str = typer.Option(None, help="a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)"),
     num_prompts: int = typer.Option(None, help="requests per rate (default: ~16 s of them)"),
@@ -232,8 +234,10 @@ def sweep(
     disagg_url: str = typer.Option(None, help="measure an existing disaggregated deployment"),
     out: str = typer.Option("results", help="parent of the run directory"),
     resume: str = typer.Option(None, help="resume an interrupted sweep's run directory"),
-    scale: float = typer.Option(None, help="prompt length scale (default 0.05 on CPU, 1 on GPU)"),
-    output_scale: float = typer.Option(None, help="output length scale (default 0.25 on CPU)"),
+    scale: float = typer.Option(None, help="prompt length scale (default: sized from the "
+                                           "calibration; 1 for deployment URLs)"),
+    output_scale: float = typer.Option(None, help="output length scale (default: sized from "
+                                                  "the calibration)"),
     dtype: str = typer.Option("auto", help="engine dtype: auto (bfloat16 where fast here, "
                                            "else float32), float32, bfloat16, float16"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
@@ -248,7 +252,8 @@ def sweep(
     ),
 ) -> None:
     """Measure collocated against disaggregated on this machine and recommend a placement."""
-    from advisor.sweep.sweep import SweepOptions, parse_rates, run_sweep
+    from advisor.sweep.options import SweepOptions, parse_rates
+    from advisor.sweep.sweep import run_sweep
 
     with _user_errors("a bundled-engine deployment"):
         opts = SweepOptions(

@@ -46,6 +46,10 @@ def print_recommendation(rec: dict, out: Console | None = None) -> None:
         out.print(f"  {reason}")
     if rec["secondary_actions"]:
         out.print(f"  also: {', '.join(rec['secondary_actions'])}")
+    if rec.get("judged_at"):
+        out.print(f"  rows judged at {rec['judged_at']}")
+    if rec.get("calibration"):
+        out.print(f"  calibration: {rec['calibration']}")
     table = Table(title="decision table")
     for col in ("row", "fired", "action", "evidence", "thresholds"):
         table.add_column(col)

@@ -17,6 +17,8 @@ class FigureSpec:
 
 
 def figure_specs(data: ReportData, other: ReportData | None = None) -> list[FigureSpec]:
+    if not data.runs:  # the SLO was out of reach: nothing was measured to plot
+        return []
     specs = [
         FigureSpec(
             "itl",

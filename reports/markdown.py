@@ -28,6 +28,8 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
         lines += [f"- {_cell(r)}" for r in rec["reasons"]]
         if rec.get("secondary_actions"):
             lines.append(f"- also: {', '.join(rec['secondary_actions'])}")
+        if rec.get("judged_at"):
+            lines.append(f"- rows judged at {_cell(rec['judged_at'])}")
         lines += ["", "| row | fired | action | evidence |", "|---|---|---|---|"]
         for r in rec["rows"]:
             lines.append(f"| {r['id']} | {'**yes**' if r['fired'] else 'no'} | {r['action']} | "

@@ -74,7 +74,7 @@ def load(path: str | Path) -> ReportData:
     data.manifest = _optional(run_dir.read_manifest, MANIFEST, run_dir, problems)
     data.evidence = _optional(run_dir.read_evidence, EVIDENCE, run_dir, problems)
     data.recommendation = _optional(run_dir.read_recommendation, RECOMMENDATION, run_dir, problems)
-    if not data.runs:
+    if not data.runs and data.recommendation is None:
         raise RunDataError(
             f"{run_dir.path / 'runs'}: no readable "
             "runs/<placement>/rate-<r>/result.json (is this a sweep's run directory?)"
@@ -131,14 +131,15 @@ def setup(data: ReportData) -> list[tuple[str, str]]:
     """(label, value) pairs: hardware, probe, model, workload, SLO, versions, command line."""
     m = data.manifest or {}
     cfg, host, probe = m.get("config") or {}, m.get("host") or {}, m.get("probe") or {}
-    links, ran = probe.get("links") or {}, m.get("dtype") or {}
+    links, ran, sized = probe.get("links") or {}, m.get("dtype") or {}, m.get("sizing") or {}
     items = [
         ("model", f"{cfg.get('model')} ({ran.get('ran', cfg.get('dtype'))}, {cfg.get('device')})"),
         ("dtype", f"{ran.get('ran')}: {ran.get('reason')}" if ran else cfg.get("dtype")),
         (
             "workload",
-            f"{cfg.get('workload')}, scale {cfg.get('scale') or 'auto'}, "
-            f"output scale {cfg.get('output_scale') or 'auto'}, seed {m.get('seed')}",
+            f"{cfg.get('workload')}, scale {fmt(sized.get('scale', cfg.get('scale')))}, "
+            f"output scale {fmt(sized.get('output_scale', cfg.get('output_scale')))}"
+            f"{' (sized from the calibration)' if sized else ''}, seed {m.get('seed')}",
         ),
         ("placements", ", ".join(data.placements)),
         ("SLO", ", ".join(f"{k} {v}" for k, v in data.slo.items()) or "-"),
@@ -163,6 +164,9 @@ def setup(data: ReportData) -> list[tuple[str, str]]:
             or "-",
         ),
         ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)),
+        ("calibration", data.evidence.calibration.summary()
+         if data.evidence and data.evidence.calibration else "-"),
+        ("sizing", "; ".join(sized.get("notes") or []) or "as given"),
         ("command line", " ".join(m.get("command") or [])),
     ]
     return items

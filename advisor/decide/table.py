@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from advisor.measure.confidence import requests_to_separate
 from advisor.rundata.evidence import Evidence
 
 
@@ -154,8 +155,59 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     return rows
 
 
+def unreachable(ev: Evidence) -> str | None:
+    """Why no placement can be recommended at this SLO, naming the binding metric and its
+    floor and what to change; None when a measurement (or the lack of one) says otherwise.
+
+    Either the calibrated floor (one request alone) already misses the SLO, or no placement
+    met it at any rate tried.
+    """
+    slo = {"ttft": ev.slo.ttft_ms, "itl": ev.slo.itl_ms}
+    cal = ev.calibration
+    floor = {"ttft": cal.ttft_at(ev.workload.mean_prompt_tokens), "itl": cal.step_at(1)} \
+        if cal else {}
+    where = f" here in {cal.dtype}" if cal and cal.dtype else " here"
+    unloaded = {"ttft": "unloaded TTFT", "itl": "the unloaded decode step"}
+    fixes = {"ttft": "a looser TTFT SLO, shorter prompts (--scale)",
+             "itl": "a looser ITL SLO, a smaller model"}
+    measured = [p for p in (ev.collocated, ev.disaggregated)
+                if p is not None and p.max_goodput_rps is not None]
+    if missed := [m for m in ("ttft", "itl") if m in floor and floor[m] > slo[m]]:
+        facts = [f"{m}:{slo[m]:g} is binding, {unloaded[m]} is {_ms(floor[m])}{where}"
+                 for m in missed]
+        head = "the SLO cannot be met even by one request alone"
+    elif measured and all(p.max_goodput_rps == 0 for p in measured):
+        # each placement's worst metric against its SLO; the closest placement names it
+        seen = {"ttft": ("median TTFT", "median_ttft_ms"), "itl": ("p99 ITL", "p99_itl_ms")}
+        _, m, value, near = min(
+            max((_num(getattr(p, seen[m][1])) / slo[m], m, getattr(p, seen[m][1]), p.placement)
+                for m in slo) for p in measured)
+        missed = [m]
+        facts = [f"{m}:{slo[m]:g} is binding, {seen[m][0]} was {_ms(_num(value))} at best"
+                 + (f" on {near}" if near and len(measured) > 1 else "")
+                 + (f" ({unloaded[m]} is {_ms(floor[m])}{where})" if floor else "")]
+        head = ("neither placement meets" if len(measured) > 1 else "no placement meets") + \
+            " the SLO at any rate tried"
+        fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
+    else:
+        return None
+    change = ", ".join(fixes[m] for m in missed) + ", faster hardware or another dtype (--dtype)"
+    return f"{head}: {'; '.join(facts)}. To change: {change}"
+
+
+def _num(v: float | None) -> float:
+    return float("inf") if v is None else v
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1000:.2g} s" if v >= 1000 else f"{v:.3g} ms"
+
+
 def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
-    """The recommendation for validated evidence: action, rows, secondary actions, reasoning."""
+    """The recommendation for validated evidence: action, rows, secondary actions, reasoning.
+
+    # NOTE: when no placement can meet the SLO, the rules never pick one: measure-first.
+    """
     rows = _rows(ev, t)
     fired = {r.id: r for r in rows if r.fired}
     growing = "growing_context_loops" in fired
@@ -164,29 +216,24 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     c = ev.collocated.max_goodput_rps
     d = ev.disaggregated.max_goodput_rps if ev.disaggregated else None
     comparison = None
-    if c is not None and d is not None:
-        comparison = {
-            "collocated_max_goodput_rps": c,
-            "disaggregated_max_goodput_rps": d,
-            "ratio": d / c if c > 0 else None,
-        }
+    blocked = unreachable(ev)
+    if blocked:  # no row is judged on an SLO nothing can meet
+        action, rows, fired = "measure-first", [], {}
+        why.append(blocked)
+    elif c is not None and d is not None:
+        comparison = _comparison(ev, c, d)
         if d > c * (1 + t.goodput_margin) and d > 0:
             action = split
-            why.append(
-                f"measured: disaggregated sustains {d:.3g} req/s at the SLO against "
-                f"{c:.3g} collocated ({_by(d, c)})"
-            )
+            why.append(f"measured: disaggregated sustains {d:.3g} req/s at the SLO against "
+                       f"{c:.3g} collocated ({_by(d, c)})")
         elif c > d * (1 + t.goodput_margin) and c > 0:
             action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
-            why.append(
-                f"measured: collocated sustains {c:.3g} req/s at the SLO against "
-                f"{d:.3g} disaggregated ({_by(c, d)})"
-            )
+            why.append(f"measured: collocated sustains {c:.3g} req/s at the SLO against "
+                       f"{d:.3g} disaggregated ({_by(c, d)})")
         else:
-            why.append(
-                f"measured goodputs are within {t.goodput_margin:.0%} "
-                f"({c:.3g} vs {d:.3g} req/s): the rules decide"
-            )
+            why.append(f"measured goodputs are within {t.goodput_margin:.0%} "
+                       f"({c:.3g} vs {d:.3g} req/s): the rules decide")
+        why.append(comparison["confidence"])
     if action is None:
         row = next((fired[i] for i in RULE_ORDER if i in fired), None)
         if row is None:
@@ -207,7 +254,42 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         "comparison": comparison,
         "rows": [asdict(r) for r in rows],
         "thresholds": asdict(t),
+        "judged_at": ev.judged_at,
+        "calibration": ev.calibration.summary() if ev.calibration else None,
     }
+
+
+def _comparison(ev: Evidence, c: float, d: float) -> dict:
+    """The two placements' max goodputs, their intervals, and whether those separate them:
+    "confident" only when the intervals do not overlap; otherwise how many requests per
+    rate would separate the attainments at the judged rate."""
+    col, dis = ev.collocated, ev.disaggregated
+    ci_c, ci_d = col.max_goodput_interval_rps, dis.max_goodput_interval_rps
+    out = {"collocated_max_goodput_rps": c, "disaggregated_max_goodput_rps": d,
+           "ratio": d / c if c > 0 else None, "collocated_interval_rps": ci_c,
+           "disaggregated_interval_rps": ci_d, "confident": False}
+    if not (ci_c and ci_d):
+        out["confidence"] = "no goodput intervals in this evidence: confidence unknown"
+        return out
+    top = lambda ci: float("inf") if ci[1] is None else ci[1]  # noqa: E731
+    out["confident"] = ci_d[0] >= top(ci_c) or ci_c[0] >= top(ci_d)
+    shown = f"intervals {_interval(ci_c)} collocated and {_interval(ci_d)} disaggregated"
+    if out["confident"] and c != d:
+        out["confidence"] = f"confident: the goodput {shown} do not overlap"
+        return out
+    more = ""
+    if col.attainment_ci and dis.attainment_ci and col.requests_at_rate:
+        n = requests_to_separate(col.requests_at_rate, col.attainment_at_rate, col.attainment_ci,
+                                 dis.attainment_at_rate, dis.attainment_ci)
+        more = (f"; about {n} requests per rate (now {col.requests_at_rate}) would separate "
+                f"their attainments at {col.rate_rps:g} req/s" if n else
+                f"; their attainments at {col.rate_rps:g} req/s are equal")
+    out["confidence"] = f"within noise: the goodput {shown} overlap{more}"
+    return out
+
+
+def _interval(ci: list) -> str:
+    return f"[{ci[0]:g}, {ci[1]:g}] req/s" if ci[1] is not None else f"[{ci[0]:g} req/s, unbounded)"
 
 
 def _by(a: float, b: float) -> str:

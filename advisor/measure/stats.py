@@ -9,6 +9,7 @@ Definitions (the README repeats them, with where they differ from `vllm bench se
 - Latency statistics use successful requests; failed ones count as SLO misses.
 - SLO attainment: good requests / all requests in the run (failed and unsent
   included); request goodput: good requests / duration.
+- ci95: bootstrap 95% intervals of attainment, median TTFT and p99 ITL (confidence.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 
 from advisor.errors import UsageError
 from advisor.measure.client import RequestRecord
+from advisor.measure.confidence import intervals
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -144,4 +146,7 @@ def summarize(
     }
     for m in metrics:
         result.update(_stats(m, pools[m], percentiles))
+    result["ci95"] = intervals([is_good(lat, slos) for lat in lats],
+                               [lat.ttft * 1000 if lat else None for lat in lats],
+                               [[g * 1000 for g in lat.itls] if lat else [] for lat in lats])
     return result

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from advisor.rundata.files import read_json_object
 from advisor.rundata.typed import from_json, to_json
 
@@ -34,6 +36,13 @@ class PlacementEvidence:
     max_goodput_rps: float | None = None
     # the highest rate tried met the SLO: the true maximum may be higher
     max_goodput_is_lower_bound: bool = False
+    # [from, to]: the highest rate that surely met the SLO to the lowest above it that surely
+    # missed it (to: null when no rate tried bounds it), by the runs' attainment intervals
+    max_goodput_interval_rps: list | None = None
+    requests_at_rate: int | None = None
+    attainment_ci: list | None = None  # bootstrap 95% intervals at rate_rps
+    median_ttft_ci_ms: list | None = None
+    p99_itl_ci_ms: list | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,43 @@ class FrontendEvidence:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Unloaded timings of one deployed instance (advisor.sweep.calibrate): TTFT at a few
+    prompt lengths, fitted as `prefill_base_ms + prefill_ms_per_token x tokens`, and the
+    decode step (median inter-token gap) at a few batch sizes."""
+
+    prompt_tokens: list
+    ttft_ms: list
+    batches: list
+    step_ms: list
+    prefill_ms_per_token: float
+    prefill_base_ms: float
+    dtype: str | None = None  # what the engine ran in
+    placement: str | None = None  # where it was measured
+
+    def ttft_at(self, tokens: float) -> float:
+        """Unloaded TTFT of a `tokens`-token prompt (ms), from the fit."""
+        return self.prefill_base_ms + self.prefill_ms_per_token * tokens
+
+    def to_json(self) -> dict:
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, data, file: str = "calibration") -> Calibration:
+        return from_json(cls, data, file, "calibration")
+
+    def summary(self) -> str:
+        """One line: the unloaded TTFT per prompt length and decode step per batch size."""
+        ttft = ", ".join(f"{p} tokens {t:.0f} ms" for p, t in zip(self.prompt_tokens, self.ttft_ms))
+        step = ", ".join(f"batch {b} {t:.1f} ms" for b, t in zip(self.batches, self.step_ms))
+        return f"unloaded TTFT: {ttft}; decode step: {step} ({self.dtype}, on {self.placement})"
+
+    def step_at(self, batch: float) -> float:
+        """Decode step at `batch` running requests (ms), linear between the measured ones."""
+        return float(np.interp(batch, self.batches, self.step_ms))
+
+
+@dataclass(frozen=True)
 class Evidence:
     slo: SloEvidence
     collocated: PlacementEvidence
@@ -80,6 +126,8 @@ class Evidence:
     disaggregated: PlacementEvidence | None = None
     kv_transfer: KVTransferEvidence | None = None
     frontend: FrontendEvidence | None = None
+    calibration: Calibration | None = None
+    judged_at: str | None = None  # which rate the placements are compared at, and why
 
     def to_json(self) -> dict:
         return to_json(self)

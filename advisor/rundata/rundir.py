@@ -68,6 +68,10 @@ class RunDir:
     def read_manifest(self) -> dict:
         return read_json_object(self.path / MANIFEST)
 
+    def update_manifest(self, **fields) -> None:
+        """Add what is learnt after the start (calibration, sizing) to the manifest."""
+        write_json(self.path / MANIFEST, {**self.read_manifest(), **fields})
+
     def write_evidence(self, evidence: Evidence) -> None:
         write_json(self.path / EVIDENCE, evidence.to_json())
 

@@ -13,6 +13,7 @@ from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
 from advisor.probe.kvsize import kv_size
 from advisor.rundata.evidence import (
+    Calibration,
     Evidence,
     FrontendEvidence,
     KVTransferEvidence,
@@ -22,7 +23,7 @@ from advisor.rundata.evidence import (
 )
 from advisor.rundata.files import manifest
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.rate_search import Outcome, max_goodput_rate
+from advisor.sweep.rate_search import Outcome, goodput_interval, max_goodput_rate
 from engine.model.dtype import DtypeChoice
 
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
@@ -45,15 +46,35 @@ def sweep_manifest(opts, argv: list[str] | None, dtype: DtypeChoice) -> dict:
 def _side(run_dir: RunDir, name: str, outcomes: list[Outcome], rate: float) -> PlacementEvidence:
     r = run_dir.read_run(name, rate)
     best = max_goodput_rate(outcomes)
+    ci = r.get("ci95") or {}
     return PlacementEvidence(
         placement=name, rate_rps=rate, p50_itl_ms=r.get("p50_itl_ms"),
         p99_itl_ms=r.get("p99_itl_ms"), median_ttft_ms=r.get("median_ttft_ms"),
         p99_ttft_ms=r.get("p99_ttft_ms"), attainment_at_rate=r.get("slo_attainment"),
         max_goodput_rps=best,
-        max_goodput_is_lower_bound=best > 0 and best == max(o.rate for o in outcomes))
+        max_goodput_is_lower_bound=best > 0 and best == max(o.rate for o in outcomes),
+        max_goodput_interval_rps=list(goodput_interval(outcomes)),
+        requests_at_rate=r.described.num_prompts, attainment_ci=ci.get("slo_attainment"),
+        median_ttft_ci_ms=ci.get("median_ttft_ms"), p99_itl_ci_ms=ci.get("p99_itl_ms"))
 
 
-def _workload(run_dir: RunDir, name: str, rate: float, lowest: float) -> WorkloadEvidence:
+def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tuple[float, str]:
+    """The rate the placements are compared at, and why: the user's operating rate (the
+    highest rate every placement ran at or below it), else the highest such rate at which
+    the placement with more goodput still meets the SLO."""
+    common = sorted(set.intersection(*({o.rate for o in d} for d in done.values())))
+    if operating is not None:
+        rate = max((r for r in common if r <= operating), default=common[0])
+        return rate, f"the operating rate {operating:g} req/s (measured at {rate:g})"
+    best = max(max_goodput_rate(d) for d in done.values())
+    rate = max((r for r in common if r <= best), default=common[0])
+    return rate, (f"{rate:g} req/s, the highest rate where the placement with more goodput "
+                  "still meets the SLO" if best > 0 else
+                  f"{rate:g} req/s, the lowest rate tried (no placement met the SLO)")
+
+
+def _workload(run_dir: RunDir, name: str, rate: float, lowest: float,
+              calibration: Calibration | None) -> WorkloadEvidence:
     r = run_dir.read_run(name, rate, records=True)
     every = r.records
     recs = [x for x in every if x["ok"]]
@@ -63,16 +84,19 @@ def _workload(run_dir: RunDir, name: str, rate: float, lowest: float) -> Workloa
     gaps = np.diff(r.described.arrival_offsets or [0.0])
     cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
     duration = r.get("duration")
+    prompt = float(np.mean([x["prompt_tokens"] for x in recs])) if recs else 0.0
+    # one prompt's prefill: from the calibration, else the median TTFT at the lowest rate
+    prefill = calibration.ttft_at(prompt) if calibration else \
+        run_dir.read_run(name, lowest).get("median_ttft_ms")
     return WorkloadEvidence(
         rate_rps=rate,
-        mean_prompt_tokens=float(np.mean([x["prompt_tokens"] for x in recs])) if recs else 0.0,
+        mean_prompt_tokens=prompt,
         mean_output_tokens=float(np.mean([x["output_tokens"] for x in recs])) if recs else 0.0,
         concurrency=busy / duration if duration else 0.0,
         burstiness_cv=cv,
         multi_turn=r.described.multi_turn,
         latency_sensitive=True,
-        # unloaded TTFT at the lowest rate: about one prompt's prefill time
-        prefill_ms=run_dir.read_run(name, lowest).get("median_ttft_ms"),
+        prefill_ms=prefill,
     )
 
 
@@ -122,27 +146,34 @@ def _frontend(run_dir: RunDir, name: str, outcomes: list[Outcome]) -> FrontendEv
     )
 
 
-def build_evidence(
-    opts,
-    placements,
-    done: dict[str, list[Outcome]],
-    grid: list[float],
-    run_dir: RunDir,
-    slos: dict[str, float],
-    kv_metrics: dict | None,
-) -> Evidence:
-    """The evidence at the grid's top rate, where collocated fell apart."""
-    rate, lowest = max(grid), min(grid)
+def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
+                   run_dir: RunDir, kv_metrics: dict | None, calibration: Calibration | None,
+                   prompt_tokens: float | None) -> Evidence:
+    """The evidence at the judged rate (judged_rate); with no run at all
+    (the calibrated floor missed the SLO), the calibration and the sized prompt alone."""
+    slos = opts.slos
     col = next((p for p in placements if p.kind == "collocated"), None)
     dis = next((p for p in placements if p.kind == "disagg"), None)
     lead = col or dis
+    slo = SloEvidence(**{f"{k}_ms": v for k, v in slos.items()}, attainment=opts.attainment)
+    if not grid:
+        prompt = prompt_tokens or 0.0
+        return Evidence(slo=slo, collocated=PlacementEvidence(placement=col.name if col else None),
+                        disaggregated=PlacementEvidence(placement=dis.name) if dis else None,
+                        workload=WorkloadEvidence(mean_prompt_tokens=prompt, concurrency=0.0,
+                                                  prefill_ms=calibration.ttft_at(prompt)),
+                        calibration=calibration)
+    lowest = min(grid)
+    rate, why = judged_rate({p.name: done[p.name] for p in placements}, opts.operating_rate)
     return Evidence(
-        slo=SloEvidence(**{f"{k}_ms": v for k, v in slos.items()}, attainment=opts.attainment),
+        slo=slo,
         collocated=_side(run_dir, col.name, done[col.name], rate) if col else PlacementEvidence(),
         disaggregated=_side(run_dir, dis.name, done[dis.name], rate) if dis else None,
         kv_transfer=_kv(opts, kv_metrics, dis.emulated if dis else None),
-        workload=_workload(run_dir, lead.name, rate, lowest),
+        workload=_workload(run_dir, lead.name, rate, lowest, calibration),
         frontend=_frontend(run_dir, lead.name, done[lead.name]),
+        calibration=calibration,
+        judged_at=why,
     )
 
 
@@ -156,4 +187,5 @@ def write_summary(run_dir: RunDir, placements, done: dict[str, list[Outcome]]) -
                 {c: (p.name if c == "topology" else r.get(c)) for c in SUMMARY_COLUMNS}
                 | {"emulated_link": p.emulated or ""}
             )
-    run_dir.write_summary(pd.DataFrame(rows).to_csv(index=False))
+    columns = [*SUMMARY_COLUMNS, "emulated_link"]
+    run_dir.write_summary(pd.DataFrame(rows, columns=columns).to_csv(index=False))

@@ -18,6 +18,9 @@ class Outcome:
     rate: float
     meets: bool  # SLO attainment at or above the target
     collapsed: bool
+    # the attainment's 95% interval against the target: surely meets / surely misses
+    sure_meets: bool = False
+    sure_misses: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,12 @@ def _on_lattice(rate: float, start: float) -> bool:
 def max_goodput_rate(done: list[Outcome]) -> float:
     """The highest measured rate that met the SLO (0 when none did)."""
     return max((o.rate for o in done if o.meets), default=0.0)
+
+
+def goodput_interval(done: list[Outcome]) -> tuple[float, float | None]:
+    """Where the highest rate meeting the SLO lies: from the highest rate that surely met
+    it (its attainment interval above the target; 0 if none) to the lowest higher rate that
+    surely missed it (None: not bounded by any rate tried)."""
+    lo = max((o.rate for o in done if o.sure_meets), default=0.0)
+    hi = min((o.rate for o in done if o.sure_misses and o.rate > lo), default=None)
+    return lo, hi

@@ -139,3 +139,72 @@ def test_recommend_cli(tmp_path):
         out = run(*bad)
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+
+
+CALIBRATED = {"prompt_tokens": [64, 256, 1024], "ttft_ms": [300, 1200, 4700],
+              "batches": [1, 8], "step_ms": [40.0, 118.0], "prefill_ms_per_token": 4.5,
+              "prefill_base_ms": 10.0, "dtype": "bfloat16"}
+
+
+def test_a_floor_over_the_slo_is_measure_first_naming_the_floor_never_a_rule():
+    ev = with_(workload__mean_prompt_tokens=1040, calibration=CALIBRATED,
+               kv_transfer={"mean_ms": 900})  # the transfer rule would fire if rules ran
+    rec = recommend(ev)
+    assert rec["action"] == "measure-first" and rec["rows"] == []
+    reason = rec["reasons"][0]
+    assert "cannot be met even by one request alone" in reason
+    assert "ttft:2000 is binding, unloaded TTFT is 4.7 s here in bfloat16" in reason
+    assert "a looser TTFT SLO, shorter prompts" in reason and "another dtype" in reason
+
+
+def test_when_no_placement_meets_the_slo_at_any_rate_it_says_why_not_0_vs_0():
+    ev = copy.deepcopy(L40S)
+    ev["collocated"].update(max_goodput_rps=0.0, p99_itl_ms=169)
+    ev["disaggregated"].update(max_goodput_rps=0.0, median_ttft_ms=2200)
+    rec = recommend(ev)
+    assert rec["action"] == "measure-first"
+    reason = " ".join(rec["reasons"])
+    assert reason.startswith("neither placement meets the SLO at any rate tried")
+    # collocated misses ITL by 3.4x; disaggregated only TTFT, by 1.1x: the closer one binds
+    assert "ttft:2000 is binding, median TTFT was 2.2 s at best" in reason
+    assert "0 vs 0" not in reason and "lower rates (--start-rate)" in reason
+    ev["collocated"]["max_goodput_rps"] = 0.2  # one placement meets it somewhere: decided
+    assert recommend(ev)["action"] != "measure-first"
+
+
+@pytest.mark.integration
+def test_an_unreachable_slo_ends_in_measure_first_with_the_floor_named(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "advisor.cli", "sweep", "--model", "tiny",
+                          "--slo", "ttft:1", "itl:50", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "the SLO cannot be met even unloaded: ttft floor" in out.stdout
+    (run,) = tmp_path.iterdir()
+    rec = json.loads((run / "recommendation.json").read_text())
+    assert rec["action"] == "measure-first" and "ttft:1 is binding" in rec["reasons"][0]
+    assert not (run / "runs").exists()  # no rate was searched
+    assert "unloaded TTFT" in (run / "report.md").read_text()
+
+
+def _compared(c_interval, d_interval):
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"]["mean_ms"] = 8
+    ev["collocated"].update(max_goodput_rps=0.4, max_goodput_interval_rps=c_interval,
+                            requests_at_rate=30, attainment_at_rate=0.70,
+                            attainment_ci=[0.53, 0.87], rate_rps=0.8)
+    ev["disaggregated"].update(median_ttft_ms=750, max_goodput_rps=0.8,
+                               max_goodput_interval_rps=d_interval, requests_at_rate=30,
+                               attainment_at_rate=0.93, attainment_ci=[0.83, 1.0], rate_rps=0.8)
+    return recommend(ev)
+
+
+def test_confident_only_when_the_goodput_intervals_do_not_overlap():
+    rec = _compared([0.4, 0.8], [0.8, 1.6])
+    assert rec["action"] == "disaggregate" and rec["comparison"]["confident"]
+    assert any(r.startswith("confident: the goodput intervals [0.4, 0.8] req/s") for r in
+               rec["reasons"])
+    noisy = _compared([0.2, 1.6], [0.4, None])
+    assert noisy["action"] == "disaggregate" and not noisy["comparison"]["confident"]
+    said = " ".join(noisy["reasons"])
+    assert "within noise" in said and "[0.4 req/s, unbounded)" in said
+    assert "requests per rate (now 30) would separate their attainments at 0.8 req/s" in said

@@ -10,7 +10,7 @@ import pytest
 from advisor.measure.client import CHAT, Endpoint, text_of
 from advisor.measure.prom import FrontendTotals, parse_frontend
 from advisor.measure.run import measure
-from advisor.sweep.sweep import SweepOptions, seed_for
+from advisor.sweep.options import SweepOptions, seed_for
 from engine.render.frontend import Frontend, FrontendConfig
 from engine.render.protocol import parse_request
 from tests.advisor.helpers import received, scripted

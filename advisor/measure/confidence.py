@@ -1,0 +1,57 @@
+"""Bootstrap 95% intervals of a run's headline statistics.
+
+Requests are resampled whole (an ITL gap belongs to its request: gaps of one request are
+not independent), BOOTSTRAP times with a fixed seed, so the same records give the same
+intervals.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+BOOTSTRAP = 500
+SEED = 0
+
+
+def intervals(good: list[bool], ttft_ms: list[float | None],
+              itl_ms: list[list[float]]) -> dict[str, list[float] | None]:
+    """95% intervals of SLO attainment, median TTFT and pooled p99 ITL, one entry per
+    request (None TTFT and no gaps for a failed one)."""
+    n = len(good)
+    if n == 0:
+        return {"slo_attainment": None, "median_ttft_ms": None, "p99_itl_ms": None}
+    rng = np.random.default_rng(SEED)
+    picks = rng.integers(0, n, size=(BOOTSTRAP, n))
+    att = np.asarray(good, float)[picks].mean(axis=1)
+    ttft = np.array([np.nan if t is None else t for t in ttft_ms])[picks]
+    out = {"slo_attainment": _bounds(att)}
+    with warnings.catch_warnings():  # a resample of failed requests only has no median
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out["median_ttft_ms"] = _bounds(np.nanmedian(ttft, axis=1))
+    gaps = [np.asarray(g, float) for g in itl_ms]
+    if any(g.size for g in gaps):
+        p99 = [np.percentile(np.concatenate([gaps[i] for i in row]), 99) if
+               any(gaps[i].size for i in row) else np.nan for row in picks]
+        out["p99_itl_ms"] = _bounds(np.array(p99))
+    else:
+        out["p99_itl_ms"] = None
+    return out
+
+
+def _bounds(samples: np.ndarray) -> list[float] | None:
+    samples = samples[np.isfinite(samples)]
+    if not samples.size:
+        return None
+    return [float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5))]
+
+
+def requests_to_separate(n: int, a: float, a_ci: list[float], b: float, b_ci: list[float]) -> int:
+    """About how many requests per rate would make two attainment intervals stop
+    overlapping (interval widths shrink as 1/sqrt(n))."""
+    half = (a_ci[1] - a_ci[0]) / 2 + (b_ci[1] - b_ci[0]) / 2
+    gap = abs(a - b)
+    if gap == 0:
+        return 0  # no difference to resolve at any size
+    return int(np.ceil(n * max(1.0, (half / gap) ** 2)))

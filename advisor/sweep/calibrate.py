@@ -1,0 +1,56 @@
+"""Calibration: the deployed engine's unloaded timings, measured before the rate search.
+
+Unloaded TTFT at a few prompt lengths (fitted as a + b x tokens) and the decode step
+(median inter-token gap) at batch 1 and at a larger batch, a few seconds in all. The
+sweep sizes its workload from it (advisor.sweep.scale) and compares the SLO with the
+floor it sets before searching.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from advisor.measure.client import Endpoint
+from advisor.measure.run import measure
+from advisor.measure.stats import latency
+from advisor.rundata.evidence import Calibration
+from workloads.arrivals import Arrivals
+from workloads.lengths import LengthDist
+from workloads.spec import SyntheticSpec, synthesize
+
+PROMPTS = (64, 256, 1024)  # prompt tokens whose unloaded TTFT is measured (capped by context)
+BATCH = 8  # the larger decode batch
+STEPS = 24  # decode steps timed per request
+SEED = 7_777_777  # prompts no measured run uses
+
+
+def _workload(prompt: int, output: int, n: int, seed: int):
+    spec = SyntheticSpec(input=LengthDist("fixed", prompt), output=LengthDist("fixed", output),
+                         arrivals=Arrivals("poisson", math.inf), num_prompts=n)
+    return synthesize(spec, seed, "calibration")
+
+
+def _median_ms(values_s: list[float]) -> float:
+    if not values_s:
+        raise RuntimeError("calibration got no timings: every request failed")
+    return float(np.median(values_s)) * 1000
+
+
+def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:
+    """Measure `endpoint` (one engine instance, nothing else running on it)."""
+    prompts = [p for p in PROMPTS if p + STEPS < context // 2] or [min(PROMPTS[0], context // 4)]
+    ttft = []
+    for i, p in enumerate(prompts):  # one at a time, three of each: the median
+        run = measure(endpoint, _workload(p, 2, 3, SEED + i), max_concurrency=1,
+                      label=f"calibrating TTFT at {p} tokens", bars=bars)
+        ttft.append(_median_ms([lat.ttft for r in run.records if (lat := latency(r))]))
+    steps = []
+    for b in (1, BATCH):
+        run = measure(endpoint, _workload(16, STEPS + 1, b, SEED + 100 + b),
+                      label=f"calibrating decode at batch {b}", bars=bars)
+        steps.append(_median_ms([g for r in run.records if (lat := latency(r)) for g in lat.itls]))
+    slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
+    return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=[1, BATCH], step_ms=steps,
+                       prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base))

@@ -1,0 +1,111 @@
+"""`advisor sweep`'s options, checked, and what follows from them alone: the workload at a
+rate, the seed and the number of requests per rate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from advisor.errors import UsageError
+from advisor.measure.stats import parse_percentiles, parse_slos
+from advisor.sweep.placements import Placement, parse_topologies
+from engine.core.config import DTYPES
+from engine.kv import connectors
+from engine.kv.links import parse_emulation
+from workloads.presets import PRESETS, preset
+from workloads.spec import Workload
+
+DEFAULT_SLO = ("ttft:2000", "itl:50")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    workload: str = "long-prompt"
+    scale: float | None = None  # None: sized from the calibration (advisor.sweep.sizing)
+    output_scale: float | None = None  # None: sized from the calibration, else scale
+    model: str | None = None  # None: the sweep's default model (and a widenable default SLO)
+    dtype: str = "auto"  # resolved once per sweep (engine.model.dtype); the manifest says why
+    slo: tuple[str, ...] = ()  # (): DEFAULT_SLO, which may be widened to fit this machine
+    attainment: float = 0.9
+    rates: tuple[float, ...] = ()  # a fixed grid instead of the search
+    start_rate: float = 0.25
+    max_steps: int = 4
+    bisect_steps: int = 1
+    num_prompts: int | None = None  # None: about `window_s` seconds of requests per rate
+    window_s: float = 16.0
+    topologies: str = "collocated:2,disagg:1p1d"
+    connector: str = "shm"
+    link_emulation: str | None = None
+    collocated_url: str | None = None
+    disagg_url: str | None = None
+    out: str | None = None
+    seed: int = 0
+    device: str = "cpu"
+    percentiles: str = "50,90,99"
+    operating_rate: float | None = None  # judge the rows here (default: see judged_rate)
+    # NOTE: a secret: never written to the manifest (resume takes it from the flag again)
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def bundled(self) -> bool:
+        """Whether the sweep starts the bundled engine (no deployment URLs given)."""
+        return not (self.collocated_url or self.disagg_url)
+
+    @property
+    def slos(self) -> dict[str, float]:
+        return parse_slos(list(self.slo or DEFAULT_SLO))
+
+    def workload_at(self, rate: float, seed: int, num_prompts: int) -> Workload:
+        """The preset at `rate`; lengths scaled by `scale` / `output_scale` (1 when unset)."""
+        scale = 1.0 if self.scale is None else self.scale
+        return preset(self.workload, seed, scale=scale, rate=rate, num_prompts=num_prompts,
+                      output_scale=self.output_scale)
+
+    def validate(self) -> list[Placement]:
+        """Raise UsageError naming the bad flag; return the placements to measure."""
+        if self.workload not in PRESETS:
+            raise UsageError(f"--workload {self.workload!r} is unknown; "
+                             f"one of {', '.join(PRESETS)}")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if not 0 < self.attainment <= 1:
+            raise UsageError(f"--attainment must be in (0, 1], not {self.attainment}")
+        if any(r <= 0 for r in self.rates):
+            raise UsageError("--rates must all be > 0")
+        if self.start_rate <= 0 or self.max_steps < 1 or self.bisect_steps < 0:
+            raise UsageError("--start-rate must be > 0, --max-steps >= 1, --bisect-steps >= 0")
+        if self.operating_rate is not None and not self.operating_rate > 0:
+            raise UsageError(f"--operating-rate must be > 0, not {self.operating_rate}")
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise UsageError("--num-prompts must be >= 1")
+        if any(s is not None and not s > 0 for s in (self.scale, self.output_scale)):
+            raise UsageError("--scale and --output-scale must be > 0")
+        if self.connector not in connectors.NAMES:
+            raise UsageError(f"--connector must be one of {', '.join(connectors.NAMES)}, "
+                             f"not {self.connector!r}")
+        if self.link_emulation:
+            try:
+                parse_emulation(self.link_emulation)
+            except ValueError as e:
+                raise UsageError(f"--link-emulation: {e}") from None
+        if "ttft" not in self.slos or "itl" not in self.slos:
+            raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+        parse_percentiles(self.percentiles)
+        return parse_topologies(self)
+
+
+def parse_rates(text: str | None) -> tuple[float, ...]:
+    """--rates "0.2,0.4" -> (0.2, 0.4); UsageError when it is not a list of numbers."""
+    try:
+        return tuple(float(r) for r in text.split(",") if r.strip()) if text else ()
+    except ValueError:
+        raise UsageError(f"--rates {text!r}: expected comma-separated numbers") from None
+
+
+def seed_for(seed: int, rate: float) -> int:
+    """One seed per rate (same across placements): prompts never repeat across rates, so a
+    prefix cache cannot carry work from one rate to the next."""
+    return seed * 100_003 + round(rate * 10_000)
+
+
+def prompts_for(opts: SweepOptions, rate: float) -> int:
+    return opts.num_prompts or max(8, min(40, round(rate * opts.window_s)))

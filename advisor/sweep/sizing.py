@@ -1,0 +1,94 @@
+"""Sizing the sweep from the calibration, so the experiment sits where the guide's effect
+lives on whatever hardware runs it.
+
+The rule, for the bundled engine when --scale / --output-scale are left to it:
+- one prefill of the preset's mean prompt lasts REGIME[preset] ITL SLOs: long prompts
+  (5x) stall every running decode for several SLOs, short ones (0.5x) do not;
+- but the unloaded TTFT stays within TTFT_SHARE of the TTFT SLO;
+- decoding a request's output lasts DECODE_PREFILL prefills, so running decodes are
+  there for prefills to stall.
+When the user gave neither --slo nor --model, a default SLO that this machine cannot meet
+even lightly loaded is widened: the ITL SLO to ITL_HEADROOM x the unloaded decode step at
+calibrate.BATCH running requests, the TTFT SLO to fit the smallest prompt. Every choice is
+written down (Sizing.notes) for the manifest, the console and the report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from advisor.rundata.evidence import Calibration
+from advisor.sweep.calibrate import BATCH
+from workloads.presets import PRESETS
+
+REGIME = {  # the preset's mean prompt's prefill, in ITL SLOs
+    "long-prompt": 5.0,  # the guide's case: prefills stall decodes
+    "chat-agent": 5.0,  # long chat prompts, and a heavy front end
+    "chat-multiturn": 2.0,  # growing context: later turns stall more
+    "agent-loop": 2.0,
+    "bursty-low": 2.0,  # low traffic: few prefills to stall anything
+    "short-chat": 0.5,  # short prompts: prefills hide between decode steps
+}
+TTFT_SHARE = 0.25
+DECODE_PREFILL = 4.0
+ITL_HEADROOM = 1.5
+MIN_PROMPT, MIN_OUTPUT = 32, 16
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What the sweep runs: length scales, prompt and output tokens, the SLO, and why."""
+
+    scale: float
+    output_scale: float
+    prompt_tokens: int
+    output_tokens: int
+    slo: tuple[str, ...]
+    notes: list[str] = field(default_factory=list)
+
+
+def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
+         scale: float | None = None, output_scale: float | None = None,
+         widen_slo: bool = False) -> Sizing:
+    """The lengths (unless given; a given `scale` alone scales outputs too) and the SLO
+    (widened only if `widen_slo`) for `workload`."""
+    spec = PRESETS[workload][1]
+    mean_in, mean_out = spec.input.mean, spec.output.mean
+    slos, notes = dict(slos), []
+    if scale is not None and output_scale is None:  # a given scale shrinks outputs alike
+        output_scale = scale
+    if widen_slo and ITL_HEADROOM * cal.step_at(BATCH) > slos["itl"]:
+        itl = math.ceil(ITL_HEADROOM * cal.step_at(BATCH) / 10) * 10
+        notes.append(f"ITL SLO widened from {slos['itl']:g} to {itl} ms: {ITL_HEADROOM:g}x the "
+                     f"unloaded decode step at {BATCH} running requests "
+                     f"({cal.step_at(BATCH):.0f} ms here)")
+        slos["itl"] = itl
+    if widen_slo and cal.ttft_at(MIN_PROMPT) > TTFT_SHARE * slos["ttft"]:
+        ttft = math.ceil(cal.ttft_at(MIN_PROMPT) / TTFT_SHARE / 100) * 100
+        notes.append(f"TTFT SLO widened from {slos['ttft']:g} to {ttft} ms: a {MIN_PROMPT}-token "
+                     f"prompt alone takes {cal.ttft_at(MIN_PROMPT):.0f} ms here")
+        slos["ttft"] = ttft
+    if scale is None:
+        target = min(REGIME[workload] * slos["itl"], TTFT_SHARE * slos["ttft"])
+        tokens = (target - cal.prefill_base_ms) / cal.prefill_ms_per_token
+        prompt = int(min(max(tokens, MIN_PROMPT), mean_in, context // 2))
+        scale = prompt / mean_in
+        notes.append(f"prompts ~{prompt} tokens (scale {scale:.3g}): a prefill of "
+                     f"{cal.ttft_at(prompt):.0f} ms, {cal.ttft_at(prompt) / slos['itl']:.1f}x the "
+                     f"ITL SLO and {cal.ttft_at(prompt) / slos['ttft']:.0%} of the TTFT SLO")
+    prompt = max(1, round(mean_in * scale))
+    if output_scale is None:
+        steps = DECODE_PREFILL * cal.ttft_at(prompt) / cal.step_at(1)
+        output = int(min(max(steps, MIN_OUTPUT), mean_out, context // 2))
+        output_scale = output / mean_out
+        notes.append(f"outputs ~{output} tokens (output scale {output_scale:.3g}): decoding one "
+                     f"lasts {output * cal.step_at(1) / cal.ttft_at(prompt):.1f}x its prefill")
+    output = max(1, round(mean_out * output_scale))
+    slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
+    return Sizing(scale, output_scale, prompt, output, slo, notes)
+
+
+def floors(cal: Calibration, prompt_tokens: float) -> dict[str, float]:
+    """The unloaded floor of each SLO metric: what one request alone gets (ms)."""
+    return {"ttft": cal.ttft_at(prompt_tokens), "itl": cal.step_at(1)}
