@@ -5,6 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+SAMPLING_EPS = 1e-5  # a temperature below this is greedy (as vLLM): dividing by it overflows
+SEED_RANGE = (-(1 << 63), (1 << 63) - 1)  # what a torch.Generator can be seeded with
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -33,10 +36,12 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed must be a 64-bit signed integer, got {self.seed}")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        return self.temperature < SAMPLING_EPS or self.top_k == 1
 
 
 class Status(enum.Enum):

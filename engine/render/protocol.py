@@ -56,6 +56,8 @@ def parse_json(raw: bytes) -> dict:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RequestError(f"request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise RequestError("request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
     return body

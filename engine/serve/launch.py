@@ -26,6 +26,9 @@ from engine.core.config import DTYPES
 
 _PR_SET_PDEATHSIG = 1
 MODES = ("collocated", "disagg", "render")
+# NOTE: instances and their KV side channels are reached only by the front on this host:
+# they bind loopback whatever --host says; only the front follows it.
+INTERNAL_HOST = "127.0.0.1"
 
 
 class LaunchError(RuntimeError):
@@ -177,32 +180,11 @@ def serve_module(
 
 
 def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
-    return [
-        "-m",
-        "engine.serve.server",
-        "--model",
-        t.model,
-        "--role",
-        role,
-        "--host",
-        t.host,
-        "--port",
-        str(port),
-        "--connector",
-        t.connector,
-        "--dtype",
-        t.dtype,
-        "--device",
-        device,
-        "--num-threads",
-        "1",
-        "--max-num-batched-tokens",
-        str(t.max_num_batched_tokens),
-        "--kv-lease-duration",
-        str(t.kv_lease_duration),
-        *t.frontend_args,
-        *t.extra_args,
-    ]
+    return ["-m", "engine.serve.server", "--model", t.model, "--role", role,
+            "--host", INTERNAL_HOST, "--port", str(port), "--connector", t.connector,
+            "--dtype", t.dtype, "--device", device, "--num-threads", "1",
+            "--max-num-batched-tokens", str(t.max_num_batched_tokens),
+            "--kv-lease-duration", str(t.kv_lease_duration), *t.frontend_args, *t.extra_args]
 
 
 @contextlib.contextmanager
@@ -240,8 +222,8 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
             if device == "cpu":
                 mine = cores[i * share : (i + 1) * share] or [cores[i % len(cores)]]
                 env["OMP_NUM_THREADS"] = "1"
-            port = free_port(t.host)
-            url = f"http://{t.host}:{port}"
+            port = free_port(INTERNAL_HOST)
+            url = f"http://{INTERNAL_HOST}:{port}"
             procs.append(_spawn(_instance_args(t, role, port, device), mine, env))
             urls[role].append(url)
         for p, url in zip(procs, urls["both"] + urls["prefill"] + urls["decode"]):

@@ -159,7 +159,9 @@ class EngineServer:
             req.params,
             rid,
             kv=pulled.payload if pulled else None,
-            remote_decode=True if kv.get("do_remote_decode") else None,
+            # NOTE: only a prefiller holds KV for a decoder; elsewhere the flag
+            # would only pin the request's blocks until its lease ran out
+            remote_decode=True if kv.get("do_remote_decode") and self.role == "prefill" else None,
         )
         ctx = RequestContext(
             self.responder, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only

@@ -39,6 +39,8 @@ def url():
      "tools"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": 3},
      None, "tool_choice"),
+    ("/v1/completions", {"prompt": "hi", "seed": 18446744073709551616}, None, None),
+    ("/v1/completions", None, b"[" * 100_000, None),  # nested past the parser's recursion
 ])
 def test_bad_request_is_a_400_with_an_openai_error(url, path, body, raw, param):
     status, err = post(url, body, path, raw=raw)
@@ -111,3 +113,36 @@ def test_fuzzed_bodies_never_get_a_5xx(url, body, chat):
 def test_tokens_only_generate_rejects_bad_bodies(url, body, needle):
     status, out = post(url, body, path="/inference/v1/generate")
     assert status == 400 and needle in out["error"]["message"]
+
+
+def test_one_requests_odd_sampling_never_touches_another_in_flight(url):
+    """A 1e-40 temperature (greedy, as in vLLM) and an out-of-range seed (400) arrive while
+    a stream runs; the stream ends normally with all its tokens."""
+    import threading
+
+    from tests.serving.helpers import post_stream
+
+    got = {}
+    body = {"prompt": [5, 6, 7], "max_tokens": 300, "ignore_eos": True, "stream": True,
+            "temperature": 0}
+    stream = threading.Thread(target=lambda: got.update(events=post_stream(url, body,
+                                                                          "/v1/completions")))
+    stream.start()
+    tiny_t = post(url, {"prompt": [5, 6], "max_tokens": 4, "temperature": 1e-40})
+    huge_seed = post(url, {"prompt": [5, 6], "max_tokens": 4, "seed": 2**64, "temperature": 1})
+    stream.join(60)
+    assert tiny_t[0] == 200 and tiny_t[1]["usage"]["completion_tokens"] == 4
+    greedy = post(url, {"prompt": [5, 6], "max_tokens": 4, "temperature": 0})[1]
+    assert tiny_t[1]["choices"][0]["token_ids"] == greedy["choices"][0]["token_ids"]
+    assert huge_seed[0] == 400 and "seed" in huge_seed[1]["error"]["message"]
+    tokens = [t for e in got["events"] for c in e["choices"] for t in c["token_ids"]]
+    assert len(tokens) == 300
+
+
+def test_do_remote_decode_is_honoured_only_on_a_prefiller():
+    with running_server(role="both", kv_lease_duration=600) as (base, server):
+        status, body = post(base, {"prompt": list(range(3, 40)), "max_tokens": 3,
+                                   "kv_transfer_params": {"do_remote_decode": True}})
+        assert status == 200 and body["usage"]["completion_tokens"] == 3
+        bm = server.engine.block_manager
+        assert not server.engine.held and bm.num_free_blocks == bm.num_blocks

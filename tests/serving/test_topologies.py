@@ -129,3 +129,10 @@ def test_a_render_tier_in_front_of_every_topology_gives_the_topologys_own_chat_a
             own = own_chat(d.url, body)
             assert len(own[2]) == 40
             assert via_render_tier(d.url, render_url, body) == own
+
+
+def test_only_the_front_follows_host_instances_and_side_channels_stay_on_loopback():
+    from engine.serve.launch import _instance_args
+
+    args = _instance_args(Topology(mode="disagg", host="0.0.0.0"), "prefill", 8101, "cpu")
+    assert args[args.index("--host") + 1] == "127.0.0.1"  # the server's and its side channel's
