@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 
 @pytest.mark.parametrize("connector", ["shm"])
 def test_transfer_check_reads_the_decoders_metrics(connector):
-    with launch(Topology(mode="disagg", model="tiny", connector=connector)) as d:
+    with launch(Topology(mode="disagg", model="tiny", connector=connector, dtype="float32")) as d:
         r = transfer_check(d.url, [], prompts=3, tokens=200)
     assert r["transfers"] == 3 and r["failed_requests"] == 0
     assert 0 < r["mean_ms"] < 50 and r["verdict"] == "healthy"
@@ -19,6 +19,6 @@ def test_transfer_check_reads_the_decoders_metrics(connector):
 
 
 def test_transfer_check_on_a_collocated_deployment_sees_no_transfers():
-    with launch(Topology(mode="collocated", replicas=1, model="tiny")) as d:
+    with launch(Topology(mode="collocated", replicas=1, model="tiny", dtype="float32")) as d:
         r = transfer_check(d.url, [], prompts=1, tokens=50)
     assert r["transfers"] == 0 and "no KV transfer" in r["detail"]
