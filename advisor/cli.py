@@ -245,6 +245,9 @@ def sweep(
     max_steps: int = typer.Option(4, help="search: doublings, and the bracket's extra steps"),
     bisect_steps: int = typer.Option(1, help="search: bisections per placement"),
     seed: int = typer.Option(0, help="workload seed"),
+    operating_rate: float = typer.Option(None, help="your production rate (req/s): the "
+                                                    "decision rows are judged there"),
+    repeats: int = typer.Option(1, help="runs per rate, each with its own seed, pooled"),
     api_key: str = typer.Option(
         None,
         envvar="OPENAI_API_KEY",
@@ -262,7 +265,7 @@ def sweep(
             output_scale=output_scale,
             model=model,
             dtype=dtype,
-            slo=tuple(_slo_items(slo, ctx)) or ("ttft:2000", "itl:50"),
+            slo=tuple(_slo_items(slo, ctx)),
             attainment=attainment,
             rates=parse_rates(rates),
             start_rate=start_rate,
@@ -277,6 +280,8 @@ def sweep(
             out=out,
             seed=seed,
             device=device,
+            operating_rate=operating_rate,
+            repeats=repeats,
             api_key=api_key,
         )
         try:

@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from advisor.rundata.files import write_atomic  # noqa: E402
 from reports.model import ReportData  # noqa: E402
 
 COLORS = {"collocated": "#1f77b4", "disagg": "#d62728"}
@@ -232,5 +233,8 @@ def svg(fig) -> str:
 
 
 def png(fig, path) -> None:
-    fig.savefig(path, format="png", dpi=110)
+    """The figure as a PNG at `path`, written atomically (never through a symlink there)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    write_atomic(path, buf.getvalue())

@@ -156,8 +156,11 @@ class Client:
         conn = aiohttp.TCPConnector(limit=0)  # NOTE: aiohttp's default 100 would close the loop
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_stamp_sent)
+        # NOTE: no session-wide timeout: aiohttp's default 300 s total would silently cap a
+        # longer --request-timeout; each request's own asyncio.timeout bounds it instead
         async with aiohttp.ClientSession(
-            connector=conn, headers=headers, trace_configs=[trace]
+            connector=conn, headers=headers, trace_configs=[trace],
+            timeout=aiohttp.ClientTimeout(total=None),
         ) as self._session:
             for i in range(warmups):
                 conv = workload.conversations[i % len(workload.conversations)]
@@ -257,7 +260,7 @@ class Client:
         if ep.ignore_eos:
             body["ignore_eos"] = True
         chat = ep.path == CHAT
-        text, ids, saw_ids = [], [], False
+        text, ids, saw_ids, done = [], [], False, False
         async with contextlib.AsyncExitStack() as stack:
             if self._cap:
                 await stack.enter_async_context(self._cap)
@@ -280,8 +283,12 @@ class Client:
                                     continue
                                 data = line[5:].strip()
                                 if data == b"[DONE]":
+                                    done = True
                                     break
                                 chunk = json.loads(data)
+                                if not isinstance(chunk, dict):
+                                    rec.error = f"stream chunk is not a JSON object: {data[:60]!r}"
+                                    break
                                 if "error" in chunk:
                                     rec.error = _error_text(json.dumps(chunk))
                                     break
@@ -309,6 +316,8 @@ class Client:
             rec.output_tokens = len(rec.chunks)
         if rec.error is None and not rec.chunks:
             rec.error = "the stream ended without any content"
+        elif rec.error is None and rec.status == 200 and not done:
+            rec.error = "the stream ended without data: [DONE] (cut short?)"
         return "".join(text), ids if saw_ids else None
 
 

@@ -20,14 +20,17 @@ class RunDataError(UsageError):
     """A run directory's file (or one the user named) is missing, corrupt or malformed."""
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write `data` to a temporary file beside `path`, flush it to disk, then rename it over
+    `path` (# NOTE: the rename replaces a symlink at `path`, never writes through it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; results are for reading
         os.replace(tmp, path)
     except BaseException:

@@ -41,6 +41,7 @@ class SweepOptions:
     seed: int = 0
     device: str = "cpu"
     percentiles: str = "50,90,99"
+    repeats: int = 1  # runs per rate (seeds apart), pooled into one result
     operating_rate: float | None = None  # judge the rows here (default: see judged_rate)
     # NOTE: a secret: never written to the manifest (resume takes it from the flag again)
     api_key: str | None = field(default=None, repr=False)
@@ -73,6 +74,8 @@ class SweepOptions:
             raise UsageError("--rates must all be > 0")
         if self.start_rate <= 0 or self.max_steps < 1 or self.bisect_steps < 0:
             raise UsageError("--start-rate must be > 0, --max-steps >= 1, --bisect-steps >= 0")
+        if self.repeats < 1:
+            raise UsageError(f"--repeats must be >= 1, not {self.repeats}")
         if self.operating_rate is not None and not self.operating_rate > 0:
             raise UsageError(f"--operating-rate must be > 0, not {self.operating_rate}")
         if self.num_prompts is not None and self.num_prompts < 1:

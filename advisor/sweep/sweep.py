@@ -33,6 +33,7 @@ from engine.serve.launch import launch
 REQUEST_TIMEOUT_S = 180.0
 DEFAULT_MODEL = "small"
 URL_CONTEXT = 32768  # a real deployment's context, for sizing calibration prompts
+REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rate's
 COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
 # (as has a run where more than half the requests failed)
 
@@ -189,22 +190,32 @@ class _Sweep:
         self._use(record)
 
     def _run_one(self, url: str, metric_urls: list[str], p: Placement, rate: float) -> RunResult:
+        """One rate: `repeats` runs back to back (each its own seed), pooled into one result
+        whose records and arrivals follow each other on one timeline."""
         opts = self.opts
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s")
-        workload = opts.workload_at(rate, seed_for(opts.seed, rate), prompts_for(opts, rate))
         before = _frontend_cpu(metric_urls)
-        run = measure(_endpoint(url, workload.chat, opts.api_key), workload,
-                      label=f"{p.name} @ {rate:g} req/s", bars=self.bars)
+        records, rows, arrivals, elapsed, workloads = [], [], [], 0.0, []
+        for k in range(opts.repeats):
+            w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
+                                 prompts_for(opts, rate))
+            run = measure(_endpoint(url, w.chat, opts.api_key), w, bars=self.bars,
+                          label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""))
+            records += run.records
+            rows += [record_row(r, run.start - elapsed) for r in run.records]
+            arrivals += [elapsed + c.start for c in w.conversations]
+            elapsed += run.duration
+            workloads.append(w)
         after = _frontend_cpu(metric_urls)
+        w = workloads[0]
         return RunResult.of(
-            summarize(run.records, run.duration, opts.slos, self.pcts),
-            [record_row(r, run.start) for r in run.records],
+            summarize(records, elapsed, opts.slos, self.pcts), rows,
             # the front end's CPU during this run, summed over instances (None: not reported)
             frontend_cpu=dataclasses.asdict(after.minus(before)) if before and after else None,
-            topology=p.name, kind=p.kind, request_rate=rate, num_prompts=workload.num_requests,
-            workload=workload.name, workload_params=workload.params, emulated=p.emulated,
-            arrival_offsets=[c.start for c in workload.conversations],
-            multi_turn=any(len(c.turns) > 1 for c in workload.conversations))
+            topology=p.name, kind=p.kind, request_rate=rate,
+            num_prompts=sum(x.num_requests for x in workloads), workload=w.name,
+            workload_params={**w.params, "repeats": opts.repeats}, emulated=p.emulated,
+            arrival_offsets=arrivals, multi_turn=any(len(c.turns) > 1 for c in w.conversations))
 
     def _warm_up(self, url: str) -> None:
         """Two requests one at a time (first-call costs), with prompts no measured run uses."""

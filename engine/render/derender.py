@@ -88,8 +88,12 @@ def derender_chunk(
             f"{state.request_id!r}"
         )
     ids = check_ids(vocab_size or tokenizer.vocab_size, ids)
+    try:  # echoed by the client: as untrusted as the chunk's own IDs
+        pending = check_ids(vocab_size or tokenizer.vocab_size, state.pending_ids)
+    except DerenderError as e:
+        raise DerenderError(f"stream_state's pending_ids: {e}") from None
     detok = IncrementalDetokenizer(tokenizer)
-    detok.pending = list(state.pending_ids)
+    detok.pending = list(pending)
     parser = StreamParser.from_json(state.parser)
     out = parser.feed(detok.feed(ids))
     if finished:  # whatever bytes are left are final: decode them as they are

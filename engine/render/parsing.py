@@ -38,6 +38,8 @@ class Parsed:
         self.tool_calls += other.tool_calls
 
 
+MAX_TOOL_TEXT = 1 << 20  # an unfinished tool call's body a stream state may carry
+
 @dataclass
 class ParserState:
     """Everything the parser carries between pieces (JSON-serializable via asdict)."""
@@ -151,6 +153,7 @@ class StreamParser:
             or (st.mode == "reasoning" and not st.reasoning)
             or (st.mode == "tool" and not st.tools)
             or len(st.held) >= _LONGEST_TAG
+            or len(st.tool_text) > MAX_TOOL_TEXT
         ):
             raise ValueError("parser state is malformed")
         return cls(st)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 
 from aiohttp import web
 
 
 async def run_app(app: web.Application, host: str, port: int, banner: str) -> None:
-    """Serve `app` on host:port until cancelled. Handlers are cancelled when their
+    """Serve `app` on host:port until cancelled or sent SIGTERM. Handlers are cancelled when their
     client disconnects, which is what aborts an abandoned request."""
     # NOTE: a full collection over what torch and the model leave behind takes ~150 ms
     # (measured with `small`), an ITL spike to any request in flight; freezing the
@@ -20,7 +21,11 @@ async def run_app(app: web.Application, host: str, port: int, banner: str) -> No
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     print(f"{banner} ready on http://{host}:{port}", flush=True)
+    # NOTE: SIGTERM (the launcher's stop) ends the server like Ctrl-C: the app's cleanup
+    # runs, so a prefiller unlinks its shared-memory KV cache itself
+    stopped = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
     try:
-        await asyncio.Event().wait()
+        await stopped.wait()
     finally:
         await runner.cleanup()

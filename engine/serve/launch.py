@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -114,24 +115,29 @@ def _die_with_parent() -> None:
 
 
 def _spawn(args: list[str], cores: list[int] | None, env: dict) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        env=env,
-        preexec_fn=_die_with_parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    """Start `python *args`. # NOTE: its stderr goes to an unlinked temporary file, never a
+    pipe: a pipe nobody reads after start-up fills (tracebacks) and blocks the child."""
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, *args], env=env, preexec_fn=_die_with_parent,
+                            stdout=subprocess.DEVNULL, stderr=log)
+    proc.log = log
     if cores:
         os.sched_setaffinity(proc.pid, cores)
     return proc
+
+
+def log_tail(proc: subprocess.Popen, nbytes: int = 2000) -> str:
+    """The last `nbytes` of what a spawned process wrote to stderr."""
+    proc.log.seek(max(0, os.fstat(proc.log.fileno()).st_size - nbytes))
+    return proc.log.read().decode(errors="replace")
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-            raise LaunchError(f"instance {url} exited with code {proc.returncode}: {err}")
+            raise LaunchError(f"instance {url} exited with code {proc.returncode}: "
+                              f"{log_tail(proc)}")
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(url + "/health", timeout=1) as r:
                 if r.status == 200:
@@ -152,8 +158,7 @@ def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
-        if p.stderr:
-            p.stderr.close()
+        p.log.close()
 
 
 @contextlib.contextmanager

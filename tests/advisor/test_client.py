@@ -134,3 +134,65 @@ def test_turns_after_a_failed_turn_are_recorded_as_failed():
     assert summarize(res.records, res.duration, {}, [50])["failed"] == sum(
         not r.ok for r in res.records
     )
+
+
+def _hostile_stream(kind: str):
+    """An aiohttp app whose /v1/completions streams one good chunk, then misbehaves."""
+    from aiohttp import web
+
+    good = b'data: {"choices": [{"index": 0, "text": "a", "token_ids": [5]}]}\n\n'
+
+    async def handler(request):
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(good)
+        if kind == "long_line":
+            await resp.write(b'data: {"choices": [{"index": 0, "text": "' + b"x" * 200_000
+                             + b'"}]}\n\n')
+        elif kind == "not_an_object":
+            await resp.write(b"data: [1, 2, 3]\n\n")
+        if kind != "no_done":
+            await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    return app
+
+
+@pytest.mark.parametrize("kind,error", [
+    ("long_line", None),  # a 200 KB line is read whole (past aiohttp's default 128 KiB line)
+    ("not_an_object", "not a JSON object"),
+    ("no_done", "without data: [DONE]"),
+])
+def test_a_hostile_stream_fails_its_request_never_the_run(kind, error):
+    from tests.serving.helpers import running_app
+
+    with running_app(_hostile_stream(kind)) as url:
+        got = run(url, workload(n=3, rate=100.0))
+    assert len(got.records) == 3
+    for r in got.records:
+        if error is None:
+            assert r.ok and len(r.chunks) == 2
+        else:
+            assert not r.ok and error in r.error
+
+
+def test_a_request_timeout_past_300_s_is_not_capped_by_aiohttp():
+    import aiohttp
+
+    seen = {}
+    real = aiohttp.ClientSession.__init__
+
+    def spy(self, *a, **kw):
+        seen["timeout"] = kw.get("timeout")
+        real(self, *a, **kw)
+
+    with scripted(ttft_ms=5, itl_ms=1) as url:
+        aiohttp.ClientSession.__init__ = spy
+        try:
+            assert run(url, workload(n=1), timeout_s=900.0).records[0].ok
+        finally:
+            aiohttp.ClientSession.__init__ = real
+    assert seen["timeout"].total is None

@@ -139,3 +139,21 @@ def test_a_slow_emulated_link_turns_the_advice_around(tmp_path):
     assert "emulated" in (run / "report.md").read_text()
     assert "emulated" in (run / "report.html").read_text()
     assert ",2s" in (run / "summary.csv").read_text()
+
+
+def test_repeats_pool_into_one_timeline_and_the_operating_rate_is_where_rows_are_judged(
+        tmp_path):
+    with scripted(ttft_ms=20, itl_ms=5) as col, scripted(ttft_ms=40, itl_ms=5) as dis:
+        out = advisor("sweep", "--collocated-url", col, "--disagg-url", dis, "--rates", "2,4",
+                      "--num-prompts", "4", "--repeats", "2", "--scale", "0.01",
+                      "--operating-rate", "3", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    run = run_dir_of(tmp_path)
+    result = json.loads((run / "runs" / "disagg-url" / "rate-4" / "result.json").read_text())
+    assert result["num_prompts"] == 8 and result["num_requests"] == 8  # 2 runs of 4, pooled
+    offsets = result["arrival_offsets"]
+    assert offsets == sorted(offsets) and len(offsets) == 8
+    ev = json.loads((run / "evidence.json").read_text())
+    assert ev["collocated"]["rate_rps"] == 2 and "operating rate 3 req/s" in ev["judged_at"]
+    rec = json.loads((run / "recommendation.json").read_text())
+    assert "operating rate 3" in rec["judged_at"]

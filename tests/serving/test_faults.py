@@ -174,3 +174,38 @@ def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
 def test_advisor_serve_bad_flags_are_one_line(args, needle):
     p = advisor("serve", *args, timeout=60)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_chatty_child_never_blocks_on_its_stderr():
+    """A child's stderr is a file, not a pipe nobody reads: 1 MB of tracebacks (aiohttp logs
+    each handler's) must not block it."""
+    from engine.serve.launch import _spawn, log_tail, stop
+
+    code = "import sys; sys.stderr.write('x' * 1_000_000 + 'end'); sys.stderr.flush()"
+    proc = _spawn(["-c", code], None, dict(os.environ))
+    try:
+        assert proc.wait(timeout=20) == 0
+        assert log_tail(proc, 10).endswith("xxxxxxxend")
+    finally:
+        stop([proc])
+
+
+def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
+    from pathlib import Path
+
+    from engine.serve.launch import _spawn, _wait_healthy, free_port, log_tail, stop
+
+    before = set(Path("/dev/shm").iterdir())
+    port = free_port()
+    proc = _spawn(["-m", "engine.serve.server", "--model", "tiny", "--role", "prefill",
+                   "--connector", "shm", "--dtype", "float32", "--port", str(port)],
+                  None, dict(os.environ))
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
+        assert set(Path("/dev/shm").iterdir()) - before  # its KV cache
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert not (set(Path("/dev/shm").iterdir()) - before)
+        assert "leaked shared_memory" not in log_tail(proc)
+    finally:
+        stop([proc])

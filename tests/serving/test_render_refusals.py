@@ -47,6 +47,8 @@ def refused(url: str, body: dict, path: str = DERENDER) -> str:
     (lambda s: {**s, "pending_ids": ["x"]}, "malformed"),
     (lambda s: {**s, "parser": {**s["parser"], "mode": "weird"}}, "malformed"),
     (lambda s: {**s, "parser": {**s["parser"], "held": "x" * 500}}, "malformed"),
+    (lambda s: {**s, "pending_ids": [10**9]}, "pending_ids"),  # outside the vocabulary
+    (lambda s: {**s, "parser": {**s["parser"], "tool_text": "x" * (2 << 20)}}, "malformed"),
     (lambda s: {k: v for k, v in s.items() if k != "num_tokens"}, "stream_state"),
     (lambda s: "opaque-string", "stream_state"),
 ])
