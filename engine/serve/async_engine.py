@@ -62,15 +62,17 @@ class AsyncEngine:
         def add():
             try:
                 self.engine.add_request(prompt_token_ids, params, request_id, kv, remote_decode)
-                loop.call_soon_threadsafe(added.set_result, None)
+                loop.call_soon_threadsafe(_settle, added, None)
             except Exception as e:  # noqa: BLE001 - handed to the caller
                 self._streams.pop(request_id, None)
-                loop.call_soon_threadsafe(added.set_exception, e)
+                loop.call_soon_threadsafe(_settle, added, e)
 
         self._inbox.put(add)
-        await added
         finished = False
         try:
+            # NOTE: inside the try: a caller cancelled while its request is being admitted
+            # still aborts it (queued after the add, so it finds the request)
+            await added
             while not finished:
                 out = await outputs.get()
                 if isinstance(out, Exception):
@@ -121,3 +123,9 @@ class AsyncEngine:
                 if target is not None:
                     loop, q = target
                     loop.call_soon_threadsafe(q.put_nowait, out)
+
+
+def _settle(future: asyncio.Future, error: Exception | None) -> None:
+    """Resolve an admission future unless its waiter was cancelled meanwhile."""
+    if not future.done():
+        future.set_result(None) if error is None else future.set_exception(error)

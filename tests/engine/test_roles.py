@@ -75,3 +75,40 @@ def test_abort_frees_blocks_everywhere():
         assert eng.abort(rid)
     assert not eng.abort("never-seen")
     assert_no_leaks(llm)
+
+
+def test_a_caller_cancelled_while_its_request_is_admitted_still_aborts_it():
+    """The engine thread is busy when the request is queued; its caller gives up before
+    it is admitted: the request must not run on to max_tokens for nobody."""
+    import asyncio
+    import threading
+
+    from engine.core.sequence import SamplingParams
+    from engine.serve.async_engine import AsyncEngine
+
+    llm = make_llm()
+    aengine = AsyncEngine(llm.engine)
+    gate = threading.Event()
+    aengine.submit(lambda: gate.wait(5))  # the engine thread is held here
+
+    async def give_up():
+        stream = aengine.generate([5, 6, 7], SamplingParams(max_tokens=2000, ignore_eos=True),
+                                  "late")  # seconds of decoding, were it left to run
+        task = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.set()  # the engine thread admits the request, then finds its abort
+        for _ in range(100):  # 1 s: well under the 2000 steps' time
+            await asyncio.sleep(0.01)
+            if not llm.engine.has_unfinished():
+                break
+
+    try:
+        asyncio.run(give_up())
+        assert not llm.engine.has_unfinished() and "late" not in llm.engine.requests
+    finally:
+        gate.set()
+        aengine.close()
+    assert_no_leaks(llm)
