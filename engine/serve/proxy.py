@@ -19,6 +19,7 @@ from aiohttp import web
 
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import run_app
+from engine.serve.liveness import Liveness, UpstreamDown
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
@@ -30,6 +31,12 @@ def _err(message: str, status: int, err_type: str = "upstream_error") -> web.Res
     return web.json_response(error_body(message, err_type, status), status=status)
 
 
+async def _stream_error(resp: web.StreamResponse, message: str) -> None:
+    """End a stream whose headers are sent with an OpenAI-style error event."""
+    err = error_body(message, "upstream_error", 502)
+    await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+
+
 class Proxy:
     """Round-robin over prefillers and decoders (disagg) or replicas (collocated)."""
 
@@ -38,6 +45,7 @@ class Proxy:
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.session: aiohttp.ClientSession | None = None
+        self.liveness = Liveness(lambda: self.session)
         self.app = web.Application(client_max_size=64 << 20)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -53,6 +61,7 @@ class Proxy:
         self.session = aiohttp.ClientSession(timeout=_TIMEOUT)
 
     async def _stop(self, _app) -> None:
+        await self.liveness.close()
         await self.session.close()
 
     async def health(self, _req) -> web.Response:
@@ -94,18 +103,28 @@ class Proxy:
                 leg["max_completion_tokens"] = 1
             if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
                 leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
+            base = next(self._prefill)
             try:
-                async with self.session.post(next(self._prefill) + path, json=leg,
-                                             headers=headers) as r:
+                async with self.liveness.guard(base), self.session.post(
+                        base + path, json=leg, headers=headers) as r:
                     data = await r.read()
                     if r.status != 200:
                         return web.Response(body=data, status=r.status, headers=headers,
                                             content_type="application/json")
                     returned = json.loads(data).get("kv_transfer_params")
                     body = {**body, "kv_transfer_params": returned}
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UpstreamDown) as e:
                 return _err(f"prefill instance failed: {e}", 502)
-        return await self._forward(request, next(self._decode) + path, body, headers)
+        base = next(self._decode)
+        try:
+            async with self.liveness.guard(base):
+                return await self._forward(request, base + path, body, headers)
+        except UpstreamDown as e:
+            resp = request.get("streaming")
+            if resp is None:
+                return _err(f"decode instance failed: {e}", 502)
+            await _stream_error(resp, f"decode instance failed mid-stream: {e}")
+            return resp
 
     async def _forward(self, request, url: str, body: dict, headers: dict) -> web.StreamResponse:
         try:
@@ -126,12 +145,12 @@ class Proxy:
                 )
             resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
             await resp.prepare(request)
+            request["streaming"] = resp  # headers are out: a failure is an error event now
             try:
                 async for chunk in upstream.content.iter_any():
                     await resp.write(chunk)
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                err = error_body(f"decode instance failed mid-stream: {e}", "upstream_error", 502)
-                await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+                await _stream_error(resp, f"decode instance failed mid-stream: {e}")
             return resp
 
 

@@ -209,3 +209,40 @@ def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
         assert "leaked shared_memory" not in log_tail(proc)
     finally:
         stop([proc])
+
+
+def test_a_stopped_prefiller_or_decoder_costs_seconds_not_minutes():
+    """SIGSTOP keeps the sockets open and answers nothing: the front asks the instances'
+    /health while it waits and gives up on a stopped one within ~5 s (the read timeout
+    would have been 120 s); after SIGCONT everything serves again."""
+    body = {"prompt": [5, 6, 7], "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    with launch(Topology(mode="disagg", connector="shm", dtype="float32")) as d:
+        prefill, decoder = d.processes[0], d.processes[1]
+        prefill.send_signal(signal.SIGSTOP)
+        t = time.monotonic()
+        try:
+            status, err = post(d.url, body)
+        finally:
+            prefill.send_signal(signal.SIGCONT)
+        assert status == 502 and "stopped answering" in err["error"]["message"]
+        assert time.monotonic() - t < 10
+
+        async def stream_then_stop():
+            got, t_stop = 0, None
+            async with aiohttp.ClientSession() as s:
+                async with s.post(d.url + "/v1/completions", json={**body, "stream": True}) as r:
+                    async for line in r.content:
+                        got += line.startswith(b"data: {")
+                        if got == 5:
+                            decoder.send_signal(signal.SIGSTOP)
+                            t_stop = time.monotonic()
+                        if b'"error"' in line:
+                            return got, line, time.monotonic() - t_stop
+            return got, b"", time.monotonic() - t_stop
+
+        try:
+            got, line, waited = asyncio.run(asyncio.wait_for(stream_then_stop(), timeout=60))
+        finally:
+            decoder.send_signal(signal.SIGCONT)
+        assert b"stopped answering" in line and waited < 10 and got < 400
+        assert post(d.url, {**body, "max_tokens": 3})[0] == 200
