@@ -58,7 +58,10 @@ class Proxy:
         self.app.on_cleanup.append(self._stop)
 
     async def _start(self, _app) -> None:
-        self.session = aiohttp.ClientSession(timeout=_TIMEOUT)
+        # NOTE: no cap on upstream connections: aiohttp's default 100, taken by streams whose
+        # clients stopped reading, left every later request waiting for a free one
+        self.session = aiohttp.ClientSession(timeout=_TIMEOUT,
+                                             connector=aiohttp.TCPConnector(limit=0))
 
     async def _stop(self, _app) -> None:
         await self.liveness.close()

@@ -1,6 +1,7 @@
 """Faults: a dying decoder, an unpulled KV lease, corrupted frames, disconnecting clients."""
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -246,3 +247,26 @@ def test_a_stopped_prefiller_or_decoder_costs_seconds_not_minutes():
             decoder.send_signal(signal.SIGCONT)
         assert b"stopped answering" in line and waited < 10 and got < 400
         assert post(d.url, {**body, "max_tokens": 3})[0] == 200
+
+
+def test_a_herd_of_streams_nobody_reads_never_starves_a_normal_request():
+    body = json.dumps({"prompt": [5, 6, 7], "max_tokens": 300, "ignore_eos": True,
+                       "stream": True}).encode()
+    with launch(Topology(mode="collocated", replicas=1, dtype="float32")) as d:
+        host, port = d.url.removeprefix("http://").split(":")
+        herd = []
+        try:
+            for _ in range(110):  # more than aiohttp's default pool of 100 upstream connections
+                s = socket.create_connection((host, int(port)))
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: " + str(len(body)).encode()
+                          + b"\r\n\r\n" + body)
+                herd.append(s)  # and never read
+            time.sleep(1.0)
+            t = time.monotonic()
+            status, out = post(d.url, {"prompt": [5, 6], "max_tokens": 4})
+            assert status == 200 and out["usage"]["completion_tokens"] == 4
+            assert time.monotonic() - t < 10
+        finally:
+            for s in herd:
+                s.close()
