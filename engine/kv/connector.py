@@ -110,9 +110,10 @@ class KVConnector(ABC):
         """The KV a checked header describes, kv: [L, 2, T, kvh, hd] on `device`, and the
         pool buffer that holds it (None when it lives elsewhere)."""
 
-    def pull(self, params: dict, layout: KVLayout,
-             device: torch.device = torch.device("cpu")) -> PulledKV:
-        """Blocking pull of the request `params` name, for an engine with `layout` on `device`.
+    def pull(self, params: dict, layout: KVLayout, device: torch.device = torch.device("cpu"),
+             prompt: list[int] | None = None) -> PulledKV:
+        """Blocking pull of the request `params` name, for an engine with `layout` on `device`;
+        with `prompt`, KV computed for other tokens is refused before anything is allocated.
         Raises FrameError/OSError/ValueError on failure."""
         rid = params["remote_request_id"]
         start = time.monotonic()
@@ -125,10 +126,14 @@ class KVConnector(ABC):
             if dtype != layout.dtype or (shape[0], shape[3], shape[4]) != (
                     layout.num_layers, layout.num_kv_heads, layout.head_dim):
                 raise frame.FrameError(f"KV of shape {shape} / {dtype} does not fit this engine")
+            if prompt is not None and header["token_ids"] != prompt:
+                raise frame.FrameError("the KV offered was computed for other tokens than this "
+                                       "request's prompt")
             kv, buf = self.receive(sock, header, shape, dtype, device)
         payload = KVPayload(rid, layout, header["token_ids"], kv, header.get("block_size", 0))
         return PulledKV(payload, TransferRecord(nbytes, start, time.monotonic(), self.name), buf)
 
-    async def pull_async(self, params: dict, layout: KVLayout, device: torch.device) -> PulledKV:
+    async def pull_async(self, params: dict, layout: KVLayout, device: torch.device,
+                         prompt: list[int] | None = None) -> PulledKV:
         """`pull` on a worker thread, so the event loop keeps serving."""
-        return await asyncio.to_thread(self.pull, params, layout, device)
+        return await asyncio.to_thread(self.pull, params, layout, device, prompt)

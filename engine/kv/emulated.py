@@ -34,10 +34,11 @@ class EmulatedLink(KVConnector):
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self.inner.receive(sock, header, shape, dtype, device)
 
-    async def pull_async(self, params: dict, layout: KVLayout, device: torch.device) -> PulledKV:
+    async def pull_async(self, params: dict, layout: KVLayout, device: torch.device,
+                         prompt: list[int] | None = None) -> PulledKV:
         # NOTE: the wait is on the event loop, not a worker thread: slow emulated
         # transfers must not use up the thread pool that real pulls run on.
-        pulled = await self.inner.pull_async(params, layout, device)
+        pulled = await self.inner.pull_async(params, layout, device, prompt)
         rec = pulled.record
         await asyncio.sleep(
             rec.start + self.emulation.transfer_seconds(rec.nbytes) - time.monotonic()

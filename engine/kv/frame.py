@@ -32,8 +32,14 @@ def encode(header: dict) -> bytes:
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    recv_into_exact(sock, memoryview(buf))
+    """Exactly n bytes. # NOTE: memory grows with what arrives, never with what a peer
+    announces: a length prefix alone must not make us allocate it."""
+    buf = bytearray()
+    while len(buf) < n:
+        piece = sock.recv(min(n - len(buf), 1 << 20))
+        if not piece:
+            raise FrameError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += piece
     return bytes(buf)
 
 
@@ -61,14 +67,14 @@ def send_views(sock: socket.socket, views: list[memoryview]) -> None:
             views[i] = views[i][sent:]
 
 
-def read(sock: socket.socket) -> dict:
-    """Read one header frame; raise FrameError on any inconsistency."""
+def read(sock: socket.socket, max_bytes: int = MAX_HEADER_BYTES) -> dict:
+    """Read one header frame of at most `max_bytes`; raise FrameError on any inconsistency."""
     magic, version, length = _PREFIX.unpack(recv_exact(sock, _PREFIX.size))
     if magic != MAGIC:
         raise FrameError(f"bad magic {magic!r}")
     if version != VERSION:
         raise FrameError(f"unsupported frame version {version}")
-    if length > MAX_HEADER_BYTES:
+    if length > max_bytes:
         raise FrameError(f"header of {length} bytes exceeds the limit")
     body = recv_exact(sock, length)
     (crc,) = _CRC.unpack(recv_exact(sock, _CRC.size))

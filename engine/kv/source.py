@@ -19,8 +19,20 @@ from engine.kv import connectors, frame
 from engine.kv.connector import KVConnector
 from engine.model.kv_cache import KVCache
 
+# NOTE: the side channel is reachable by anything on the host: what a peer says is bounded
+# before it costs anything. Requests are tiny frames; a silent peer is dropped.
+REQUEST_MAX_BYTES = 64 << 10
+TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 64
+
 # (request_id) -> (block ids, prompt token ids) of held KV; renews its lease.
 LendFn = Callable[[str], tuple[list[int], list[int]]]
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+    request_queue_size = 128  # the default 5 makes a burst of decoders wait on SYN retries
 
 
 def kv_header(request_id: str, layout: KVLayout, token_ids: list[int], **extra) -> dict:
@@ -39,16 +51,21 @@ class KVSource:
         self.lend, self.release, self.cache, self.layout = lend, release, cache, layout
         self.engine_id = uuid.uuid4().hex
         self._connectors: dict[str, KVConnector] = {}
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._lock = threading.Lock()
         source = self
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self):
-                source._handle(self.request)
+                if not source._slots.acquire(blocking=False):
+                    return  # over MAX_CONNECTIONS: closed at once
+                try:
+                    self.request.settimeout(TIMEOUT_S)
+                    source._handle(self.request)
+                finally:
+                    source._slots.release()
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self.server = socketserver.ThreadingTCPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server((host, port), Handler)
         self.host, self.port = self.server.server_address[:2]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
@@ -76,7 +93,7 @@ class KVSource:
     # ---- connection handling (server threads) ----------------------------------------------------
     def _handle(self, sock) -> None:
         try:
-            req = frame.read(sock)
+            req = frame.read(sock, REQUEST_MAX_BYTES)
             rid = req.get("request_id")
             if not isinstance(rid, str):
                 raise frame.FrameError("request_id missing")

@@ -142,9 +142,8 @@ class EngineServer:
         pulled = None
         if self.role == "decode" and connector.can_pull(kv):
             try:
-                pulled = await self.connector.pull_async(
-                    kv, self.runner.layout, self.runner.device
-                )
+                pulled = await self.connector.pull_async(kv, self.runner.layout, self.runner.device,
+                                                         prompt)
             except (FrameError, OSError, ValueError) as e:
                 self.metrics.kv_failures.inc()
                 if self.engine.config.kv_load_failure_policy == "fail":

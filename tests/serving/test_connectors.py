@@ -203,3 +203,48 @@ def test_launcher_gives_each_instance_its_gpu_and_keeps_both_visible_for_cuda_ip
     assert [shared.instance_device(i, {}) for i in range(2)] == ["cuda:0", "cuda:0"]
     with pytest.raises(ValueError, match="needs device cuda"):
         Topology(mode="disagg", connector="cuda").validate()
+
+
+def _rss_bytes() -> int:
+    import os
+
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_the_side_channel_bounds_what_a_peer_can_make_it_hold(prefilled, monkeypatch):
+    """Peers that announce 16 MiB headers and send nothing cost neither memory nor threads
+    for long: request frames are small, silent peers time out, connections are capped."""
+    import socket
+    import struct
+
+    from engine.kv import source as source_mod
+
+    monkeypatch.setattr(source_mod, "TIMEOUT_S", 0.5)
+    eng, source, rid = prefilled
+    before = _rss_bytes()
+    announce = struct.pack("!4sHI", frame.MAGIC, frame.VERSION, 16 << 20)
+    socks = []
+    for _ in range(100):
+        s = socket.create_connection((source.host, source.port), timeout=5)
+        s.sendall(announce)
+        socks.append(s)
+    answers = [frame.read(s) for s in socks[:10]]
+    assert all("exceeds the limit" in a["error"] for a in answers)
+    assert _rss_bytes() - before < 64 << 20  # 100 x 16 MiB would be 1.6 GiB
+    for s in socks:
+        s.close()
+    silent = socket.create_connection((source.host, source.port))
+    silent.settimeout(5)
+    assert "timed out" in frame.read(silent)["error"]  # dropped after TIMEOUT_S, not held
+    silent.close()
+    # and it still serves a real pull
+    got = connectors.get("tcp").pull(source.transfer_params(rid, []), eng.runner.layout)
+    assert torch.equal(got.payload.kv, eng.export_kv(rid).kv)
+    got.close()
+
+
+def test_a_decoder_refuses_kv_for_other_tokens_before_allocating_it(prefilled):
+    eng, source, rid = prefilled
+    with pytest.raises(frame.FrameError, match="other tokens"):
+        connectors.get("tcp").pull(source.transfer_params(rid, []), eng.runner.layout,
+                                   prompt=[1, 2, 3])
