@@ -127,8 +127,8 @@ class KVConnector(ABC):
                     layout.num_layers, layout.num_kv_heads, layout.head_dim):
                 raise frame.FrameError(f"KV of shape {shape} / {dtype} does not fit this engine")
             if prompt is not None and header["token_ids"] != prompt:
-                raise frame.FrameError("the KV offered was computed for other tokens than this "
-                                       "request's prompt")
+                raise frame.ForeignKV("the KV offered was computed for other tokens than this "
+                                      "request's prompt")
             kv, buf = self.receive(sock, header, shape, dtype, device)
         payload = KVPayload(rid, layout, header["token_ids"], kv, header.get("block_size", 0))
         return PulledKV(payload, TransferRecord(nbytes, start, time.monotonic(), self.name), buf)

@@ -26,6 +26,11 @@ class FrameError(ValueError):
     """A frame that is malformed, corrupted or inconsistent: nothing from it is used."""
 
 
+class ForeignKV(FrameError):
+    """The KV offered was computed for other tokens than the request's prompt: the
+    request's kv_transfer_params are wrong (a client's mistake, not a transfer failure)."""
+
+
 def encode(header: dict) -> bytes:
     body = json.dumps(header, separators=(",", ":")).encode()
     return _PREFIX.pack(MAGIC, VERSION, len(body)) + body + _CRC.pack(zlib.crc32(body))

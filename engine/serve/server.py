@@ -15,7 +15,7 @@ from aiohttp import web
 from engine.core.config import DTYPES, EngineConfig
 from engine.core.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.kv import connector, connectors
-from engine.kv.frame import FrameError
+from engine.kv.frame import ForeignKV, FrameError
 from engine.kv.links import LinkEmulation, parse_emulation
 from engine.kv.source import KVSource
 from engine.model.runner import ModelRunner, resolve_config
@@ -144,6 +144,8 @@ class EngineServer:
             try:
                 pulled = await self.connector.pull_async(kv, self.runner.layout, self.runner.device,
                                                          prompt)
+            except ForeignKV as e:  # its kv_transfer_params name another request's KV
+                return _error(RequestError(str(e), "kv_transfer_params"))
             except (FrameError, OSError, ValueError) as e:
                 self.metrics.kv_failures.inc()
                 if self.engine.config.kv_load_failure_policy == "fail":

@@ -270,3 +270,15 @@ def test_a_herd_of_streams_nobody_reads_never_starves_a_normal_request():
         finally:
             for s in herd:
                 s.close()
+
+
+def test_kv_params_naming_another_prompts_kv_are_a_400_at_the_decoder():
+    with (running_server(role="prefill") as (p_url, _p),
+          running_server(role="decode") as (d_url, _d)):
+        status, body = post(p_url, {"prompt": list(range(3, 40)), "max_tokens": 1,
+                                    "kv_transfer_params": {"do_remote_decode": True}})
+        assert status == 200
+        status, err = post(d_url, {"prompt": list(range(50, 90)), "max_tokens": 2,
+                                   "kv_transfer_params": body["kv_transfer_params"]})
+        assert status == 400 and err["error"]["param"] == "kv_transfer_params"
+        assert "other tokens" in err["error"]["message"]
