@@ -155,9 +155,10 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     return rows
 
 
-def unreachable(ev: Evidence) -> str | None:
+def unreachable(ev: Evidence) -> tuple[str, bool] | None:
     """Why no placement can be recommended at this SLO, naming the binding metric and its
-    floor and what to change; None when a measurement (or the lack of one) says otherwise.
+    floor and what to change, and whether that is the floor (then nothing could be measured
+    against it); None when a measurement (or the lack of one) says otherwise.
 
     Either the calibrated floor (one request alone) already misses the SLO, or no placement
     met it at any rate tried.
@@ -176,6 +177,7 @@ def unreachable(ev: Evidence) -> str | None:
         facts = [f"{m}:{slo[m]:g} is binding, {unloaded[m]} is {_ms(floor[m])}{where}"
                  for m in missed]
         head = "the SLO cannot be met even by one request alone"
+        floor_missed = True
     elif measured and all(p.max_goodput_rps == 0 for p in measured):
         # each placement's worst metric against its SLO; the closest placement names it
         seen = {"ttft": ("median TTFT", "median_ttft_ms"), "itl": ("p99 ITL", "p99_itl_ms")}
@@ -188,11 +190,12 @@ def unreachable(ev: Evidence) -> str | None:
                  + (f" ({unloaded[m]} is {_ms(floor[m])}{where})" if floor else "")]
         head = ("neither placement meets" if len(measured) > 1 else "no placement meets") + \
             " the SLO at any rate tried"
+        floor_missed = False
         fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
     else:
         return None
     change = ", ".join(fixes[m] for m in missed) + ", faster hardware or another dtype (--dtype)"
-    return f"{head}: {'; '.join(facts)}. To change: {change}"
+    return f"{head}: {'; '.join(facts)}. To change: {change}", floor_missed
 
 
 def _num(v: float | None) -> float:
@@ -217,9 +220,11 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     d = ev.disaggregated.max_goodput_rps if ev.disaggregated else None
     comparison = None
     blocked = unreachable(ev)
-    if blocked:  # no row is judged on an SLO nothing can meet
-        action, rows, fired = "measure-first", [], {}
-        why.append(blocked)
+    if blocked:  # never a placement: measure-first; no row is judged against a floor
+        action = "measure-first"
+        why.append(blocked[0])
+        if blocked[1]:
+            rows, fired = [], {}
     elif c is not None and d is not None:
         comparison = _comparison(ev, c, d)
         if d > c * (1 + t.goodput_margin) and d > 0:
@@ -245,8 +250,8 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     secondary = []
     if "frontend_cpu_heavy" in fired and action != "split-render-tier":
         secondary.append("split-render-tier")
-    if "kv_transfer_slow" in fired and action in DISAGGREGATE:
-        secondary.append("fix-transfer")
+    if "kv_transfer_slow" in fired and action in (*DISAGGREGATE, "measure-first"):
+        secondary.append("fix-transfer")  # the guide: fix a slow transfer before anything else
     return {
         "action": action,
         "reasons": why,

@@ -168,6 +168,7 @@ def test_when_no_placement_meets_the_slo_at_any_rate_it_says_why_not_0_vs_0():
     # collocated misses ITL by 3.4x; disaggregated only TTFT, by 1.1x: the closer one binds
     assert "ttft:2000 is binding, median TTFT was 2.2 s at best" in reason
     assert "0 vs 0" not in reason and "lower rates (--start-rate)" in reason
+    assert rec["secondary_actions"] == ["fix-transfer"]  # the 1.3 s transfer: fix it first
     ev["collocated"]["max_goodput_rps"] = 0.2  # one placement meets it somewhere: decided
     assert recommend(ev)["action"] != "measure-first"
 

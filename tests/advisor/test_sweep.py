@@ -133,7 +133,11 @@ def test_a_slow_emulated_link_turns_the_advice_around(tmp_path):
     assert engine_processes() == []
     run = run_dir_of(tmp_path)
     rec = json.loads((run / "recommendation.json").read_text())
-    assert rec["action"] in ("fix-transfer", "stay-collocated")
+    # never disaggregate over a 2 s transfer; fix it first. When collocated met the SLO at
+    # no rate tried either (its attainment hovers near 90% at the lowest rates), the action
+    # is measure-first with fix-transfer beside it.
+    assert rec["action"] in ("fix-transfer", "measure-first")
+    assert "fix-transfer" in [rec["action"], *rec["secondary_actions"]]
     ev = json.loads((run / "evidence.json").read_text())
     assert ev["kv_transfer"]["emulated"] == "2s" and ev["kv_transfer"]["mean_ms"] >= 2000
     assert "emulated" in (run / "report.md").read_text()

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -28,15 +31,36 @@ def inspect(url: str, screenshot: str, timeout_s: float = 60.0) -> dict:
     """Load `url`; save a full-page PNG to `screenshot`; return what the page did."""
     port = free_port()
     with tempfile.TemporaryDirectory() as profile:
+        # its own process group: Chromium's helpers (renderer, GPU, zygote) are stopped with
+        # it, so none is still writing the profile when it is removed (ENOTEMPTY)
         proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}",
                                  f"--remote-debugging-port={port}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         try:
             ws_url = _page_ws(port, timeout_s)
             return asyncio.run(asyncio.wait_for(_drive(ws_url, url, screenshot), timeout_s))
         finally:
-            proc.terminate()
-            proc.wait(10)
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the whole process group, SIGKILL it if it lingers, and wait for the leader."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    deadline = time.monotonic() + 5  # the helpers too: the group is empty when killpg fails
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def _page_ws(port: int, timeout_s: float) -> str:
