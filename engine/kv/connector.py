@@ -67,6 +67,20 @@ def can_pull(params: dict | None) -> bool:
         params.get(k) not in (None, "") for k in REQUIRED)
 
 
+def check_params(params: dict, allowed_hosts: tuple[str, ...]) -> None:
+    """ValueError when pull-ready kv_transfer_params are malformed or name a side channel
+    this decoder may not pull from (a decoder must not connect wherever it is told)."""
+    host, port = params.get("remote_host"), params.get("remote_port")
+    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool) \
+            or not 0 < port < 65536:
+        raise ValueError("remote_host must be a string and remote_port an integer in 1-65535")
+    if not all(isinstance(params.get(k), str) for k in ("remote_request_id", "remote_engine_id")):
+        raise ValueError("remote_request_id and remote_engine_id must be strings")
+    if host not in allowed_hosts:
+        raise ValueError(f"remote_host {host!r} is not one this decoder pulls from "
+                         f"({', '.join(allowed_hosts)}; see --kv-pull-hosts)")
+
+
 def connect(params: dict) -> socket.socket:
     """A blocking connection to the side channel that `params` (kv_transfer_params) name."""
     sock = socket.create_connection((params["remote_host"], int(params["remote_port"])),
@@ -79,7 +93,8 @@ def release(params: dict) -> None:
     """Tell the prefill side it may free the request's blocks (best effort)."""
     try:
         with connect(params) as sock:
-            sock.sendall(frame.encode({"op": "release", "request_id": params["remote_request_id"]}))
+            sock.sendall(frame.encode({"op": "release", "request_id": params["remote_request_id"],
+                                       "token": params.get("remote_request_token")}))
             frame.read(sock)
     except (OSError, frame.FrameError):
         pass  # the lease frees them anyway
@@ -118,7 +133,8 @@ class KVConnector(ABC):
         rid = params["remote_request_id"]
         start = time.monotonic()
         with connect(params) as sock:
-            sock.sendall(frame.encode({"op": "pull", "request_id": rid, "mode": self.name}))
+            sock.sendall(frame.encode({"op": "pull", "request_id": rid, "mode": self.name,
+                                       "token": params.get("remote_request_token")}))
             header = frame.read(sock)
             if "error" in header:
                 raise frame.FrameError(f"prefill side refused the pull: {header['error']}")

@@ -75,8 +75,8 @@ def send_views(sock: socket.socket, views: list[memoryview]) -> None:
 def read(sock: socket.socket, max_bytes: int = MAX_HEADER_BYTES) -> dict:
     """Read one header frame of at most `max_bytes`; raise FrameError on any inconsistency."""
     magic, version, length = _PREFIX.unpack(recv_exact(sock, _PREFIX.size))
-    if magic != MAGIC:
-        raise FrameError(f"bad magic {magic!r}")
+    if magic != MAGIC:  # NOTE: never echo what answered: the pull must not scan ports
+        raise FrameError("the peer is not a KV side channel (bad magic)")
     if version != VERSION:
         raise FrameError(f"unsupported frame version {version}")
     if length > max_bytes:

@@ -31,8 +31,7 @@ def shared_source(layout: KVLayout, num_tokens: int, block_size: int = 16) -> KV
 
 def pull_seconds(source: KVSource, mode: str, repeats: int = 3) -> float:
     """Best of `repeats` timed pulls over `mode` after one warmup (pools and mappings warm)."""
-    params = {"do_remote_prefill": True, "remote_engine_id": source.engine_id,
-              "remote_request_id": REQUEST, "remote_host": source.host, "remote_port": source.port}
+    params = source.transfer_params(REQUEST, [])
     best = float("inf")
     for i in range(repeats + 1):
         t = time.perf_counter()

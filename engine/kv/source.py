@@ -5,10 +5,15 @@ send never waits on the event loop). Ops, each one header frame:
   {"op": "pull", "request_id", "mode": NAME} -> KV header (+ the bytes, for tcp), where
       NAME is a connector (engine.kv.connectors) that says how the bytes travel
   {"op": "release", "request_id"}            -> {"ok": true}
+Every op carries the request's "token" (remote_request_token in kv_transfer_params): an
+HMAC of its id under a secret of this process, so knowing an id is not enough.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import socketserver
 import threading
 import uuid
@@ -52,6 +57,9 @@ class KVSource:
         self.engine_id = uuid.uuid4().hex
         self._connectors: dict[str, KVConnector] = {}
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # NOTE: only who was handed a request's kv_transfer_params (its token) may pull or
+        # release it; the secret never leaves this process
+        self._secret = secrets.token_bytes(32)
         self._lock = threading.Lock()
         source = self
 
@@ -70,6 +78,9 @@ class KVSource:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
+    def _token(self, request_id: str) -> str:
+        return hmac.new(self._secret, request_id.encode(), hashlib.sha256).hexdigest()
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
@@ -78,6 +89,7 @@ class KVSource:
         """The kv_transfer_params a prefill response carries (vLLM's field names)."""
         return {"do_remote_prefill": True, "do_remote_decode": False,
                 "remote_engine_id": self.engine_id, "remote_request_id": request_id,
+                "remote_request_token": self._token(request_id),
                 "remote_block_ids": block_ids, "remote_host": self.host,
                 "remote_port": self.port, "tp_size": 1}
 
@@ -97,6 +109,9 @@ class KVSource:
             rid = req.get("request_id")
             if not isinstance(rid, str):
                 raise frame.FrameError("request_id missing")
+            token = req.get("token")
+            if not isinstance(token, str) or not hmac.compare_digest(token, self._token(rid)):
+                raise frame.FrameError("not authorized: the request's token does not match")
             if req.get("op") == "release":
                 self.release(rid)
                 sock.sendall(frame.encode({"ok": True}))

@@ -26,6 +26,8 @@ from engine.serve.http_app import run_app
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
 
+PULL_HOSTS = ("127.0.0.1", "localhost", "::1")  # by default, prefillers on this host only
+
 
 def _error(e: RequestError) -> web.Response:
     return web.json_response(e.body(), status=e.status)
@@ -43,8 +45,10 @@ class EngineServer:
         kv_port: int = 0,
         link_emulation: LinkEmulation | None = None,
         frontend: FrontendConfig | None = None,
+        pull_hosts: tuple[str, ...] = PULL_HOSTS,
     ):
         self.connector = connectors.get(connector, link_emulation)
+        self.pull_hosts = pull_hosts  # the side channels a decoder may pull from
         if connector == "cuda" and not config.device.startswith("cuda"):
             raise ValueError("the cuda connector needs --device cuda")
         if config.role == "prefill" and connector == "shm" and config.device == "cpu":
@@ -141,6 +145,10 @@ class EngineServer:
         kv = req.kv_transfer_params or {}
         pulled = None
         if self.role == "decode" and connector.can_pull(kv):
+            try:
+                connector.check_params(kv, self.pull_hosts)
+            except ValueError as e:
+                return _error(RequestError(f"kv_transfer_params: {e}", "kv_transfer_params"))
             try:
                 pulled = await self.connector.pull_async(kv, self.runner.layout, self.runner.device,
                                                          prompt)
@@ -292,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
         help="decode: make each KV transfer take as long as on a slower link "
         "(1.3s per transfer, or a rate such as 1GBps); for experiments",
     )
+    ap.add_argument("--kv-pull-hosts", nargs="+", default=list(PULL_HOSTS),
+                    help="decode: the hosts whose side channels it may pull KV from")
     add_frontend_args(ap)
     a = ap.parse_args(argv)
     cfg = EngineConfig(
@@ -315,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
             kv_port=a.kv_port,
             link_emulation=emulation,
             frontend=frontend_config(a),
+            pull_hosts=tuple(a.kv_pull_hosts),
         )
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.server: {e}") from None

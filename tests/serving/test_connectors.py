@@ -10,7 +10,7 @@ import torch
 
 from engine.core.config import EngineConfig
 from engine.core.sequence import SamplingParams
-from engine.kv import buffers, connectors, frame
+from engine.kv import buffers, connector, connectors, frame
 from engine.kv.connector import KVConnector
 from engine.kv.connectors import cuda
 from engine.kv.emulated import EmulatedLink
@@ -248,3 +248,18 @@ def test_a_decoder_refuses_kv_for_other_tokens_before_allocating_it(prefilled):
     with pytest.raises(frame.FrameError, match="other tokens"):
         connectors.get("tcp").pull(source.transfer_params(rid, []), eng.runner.layout,
                                    prompt=[1, 2, 3])
+
+
+def test_only_the_holder_of_a_requests_token_may_pull_or_release_it(prefilled):
+    eng, source, rid = prefilled
+    params = source.transfer_params(rid, [])
+    for forged in ({**params, "remote_request_token": "0" * 64},
+                   {k: v for k, v in params.items() if k != "remote_request_token"}):
+        with pytest.raises(frame.FrameError, match="not authorized"):
+            connectors.get("tcp").pull(forged, eng.runner.layout)
+        connector.release(forged)  # best effort: refused, quietly
+        assert rid in eng.held  # still held
+    got = connectors.get("tcp").pull(params, eng.runner.layout)
+    got.close()
+    connector.release(params)
+    assert rid not in eng.held

@@ -282,3 +282,39 @@ def test_kv_params_naming_another_prompts_kv_are_a_400_at_the_decoder():
                                    "kv_transfer_params": body["kv_transfer_params"]})
         assert status == 400 and err["error"]["param"] == "kv_transfer_params"
         assert "other tokens" in err["error"]["message"]
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"remote_port": 70000}, "remote_port an integer in 1-65535"),
+    ({"remote_port": "22"}, "remote_port an integer"),
+    ({"remote_host": "10.9.8.7"}, "is not one this decoder pulls from"),
+    ({"remote_request_id": 5}, "must be strings"),
+])
+def test_a_decoder_refuses_nonsense_kv_params_with_a_400(change, needle):
+    params = {**_params(9), **change}
+    with running_server(role="decode") as (url, _server):
+        status, err = post(url, {"prompt": [5, 6, 7], "max_tokens": 2,
+                                 "kv_transfer_params": params})
+    assert status == 400 and needle in err["error"]["message"]
+    assert err["error"]["param"] == "kv_transfer_params"
+
+
+def test_a_pull_aimed_at_another_service_never_echoes_what_answered():
+    banner = socket.socket()
+    banner.bind(("127.0.0.1", 0))
+    banner.listen(4)
+
+    def answer():
+        conn, _ = banner.accept()
+        conn.sendall(b"SSH-2.0-OpenSSH_9.6 secret-build\r\n" + b"\0" * 64)
+        time.sleep(0.5)
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    params = _params(banner.getsockname()[1])
+    with running_server(role="decode") as (url, _server):
+        status, err = post(url, {"prompt": [5, 6, 7], "max_tokens": 2,
+                                 "kv_transfer_params": params})
+    banner.close()
+    assert status == 500 and "not a KV side channel" in err["error"]["message"]
+    assert "SSH" not in err["error"]["message"]
