@@ -24,29 +24,36 @@ pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float32")
 
 
+def _signal_mid_stream(url: str, body: dict, proc, sig: int, timeout: float = 60):
+    """Stream `body`, send `sig` to `proc` after 5 chunks; return (chunks, the error event
+    line or b"", seconds from the signal to the stream's end)."""
+
+    async def consume():
+        got, line, t_sig = 0, b"", None
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/v1/completions", json={**body, "stream": True}) as r:
+                try:
+                    async for line in r.content:
+                        got += line.startswith(b"data: {")
+                        if got == 5 and t_sig is None:
+                            proc.send_signal(sig)
+                            t_sig = time.monotonic()
+                        if b'"error"' in line:
+                            break
+                    else:
+                        line = b""
+                except aiohttp.ClientError:
+                    line = b""
+        return got, line, time.monotonic() - t_sig
+
+    return asyncio.run(asyncio.wait_for(consume(), timeout=timeout))
+
+
 def test_decoder_killed_mid_stream_ends_the_client_stream_quickly():
     with launch(Topology(mode="disagg", connector="shm")) as d:
         decoder = d.processes[1]  # prefill, decode, proxy
-
-        async def consume():
-            got, t_kill = 0, None
-            async with aiohttp.ClientSession() as s:
-                body = {"prompt": [5, 6, 7], "max_tokens": 1900, "temperature": 0,
-                        "ignore_eos": True, "stream": True}
-                async with s.post(d.url + "/v1/completions", json=body) as r:
-                    try:
-                        async for line in r.content:
-                            got += line.startswith(b"data: {")
-                            if got == 5:
-                                decoder.send_signal(signal.SIGKILL)
-                                t_kill = time.monotonic()
-                            if b'"error"' in line:
-                                break
-                    except aiohttp.ClientError:
-                        pass
-            return got, time.monotonic() - t_kill
-
-        got, after_kill = asyncio.run(asyncio.wait_for(consume(), timeout=30))
+        body = {"prompt": [5, 6, 7], "max_tokens": 1900, "temperature": 0, "ignore_eos": True}
+        got, _line, after_kill = _signal_mid_stream(d.url, body, decoder, signal.SIGKILL, 30)
         assert got < 1900 and after_kill < 5
 
 
@@ -228,21 +235,8 @@ def test_a_stopped_prefiller_or_decoder_costs_seconds_not_minutes():
         assert status == 502 and "stopped answering" in err["error"]["message"]
         assert time.monotonic() - t < 10
 
-        async def stream_then_stop():
-            got, t_stop = 0, None
-            async with aiohttp.ClientSession() as s:
-                async with s.post(d.url + "/v1/completions", json={**body, "stream": True}) as r:
-                    async for line in r.content:
-                        got += line.startswith(b"data: {")
-                        if got == 5:
-                            decoder.send_signal(signal.SIGSTOP)
-                            t_stop = time.monotonic()
-                        if b'"error"' in line:
-                            return got, line, time.monotonic() - t_stop
-            return got, b"", time.monotonic() - t_stop
-
         try:
-            got, line, waited = asyncio.run(asyncio.wait_for(stream_then_stop(), timeout=60))
+            got, line, waited = _signal_mid_stream(d.url, body, decoder, signal.SIGSTOP)
         finally:
             decoder.send_signal(signal.SIGCONT)
         assert b"stopped answering" in line and waited < 10 and got < 400
