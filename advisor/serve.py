@@ -14,6 +14,7 @@ from engine.kv import connectors
 from engine.model.dtype import resolve as resolve_dtype
 from engine.render.frontend import FrontendConfig
 from engine.serve.launch import MODES, Topology, launch
+from engine.serve.supervise import supervise
 
 
 def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
@@ -34,7 +35,8 @@ def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
 
 
 def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | None = None) -> None:
-    """Start `topology`, print its URLs, block until SIGINT or SIGTERM, then stop everything."""
+    """Start `topology`, print its URLs, restart any child that exits (said on the
+    console), block until SIGINT or SIGTERM, then stop everything."""
     topology = check_topology(topology, frontend)
     console = console or Console()
     if topology.mode != "render":
@@ -47,6 +49,9 @@ def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | N
     with console.status(f"starting {topology.num_instances} instance(s) of {topology.model}..."):
         deployment = launch(topology)
         dep = deployment.__enter__()
+    watcher = threading.Thread(target=supervise, name="supervisor", daemon=True,
+                               args=(dep, stop, lambda m: console.print(f"[yellow]{m}[/]")))
+    watcher.start()
     try:
         console.print(f"[bold]{topology.mode}[/] topology of [bold]{topology.model}[/] ready")
         console.print(f"  front: {dep.url}")
@@ -56,5 +61,7 @@ def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | N
         console.print("Ctrl-C to stop.", style="dim")
         stop.wait()
     finally:
+        stop.set()
+        watcher.join(5)
         deployment.__exit__(None, None, None)
         console.print("stopped; all instances are down.")

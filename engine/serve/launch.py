@@ -95,12 +95,33 @@ class Topology:
 
 
 @dataclass
+class Child:
+    """One started process and how to start it again (the supervisor restarts it)."""
+
+    name: str  # its role and URL, for logs
+    url: str  # where it answers /health
+    args: list[str]
+    cores: list[int] | None
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> subprocess.Popen:
+        self.proc = _spawn(self.args, self.cores, self.env)
+        return self.proc
+
+
+@dataclass
 class Deployment:
     """A running topology: the URL clients use and each instance's URL."""
 
     url: str
     instance_urls: dict[str, list[str]]
-    processes: list[subprocess.Popen] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def processes(self) -> list[subprocess.Popen]:
+        """The children's current processes: instances in start order, then the front."""
+        return [c.proc for c in self.children]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -132,7 +153,8 @@ def log_tail(proc: subprocess.Popen, nbytes: int = 2000) -> str:
     return proc.log.read().decode(errors="replace")
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    """Return once `url`/health answers 200; LaunchError if `proc` exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -178,7 +200,7 @@ def serve_module(
     )
     try:
         url = f"http://{host}:{port}"
-        _wait_healthy(url, proc, health_timeout)
+        wait_healthy(url, proc, health_timeout)
         yield url
     finally:
         stop([proc])
@@ -216,7 +238,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         if t.mode == "collocated"
         else ["prefill"] * t.prefill + ["decode"] * t.decode
     )
-    procs: list[subprocess.Popen] = []
+    children: list[Child] = []
     urls: dict[str, list[str]] = {"both": [], "prefill": [], "decode": []}
     try:
         share = max(1, len(cores) // len(roles))
@@ -229,10 +251,12 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
                 env["OMP_NUM_THREADS"] = "1"
             port = free_port(INTERNAL_HOST)
             url = f"http://{INTERNAL_HOST}:{port}"
-            procs.append(_spawn(_instance_args(t, role, port, device), mine, env))
+            children.append(Child(f"{role} {url}", url, _instance_args(t, role, port, device),
+                                  mine, env))
+            children[-1].start()
             urls[role].append(url)
-        for p, url in zip(procs, urls["both"] + urls["prefill"] + urls["decode"]):
-            _wait_healthy(url, p, health_timeout)
+        for c in children:
+            wait_healthy(c.url, c.proc, health_timeout)
         port = t.port or free_port(t.host)
         front = [
             "-m",
@@ -246,9 +270,9 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         ]
         if urls["prefill"]:
             front += ["--prefill", *urls["prefill"]]
-        procs.append(_spawn(front, None, dict(os.environ)))
         url = f"http://{t.host}:{port}"
-        _wait_healthy(url, procs[-1], health_timeout)
-        yield Deployment(url, {k: v for k, v in urls.items() if v}, procs)
+        children.append(Child(f"front {url}", url, front, None, dict(os.environ)))
+        wait_healthy(url, children[-1].start(), health_timeout)
+        yield Deployment(url, {k: v for k, v in urls.items() if v}, children)
     finally:
-        stop(procs)
+        stop([c.proc for c in children if c.proc is not None])

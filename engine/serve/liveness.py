@@ -1,9 +1,10 @@
-"""Liveness of the instances behind a front, so a request never waits out a read timeout
-on an instance that has stopped (SIGSTOP, a hung host) or died.
+"""Liveness of the instances behind a front, so no request waits out a read timeout on an
+instance that has stopped (SIGSTOP, a hung host) or died, and none is sent to one.
 
-While requests to an instance are in flight, one watcher per instance asks its /health
-every CHECK_EVERY_S; after MISSES failed checks in a row it cancels those requests' tasks,
-marked, so their handlers answer 502 at once. Nothing runs per token chunk.
+One task asks every instance's /health each CHECK_EVERY_S. After MISSES failed checks in
+a row an instance is down: it is left out of the rotation (ejected), and the requests in
+flight to it are cancelled, marked, so their handlers answer 502 at once. It is back in
+the rotation at its first good answer. Nothing runs per request or per token chunk.
 """
 
 from __future__ import annotations
@@ -24,23 +25,39 @@ class UpstreamDown(Exception):
 
 
 class Liveness:
-    """Per-instance watchers over one aiohttp session (given as a getter: it starts later)."""
+    """The instances' health, over one aiohttp session (a getter: it starts later)."""
 
-    def __init__(self, session: Callable[[], aiohttp.ClientSession]):
-        self._session = session
-        self._waiting: dict[str, set[asyncio.Task]] = {}
-        self._watchers: dict[str, asyncio.Task] = {}
+    def __init__(self, session: Callable[[], aiohttp.ClientSession], urls: list[str]):
+        self._session, self.urls = session, list(dict.fromkeys(urls))
+        self.down: set[str] = set()
+        self._misses = dict.fromkeys(self.urls, 0)
+        self._waiting: dict[str, set[asyncio.Task]] = {u: set() for u in self.urls}
         self._given_up: set[asyncio.Task] = set()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def pick(self, rotation, count: int) -> str | None:
+        """The next of `count` URLs from an itertools.cycle that is not down, or None."""
+        for _ in range(count):
+            url = next(rotation)
+            if url not in self.down:
+                return url
+        return None
 
     @contextlib.asynccontextmanager
     async def guard(self, base_url: str) -> AsyncIterator[None]:
-        """Inside, the current task is cancelled if `base_url` stops answering; that
-        cancellation comes out as UpstreamDown (a client's own disconnect stays a
-        CancelledError)."""
+        """Inside, the current task is cancelled if `base_url` goes down; that cancellation
+        comes out as UpstreamDown (a client's own disconnect stays a CancelledError)."""
         me = asyncio.current_task()
-        self._waiting.setdefault(base_url, set()).add(me)
-        if base_url not in self._watchers:
-            self._watchers[base_url] = asyncio.create_task(self._watch(base_url))
+        self._waiting[base_url].add(me)
         try:
             yield
         except asyncio.CancelledError:
@@ -52,19 +69,19 @@ class Liveness:
             self._given_up.discard(me)
             self._waiting[base_url].discard(me)
 
-    async def _watch(self, base_url: str) -> None:
-        misses = 0
-        try:
-            while self._waiting.get(base_url):
-                await asyncio.sleep(CHECK_EVERY_S)
-                misses = 0 if await self._alive(base_url) else misses + 1
-                if misses >= MISSES:
-                    for task in list(self._waiting.get(base_url, ())):
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_EVERY_S)
+            alive = await asyncio.gather(*(self._alive(u) for u in self.urls))
+            for url, ok in zip(self.urls, alive):
+                self._misses[url] = 0 if ok else self._misses[url] + 1
+                if ok:
+                    self.down.discard(url)
+                elif self._misses[url] >= MISSES:
+                    self.down.add(url)
+                    for task in list(self._waiting[url]):
                         self._given_up.add(task)
                         task.cancel()
-                    misses = 0
-        finally:
-            self._watchers.pop(base_url, None)
 
     async def _alive(self, base_url: str) -> bool:
         try:
@@ -73,7 +90,3 @@ class Liveness:
                 return r.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
-
-    async def close(self) -> None:
-        for task in list(self._watchers.values()):
-            task.cancel()

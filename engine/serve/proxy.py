@@ -45,7 +45,7 @@ class Proxy:
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.session: aiohttp.ClientSession | None = None
-        self.liveness = Liveness(lambda: self.session)
+        self.liveness = Liveness(lambda: self.session, self.prefill_urls + decode_urls)
         self.app = web.Application(client_max_size=64 << 20)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -62,6 +62,7 @@ class Proxy:
         # clients stopped reading, left every later request waiting for a free one
         self.session = aiohttp.ClientSession(timeout=_TIMEOUT,
                                              connector=aiohttp.TCPConnector(limit=0))
+        self.liveness.start()
 
     async def _stop(self, _app) -> None:
         await self.liveness.close()
@@ -106,7 +107,9 @@ class Proxy:
                 leg["max_completion_tokens"] = 1
             if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
                 leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
-            base = next(self._prefill)
+            base = self.liveness.pick(self._prefill, len(self.prefill_urls))
+            if base is None:
+                return _err("no prefill instance is up", 503)
             try:
                 async with self.liveness.guard(base), self.session.post(
                         base + path, json=leg, headers=headers) as r:
@@ -118,7 +121,9 @@ class Proxy:
                     body = {**body, "kv_transfer_params": returned}
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UpstreamDown) as e:
                 return _err(f"prefill instance failed: {e}", 502)
-        base = next(self._decode)
+        base = self.liveness.pick(self._decode, len(self.decode_urls))
+        if base is None:
+            return _err("no decode instance is up", 503)
         try:
             async with self.liveness.guard(base):
                 return await self._forward(request, base + path, body, headers)

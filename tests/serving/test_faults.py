@@ -44,9 +44,18 @@ def _signal_mid_stream(url: str, body: dict, proc, sig: int, timeout: float = 60
                         line = b""
                 except aiohttp.ClientError:
                     line = b""
+        assert t_sig is not None, f"the stream ended after {got} chunks: {line!r}"
         return got, line, time.monotonic() - t_sig
 
     return asyncio.run(asyncio.wait_for(consume(), timeout=timeout))
+
+
+def _until_served(url: str, body: dict, within_s: float = 15) -> None:
+    """Wait until the front serves `body` again (an instance is back in its rotation)."""
+    deadline = time.monotonic() + within_s
+    while post(url, body)[0] != 200:
+        assert time.monotonic() < deadline, "not served again"
+        time.sleep(0.2)
 
 
 def test_decoder_killed_mid_stream_ends_the_client_stream_quickly():
@@ -201,7 +210,7 @@ def test_a_chatty_child_never_blocks_on_its_stderr():
 def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
     from pathlib import Path
 
-    from engine.serve.launch import _spawn, _wait_healthy, free_port, log_tail, stop
+    from engine.serve.launch import _spawn, free_port, log_tail, stop, wait_healthy
 
     before = set(Path("/dev/shm").iterdir())
     port = free_port()
@@ -209,7 +218,7 @@ def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
                    "--connector", "shm", "--dtype", "float32", "--port", str(port)],
                   None, dict(os.environ))
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
         assert set(Path("/dev/shm").iterdir()) - before  # its KV cache
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -234,13 +243,14 @@ def test_a_stopped_prefiller_or_decoder_costs_seconds_not_minutes():
             prefill.send_signal(signal.SIGCONT)
         assert status == 502 and "stopped answering" in err["error"]["message"]
         assert time.monotonic() - t < 10
+        _until_served(d.url, {**body, "max_tokens": 3})  # back in the rotation
 
         try:
             got, line, waited = _signal_mid_stream(d.url, body, decoder, signal.SIGSTOP)
         finally:
             decoder.send_signal(signal.SIGCONT)
         assert b"stopped answering" in line and waited < 10 and got < 400
-        assert post(d.url, {**body, "max_tokens": 3})[0] == 200
+        _until_served(d.url, {**body, "max_tokens": 3})
 
 
 def test_a_herd_of_streams_nobody_reads_never_starves_a_normal_request():
@@ -312,3 +322,31 @@ def test_a_pull_aimed_at_another_service_never_echoes_what_answered():
     banner.close()
     assert status == 500 and "not a KV side channel" in err["error"]["message"]
     assert "SSH" not in err["error"]["message"]
+
+
+def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
+    from engine.serve.supervise import supervise
+
+    logs: list[str] = []
+    body = {"prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0}
+    with launch(Topology(mode="disagg", connector="shm", dtype="float32")) as d:
+        stop = threading.Event()
+        watcher = threading.Thread(target=supervise, args=(d, stop, logs.append), daemon=True)
+        watcher.start()
+        try:
+            decoder = d.processes[1]
+            decoder.send_signal(signal.SIGKILL)
+            t = time.monotonic()
+            status, _ = post(d.url, body)  # while it is down: an answer at once, never a hang
+            assert status in (200, 502, 503) and time.monotonic() - t < 10
+            _until_served(d.url, body, within_s=60)
+            assert d.processes[1].pid != decoder.pid
+            assert any("exited with code -9" in m and "restarting" in m for m in logs)
+            assert any(m.endswith("restarted") for m in logs)
+        finally:
+            stop.set()
+            watcher.join(10)
+    port = d.instance_urls["decode"][0].rsplit(":", 1)[1]
+    alive = subprocess.run(["pgrep", "-f", f"engine.serve.server.*--port {port}"],
+                           capture_output=True, text=True).stdout
+    assert alive == ""  # the restarted decoder went down with the rest
