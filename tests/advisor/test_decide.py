@@ -174,6 +174,7 @@ def test_when_no_placement_meets_the_slo_at_any_rate_it_says_why_not_0_vs_0():
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a whole sweep
 def test_an_unreachable_slo_ends_in_measure_first_with_the_floor_named(tmp_path):
     out = subprocess.run([sys.executable, "-m", "advisor.cli", "sweep", "--model", "tiny",
                           "--slo", "ttft:1", "itl:50", "--out", str(tmp_path)],

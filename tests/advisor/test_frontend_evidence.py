@@ -47,6 +47,7 @@ def test_the_chat_agent_workload_sends_text_messages_with_its_tools():
         sorted(text_of(c.turns[0].new_tokens) for c in w.conversations)
 
 
+@pytest.mark.slow  # a whole sweep
 def test_a_sweep_records_the_front_ends_measured_cpu_in_its_evidence(tmp_path):
     p = advisor("sweep", "--model", "tiny", "--dtype", "float32", "--workload", "chat-agent",
                 "--topologies", "collocated:1", "--rates", "2", "--num-prompts", "6",

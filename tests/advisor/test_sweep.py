@@ -33,6 +33,7 @@ def engine_processes() -> list[str]:
     ]
 
 
+@pytest.mark.slow  # a whole sweep
 def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_path):
     with scripted(ttft_ms=30, itl_ms=10) as col, scripted(ttft_ms=60, itl_ms=5) as dis:
         out = advisor(
@@ -145,6 +146,7 @@ def test_a_slow_emulated_link_turns_the_advice_around(tmp_path):
     assert ",2s" in (run / "summary.csv").read_text()
 
 
+@pytest.mark.slow  # a whole sweep
 def test_repeats_pool_into_one_timeline_and_the_operating_rate_is_where_rows_are_judged(
         tmp_path):
     with scripted(ttft_ms=20, itl_ms=5) as col, scripted(ttft_ms=40, itl_ms=5) as dis:

@@ -72,6 +72,7 @@ def test_hostile_strings_are_escaped_and_never_run(engine_run, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a whole sweep
 def test_failed_requests_show_in_the_tables_and_count_in_attainment(tmp_path):
     with scripted(ttft_ms=20, itl_ms=5, fail_every=3) as col, scripted(ttft_ms=20, itl_ms=5) as dis:
         p = advisor("sweep", "--collocated-url", col, "--disagg-url", dis, "--rates", "4",
