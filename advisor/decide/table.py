@@ -165,8 +165,7 @@ def unreachable(ev: Evidence) -> tuple[str, bool] | None:
     """
     slo = {"ttft": ev.slo.ttft_ms, "itl": ev.slo.itl_ms}
     cal = ev.calibration
-    floor = {"ttft": cal.ttft_at(ev.workload.mean_prompt_tokens), "itl": cal.step_at(1)} \
-        if cal else {}
+    floor = cal.floors(ev.workload.mean_prompt_tokens) if cal else {}
     where = f" here in {cal.dtype}" if cal and cal.dtype else " here"
     unloaded = {"ttft": "unloaded TTFT", "itl": "the unloaded decode step"}
     fixes = {"ttft": "a looser TTFT SLO, shorter prompts (--scale)",

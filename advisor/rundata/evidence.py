@@ -113,6 +113,10 @@ class Calibration:
         step = ", ".join(f"batch {b} {t:.1f} ms" for b, t in zip(self.batches, self.step_ms))
         return f"unloaded TTFT: {ttft}; decode step: {step} ({self.dtype}, on {self.placement})"
 
+    def floors(self, prompt_tokens: float) -> dict[str, float]:
+        """Each SLO metric's unloaded floor (ms): what one request alone gets."""
+        return {"ttft": self.ttft_at(prompt_tokens), "itl": self.step_at(1)}
+
     def step_at(self, batch: float) -> float:
         """Decode step at `batch` running requests (ms), linear between the measured ones."""
         return float(np.interp(batch, self.batches, self.step_ms))

@@ -87,8 +87,3 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     output = max(1, round(mean_out * output_scale))
     slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
     return Sizing(scale, output_scale, prompt, output, slo, notes)
-
-
-def floors(cal: Calibration, prompt_tokens: float) -> dict[str, float]:
-    """The unloaded floor of each SLO metric: what one request alone gets (ms)."""
-    return {"ttft": cal.ttft_at(prompt_tokens), "itl": cal.step_at(1)}

@@ -124,7 +124,7 @@ class _Sweep:
         self.opts = dataclasses.replace(self.opts, scale=sized["scale"],
                                         output_scale=sized["output_scale"], slo=tuple(sized["slo"]))
         self.prompt_tokens = sized["prompt_tokens"]
-        floors = sizing.floors(self.calibration, self.prompt_tokens)
+        floors = self.calibration.floors(self.prompt_tokens)
         self.missed = {m: v for m, v in floors.items() if v > self.opts.slos[m]}
         if self.missed:
             print("the SLO cannot be met even unloaded: " + "; ".join(

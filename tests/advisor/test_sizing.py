@@ -48,6 +48,6 @@ def test_given_scales_are_kept():
 
 @pytest.mark.parametrize("prompt,missed", [(1024, {"ttft"}), (64, set())])
 def test_floors_are_what_one_request_alone_gets(prompt, missed):
-    floors = sizing.floors(SLOW, prompt)
+    floors = SLOW.floors(prompt)
     assert floors["itl"] == 40.0
     assert {m for m, v in floors.items() if v > {"ttft": 1000, "itl": 50}[m]} == missed
