@@ -13,6 +13,7 @@ from torch import nn
 from engine.core.config import ModelConfig
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.kv_cache import KVCache
+from engine.model.linear import Linear, linear, pack
 
 
 class RMSNorm(nn.Module):
@@ -23,8 +24,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., dim]; normalized in float32 as HF does, then cast back
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        xf = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps)
         return self.weight * xf.to(x.dtype)
 
 
@@ -40,13 +40,17 @@ class Rotary:
         emb = torch.cat([freqs, freqs], dim=-1)  # [max_pos, hd]
         self.cos, self.sin = emb.cos(), emb.sin()
 
-    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # x: [T, heads, hd]; positions: [T]
-        cos = self.cos[positions].unsqueeze(1).to(x.dtype)  # [T, 1, hd]
-        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin: [T, 1, hd] for positions: [T], looked up once per step for every layer."""
+        return (self.cos[positions].unsqueeze(1).to(dtype),
+                self.sin[positions].unsqueeze(1).to(dtype))
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [T, heads, hd]; cos, sin: [T, 1, hd] (Rotary.at)
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
@@ -54,13 +58,13 @@ class Attention(nn.Module):
         super().__init__()
         self.layer = layer
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.qkv_proj = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.nkv) * self.hd,
+        self.qkv_proj = Linear(cfg.hidden_size, (self.nh + 2 * self.nkv) * self.hd,
                                   bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        self.o_proj = Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rotary: Rotary,
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         # x: [T, D]
         T = x.shape[0]
@@ -71,7 +75,7 @@ class Attention(nn.Module):
         v = v.view(T, self.nkv, self.hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(q, positions), rotary(k, positions)
+        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         o = paged_attention(q, k, v, self.layer, cache, meta)  # [T, H, hd]
         return self.o_proj(o.reshape(T, self.nh * self.hd))
 
@@ -80,8 +84,8 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.inter = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * self.inter, bias=False)
-        self.down_proj = nn.Linear(self.inter, cfg.hidden_size, bias=False)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * self.inter, bias=False)
+        self.down_proj = Linear(self.inter, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
@@ -96,8 +100,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, rotary, cache, meta):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, cache, meta)
+    def forward(self, x, rope, cache, meta):
+        x = x + self.self_attn(self.input_layernorm(x), rope, cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -111,18 +115,29 @@ class CausalLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = Rotary(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, device)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(
             cfg.hidden_size, cfg.vocab_size, bias=False)
+        self._head_packed: torch.Tensor | None = None  # tied head, see pack_weights
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 meta: AttentionMetadata) -> torch.Tensor:
         # input_ids, positions: [T] -> hidden: [T, D]
         x = self.embed_tokens(input_ids)
+        rope = self.rotary.at(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, positions, self.rotary, cache, meta)
+            x = layer(x, rope, cache, meta)
         return self.norm(x)
+
+    def pack_weights(self) -> None:
+        """Give every projection and the LM head a copy laid out for decode-sized batches
+        (`engine.model.linear`); call once the weights are loaded."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.pack_weights()
+        self._head_packed = pack(self.embed_tokens.weight) if self.lm_head is None else None
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [N, D] -> logits: [N, vocab] in float32
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        if self.lm_head is not None:
+            return self.lm_head(hidden).float()
+        return linear(hidden, self.embed_tokens.weight, None, self._head_packed).float()

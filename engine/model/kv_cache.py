@@ -81,8 +81,11 @@ class KVCache:
 
         block_table: [B, max_blocks] -> k, v: [B, max_blocks * block_size, kvh, hd]
         """
-        kv = self.data[layer][:, block_table]  # [2, B, max_blocks, bs, kvh, hd]
-        kv = kv.flatten(2, 3)
+        two, nb_total, bs, kvh, hd = self.data.shape[1:]
+        b, width = block_table.shape
+        src = self.data[layer].view(two, nb_total, bs * kvh * hd)
+        # NOTE: index_select on the flattened blocks is ~2x faster than advanced indexing.
+        kv = src.index_select(1, block_table.reshape(-1)).view(two, b, width * bs, kvh, hd)
         return kv[0], kv[1]
 
     def export(self, block_ids: list[int], num_tokens: int,

@@ -1,0 +1,59 @@
+"""Linear layers whose decode-sized matmuls run on oneDNN's pre-packed weights (CPU).
+
+A decode step multiplies a few rows by every weight matrix, so it is bound by how
+fast the kernel streams the weights. torch's default CPU kernel for a row-major
+weight reaches ~8 GB/s in bfloat16 on one thread here, against ~11 for the same
+weight re-laid out once by oneDNN for small batches (`benchmarks/engine_bench.py`
+shows the step against its read-bandwidth roofline). Prefill-sized inputs keep
+torch's kernel, which is as fast or faster for them.
+
+The packed copy sits beside the original weight (state dicts, weight loading and
+prefill see the plain parameter), so packing costs the weights' size in memory once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SMALL_BATCH = 128  # rows up to which the packed kernel is used (decode batches)
+_PACK_FOR = 32  # the batch size oneDNN lays the weight out for
+
+
+def can_pack(weight: torch.Tensor) -> bool:
+    """Whether this torch build can pack `weight` for the small-batch kernel."""
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype in (torch.float32, torch.bfloat16)
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's layout of `weight` [out, in] for small batches, or None where unsupported."""
+    if not can_pack(weight):
+        return None
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_FOR)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           packed: torch.Tensor | None) -> torch.Tensor:
+    """x: [T, in] -> [T, out]; the packed kernel for T <= SMALL_BATCH when there is one."""
+    if packed is not None and x.shape[0] <= SMALL_BATCH:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """nn.Linear with an optional packed copy of its weight (see `pack_weights`)."""
+
+    packed: torch.Tensor | None = None
+
+    def pack_weights(self) -> None:
+        """Lay the current weight out for small batches; call again after changing it."""
+        self.packed = pack(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, self.packed)
