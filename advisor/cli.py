@@ -223,7 +223,8 @@ def sweep(
                                              "what this machine can meet unless --model is given)"),
     attainment: float = typer.Option(0.9, help="share of requests that must meet every SLO"),
     rates: str = typer.Option(None, help="a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)"),
-    num_prompts: int = typer.Option(None, help="requests per rate (default: ~16 s of them)"),
+    num_prompts: int = typer.Option(None, help="requests per rate (default: 30, or ~16 s of "
+                                               "them if more, up to 100)"),
     topologies: str = typer.Option("collocated:2,disagg:1p1d", help="collocated:N,disagg:XpYd"),
     connector: str = typer.Option("shm", help=f"disagg KV connector: {', '.join(CONNECTORS)}"),
     link_emulation: str = typer.Option(
@@ -241,7 +242,8 @@ def sweep(
     dtype: str = typer.Option("auto", help="engine dtype: auto (bfloat16 where fast here, "
                                            "else float32), float32, bfloat16, float16"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
-    start_rate: float = typer.Option(0.25, help="search: first rate (req/s)"),
+    start_rate: float = typer.Option(None, help="search: first rate (req/s; default: where "
+                                                "the calibration says collocated starts to miss)"),
     max_steps: int = typer.Option(4, help="search: doublings, and the bracket's extra steps"),
     bisect_steps: int = typer.Option(1, help="search: bisections per placement"),
     seed: int = typer.Option(0, help="workload seed"),

@@ -15,6 +15,8 @@ from workloads.presets import PRESETS, preset
 from workloads.spec import Workload
 
 DEFAULT_SLO = ("ttft:2000", "itl:50")
+MIN_REQUESTS, MAX_REQUESTS = 30, 100  # per rate, by default: p99 ITL and attainment need 30
+FALLBACK_START = 0.25  # req/s: the first rate when nothing was calibrated
 
 
 @dataclass(frozen=True)
@@ -27,10 +29,10 @@ class SweepOptions:
     slo: tuple[str, ...] = ()  # (): DEFAULT_SLO, which may be widened to fit this machine
     attainment: float = 0.9
     rates: tuple[float, ...] = ()  # a fixed grid instead of the search
-    start_rate: float = 0.25
+    start_rate: float | None = None  # None: from the calibration (sizing), else FALLBACK_START
     max_steps: int = 4
     bisect_steps: int = 1
-    num_prompts: int | None = None  # None: about `window_s` seconds of requests per rate
+    num_prompts: int | None = None  # None: MIN_REQUESTS, or `window_s` seconds' worth if more
     window_s: float = 16.0
     topologies: str = "collocated:2,disagg:1p1d"
     connector: str = "shm"
@@ -72,7 +74,8 @@ class SweepOptions:
             raise UsageError(f"--attainment must be in (0, 1], not {self.attainment}")
         if any(r <= 0 for r in self.rates):
             raise UsageError("--rates must all be > 0")
-        if self.start_rate <= 0 or self.max_steps < 1 or self.bisect_steps < 0:
+        if (self.start_rate is not None and self.start_rate <= 0) or self.max_steps < 1 \
+                or self.bisect_steps < 0:
             raise UsageError("--start-rate must be > 0, --max-steps >= 1, --bisect-steps >= 0")
         if self.repeats < 1:
             raise UsageError(f"--repeats must be >= 1, not {self.repeats}")
@@ -111,4 +114,4 @@ def seed_for(seed: int, rate: float) -> int:
 
 
 def prompts_for(opts: SweepOptions, rate: float) -> int:
-    return opts.num_prompts or max(8, min(40, round(rate * opts.window_s)))
+    return opts.num_prompts or max(MIN_REQUESTS, min(MAX_REQUESTS, round(rate * opts.window_s)))

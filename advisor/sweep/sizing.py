@@ -3,10 +3,16 @@ lives on whatever hardware runs it.
 
 The rule, for the bundled engine when --scale / --output-scale are left to it:
 - one prefill of the preset's mean prompt lasts REGIME[preset] ITL SLOs: long prompts
-  (5x) stall every running decode for several SLOs, short ones (0.5x) do not;
+  (2.5x) stall every running decode past its SLO, short ones (0.5x) do not;
 - but the unloaded TTFT stays within TTFT_SHARE of the TTFT SLO;
 - decoding a request's output lasts DECODE_PREFILL prefills, so running decodes are
-  there for prefills to stall.
+  there for prefills to stall;
+- the rate search starts where a collocated instance's requests would see another
+  prefill land during their decode about (1 - attainment) of the time: the rate where
+  collocated should start to miss the SLO.
+Why not longer: collocated's goodput falls as 1 / (decode time), and every rate gets at
+least MIN_REQUESTS requests, so longer requests would push the default sweep past its
+five minutes without showing the effect any better.
 When the user gave neither --slo nor --model, a default SLO that this machine cannot meet
 even lightly loaded is widened: the ITL SLO to ITL_HEADROOM x the unloaded decode step at
 calibrate.BATCH running requests, the TTFT SLO to fit the smallest prompt. Every choice is
@@ -23,15 +29,15 @@ from advisor.sweep.calibrate import BATCH
 from workloads.presets import PRESETS
 
 REGIME = {  # the preset's mean prompt's prefill, in ITL SLOs
-    "long-prompt": 5.0,  # the guide's case: prefills stall decodes
-    "chat-agent": 5.0,  # long chat prompts, and a heavy front end
+    "long-prompt": 2.5,  # the guide's case: prefills stall decodes
+    "chat-agent": 2.5,  # long chat prompts, and a heavy front end
     "chat-multiturn": 2.0,  # growing context: later turns stall more
     "agent-loop": 2.0,
     "bursty-low": 2.0,  # low traffic: few prefills to stall anything
     "short-chat": 0.5,  # short prompts: prefills hide between decode steps
 }
 TTFT_SHARE = 0.25
-DECODE_PREFILL = 4.0
+DECODE_PREFILL = 2.5
 ITL_HEADROOM = 1.5
 MIN_PROMPT, MIN_OUTPUT = 32, 16
 
@@ -45,14 +51,16 @@ class Sizing:
     prompt_tokens: int
     output_tokens: int
     slo: tuple[str, ...]
+    start_rate: float  # req/s: where the rate search begins
     notes: list[str] = field(default_factory=list)
 
 
 def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
          scale: float | None = None, output_scale: float | None = None,
-         widen_slo: bool = False) -> Sizing:
-    """The lengths (unless given; a given `scale` alone scales outputs too) and the SLO
-    (widened only if `widen_slo`) for `workload`."""
+         widen_slo: bool = False, instances: int = 1, attainment: float = 0.9) -> Sizing:
+    """The lengths (unless given; a given `scale` alone scales outputs too), the SLO
+    (widened only if `widen_slo`) and the first rate for `workload`, whose collocated
+    placement has `instances` engines and must meet the SLO for `attainment` of requests."""
     spec = PRESETS[workload][1]
     mean_in, mean_out = spec.input.mean, spec.output.mean
     slos, notes = dict(slos), []
@@ -85,5 +93,9 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
         notes.append(f"outputs ~{output} tokens (output scale {output_scale:.3g}): decoding one "
                      f"lasts {output * cal.step_at(1) / cal.ttft_at(prompt):.1f}x its prefill")
     output = max(1, round(mean_out * output_scale))
+    decode_s = output * cal.step_at(1) / 1000
+    start = float(f"{-math.log(min(attainment, 0.99)) * instances / decode_s:.2g}")
+    notes.append(f"rate search from {start:g} req/s: where a collocated instance's requests "
+                 f"(decoding ~{decode_s:.2f} s) start to meet other prefills")
     slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
-    return Sizing(scale, output_scale, prompt, output, slo, notes)
+    return Sizing(scale, output_scale, prompt, output, slo, start, notes)

@@ -22,7 +22,13 @@ from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep import sizing
 from advisor.sweep.calibrate import calibrate
 from advisor.sweep.evidence import build_evidence, sweep_manifest, write_summary
-from advisor.sweep.options import DEFAULT_SLO, SweepOptions, prompts_for, seed_for
+from advisor.sweep.options import (
+    DEFAULT_SLO,
+    FALLBACK_START,
+    SweepOptions,
+    prompts_for,
+    seed_for,
+)
 from advisor.sweep.placements import Placement
 from advisor.sweep.rate_search import Outcome, SearchPlan, grid_of, next_rate
 from engine.core.config import DTYPES, load_model_config
@@ -108,21 +114,27 @@ class _Sweep:
         self.calibrates = manifest.get("format", 1) >= 2
         self.calibration = self.missed = self.prompt_tokens = None
         self.opts = opts
+        self.plan = self._plan(opts.start_rate or FALLBACK_START)
         if manifest.get("calibration"):
             self.calibration = Calibration.from_json(manifest["calibration"],
                                                      str(run_dir.path / MANIFEST))
             self._use(manifest["sizing"])
         self.pcts = parse_percentiles(opts.percentiles)
-        self.plan = SearchPlan(opts.rates[0] if opts.rates else opts.start_rate, opts.max_steps,
-                               opts.bisect_steps)
         self.grid: list[float] | None = list(opts.rates) or None
         self.done: dict[str, list[Outcome]] = {}
         self.kv_metrics: dict | None = None
 
+    def _plan(self, start: float) -> SearchPlan:
+        opts = self.opts
+        return SearchPlan(opts.rates[0] if opts.rates else start, opts.max_steps,
+                          opts.bisect_steps)
+
     def _use(self, sized: dict) -> None:
-        """Run with a sizing's lengths and SLO; note which SLO metrics its floor misses."""
+        """Run with a sizing's lengths, SLO and first rate (unless --start-rate was given);
+        note which SLO metrics its floor misses."""
         self.opts = dataclasses.replace(self.opts, scale=sized["scale"],
                                         output_scale=sized["output_scale"], slo=tuple(sized["slo"]))
+        self.plan = self._plan(self.opts.start_rate or sized.get("start_rate") or FALLBACK_START)
         self.prompt_tokens = sized["prompt_tokens"]
         floors = self.calibration.floors(self.prompt_tokens)
         self.missed = {m: v for m, v in floors.items() if v > self.opts.slos[m]}
@@ -182,7 +194,8 @@ class _Sweep:
         self.calibration = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
         scale = opts.scale if opts.scale is not None or opts.bundled else 1.0
         sized = sizing.size(opts.workload, opts.slos, self.calibration, context, scale,
-                            opts.output_scale, self.widen_slo)
+                            opts.output_scale, self.widen_slo, instances=_collocated(opts),
+                            attainment=opts.attainment)
         for note in sized.notes:
             print(f"sizing: {note}", flush=True)
         record = dataclasses.asdict(sized)
@@ -223,6 +236,13 @@ class _Sweep:
         w = opts.workload_at(1000.0, seed_for(opts.seed, 0.0) + 1, 2)
         measure(_endpoint(url, w.chat, opts.api_key), w, max_concurrency=1, label="warmup",
                 bars=self.bars)
+
+
+def _collocated(opts: SweepOptions) -> int:
+    """How many engines the collocated placement spreads requests over (1 for a URL: a
+    deployment's own replicas are unknown here)."""
+    tops = [q.topology for q in opts.validate() if q.kind == "collocated" and q.topology]
+    return tops[0].replicas if tops else 1
 
 
 def _outcome(result: RunResult, rate: float, target: float, collapsed: bool) -> Outcome:
