@@ -65,3 +65,13 @@ def test_presets_are_reproducible_and_scaled():
     assert all(380 <= n <= 435 for n in lens) and long.conversations[0].turns[0].max_tokens == 13
     prompts = [tuple(c.turns[0].new_tokens) for c in long.conversations]
     assert len(set(prompts)) == len(prompts)  # unique: no prefix-cache hits
+
+
+def test_only_the_hash_blocks_a_prompt_covers_are_expanded(monkeypatch):
+    made = []
+    real = traces.np.random.default_rng
+    monkeypatch.setattr(traces.np.random, "default_rng", lambda s=None: made.append(s) or real(s))
+    rows = [TraceRow(0.0, 600, 4, tuple(range(100_000)))]  # far more ids than 600 tokens use
+    w = traces.to_workload(rows, seed=1)
+    assert len(w.conversations[0].turns[0].new_tokens) == 600
+    assert len([s for s in made if isinstance(s, list)]) == 2  # ceil(600 / 512) blocks
