@@ -75,6 +75,10 @@ def serve(
     ),
     reasoning_parser: str = typer.Option("qwen3", help="qwen3 (<think> markup) or none"),
     tool_call_parser: str = typer.Option("hermes", help="hermes (<tool_call> markup) or none"),
+    api_key: str = typer.Option(
+        None, envvar="ADVISOR_API_KEY",
+        help="the front requires 'Authorization: Bearer KEY' on /v1/ and /inference/ "
+             "(default: $ADVISOR_API_KEY)"),
 ) -> None:
     """Run the bundled engine (collocated or disaggregated), or a render-tier server, until
     interrupted."""
@@ -92,6 +96,7 @@ def serve(
         device=device,
         port=port,
         host=host,
+        api_key=api_key or None,
     )
     with _user_errors():
         run_serve(topology, FrontendConfig(None, chat_template, reasoning_parser, tool_call_parser))

@@ -1,17 +1,57 @@
-"""Running an aiohttp application until cancelled (engine servers and the proxy)."""
+"""Running an aiohttp application until cancelled (engine servers, the proxy, the render
+server), optionally behind an API key."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
+import hmac
+import os
 import signal
 
 from aiohttp import web
 
+from engine.render.protocol import error_body
 
-async def run_app(app: web.Application, host: str, port: int, banner: str) -> None:
-    """Serve `app` on host:port until cancelled or sent SIGTERM. Handlers are cancelled when their
-    client disconnects, which is what aborts an abandoned request."""
+API_KEY_ENV = "ADVISOR_API_KEY"  # how the launcher hands a front its key (not argv: ps shows it)
+PROTECTED = ("/v1/", "/inference/")  # /health and /metrics stay open, as in vLLM
+
+
+def add_api_key_flag(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--api-key", default=None,
+                    help=f"require 'Authorization: Bearer KEY' on {' and '.join(PROTECTED)} "
+                         f"(default: ${API_KEY_ENV}, else none)")
+
+
+def api_key_of(args: argparse.Namespace) -> str | None:
+    return args.api_key or os.environ.get(API_KEY_ENV) or None
+
+
+def require_api_key(key: str):
+    """Middleware: a 401 with an OpenAI-style body unless the request carries the key."""
+    want = f"Bearer {key}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if request.path.startswith(PROTECTED):
+            got = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(got, want):
+                return web.json_response(
+                    error_body("invalid or missing API key", "authentication_error", 401),
+                    status=401)
+        return await handler(request)
+
+    return check
+
+
+async def run_app(app: web.Application, host: str, port: int, banner: str,
+                  api_key: str | None = None) -> None:
+    """Serve `app` on host:port until cancelled or sent SIGTERM (behind `api_key` if given).
+    Handlers are cancelled when their client disconnects, which is what aborts an abandoned
+    request."""
+    if api_key:
+        app.middlewares.append(require_api_key(api_key))
     # NOTE: a full collection over what torch and the model leave behind takes ~150 ms
     # (measured with `small`), an ITL spike to any request in flight; freezing the
     # startup objects makes later collections cheap, as vLLM does after init.

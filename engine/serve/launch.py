@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from engine.core.config import DTYPES
+from engine.serve.http_app import API_KEY_ENV
 
 _PR_SET_PDEATHSIG = 1
 MODES = ("collocated", "disagg", "render")
@@ -57,6 +58,8 @@ class Topology:
     extra_args: tuple[str, ...] = ()
     # --chat-template / --reasoning-parser / --tool-call-parser: alike on every engine and render
     frontend_args: tuple[str, ...] = ()
+    # NOTE: a secret: only the front checks it, handed over in its environment, never argv
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def num_instances(self) -> int:
@@ -191,12 +194,14 @@ def serve_module(
     cores: list[int] | None = None,
     health_timeout: float = 60.0,
     port: int = 0,
+    env: dict[str, str] | None = None,
 ) -> Iterator[str]:
-    """Run `python -m module --host H --port P *args` (P: `port`, else a free one), yield its
-    URL once healthy, stop it."""
+    """Run `python -m module --host H --port P *args` (P: `port`, else a free one) in `env`
+    (default: this process's), yield its URL once healthy, stop it."""
     port = port or free_port(host)
     proc = _spawn(
-        ["-m", module, "--host", host, "--port", str(port), *args], cores, dict(os.environ)
+        ["-m", module, "--host", host, "--port", str(port), *args], cores,
+        dict(os.environ) if env is None else env,
     )
     try:
         url = f"http://{host}:{port}"
@@ -204,6 +209,15 @@ def serve_module(
         yield url
     finally:
         stop([proc])
+
+
+def _internal_env() -> dict[str, str]:
+    """An instance's environment: this process's, without an API key (only the front checks)."""
+    return {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+
+
+def _front_env(t: Topology) -> dict[str, str]:
+    return {**_internal_env(), **({API_KEY_ENV: t.api_key} if t.api_key else {})}
 
 
 def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
@@ -229,6 +243,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
             t.host,
             health_timeout=health_timeout,
             port=t.port,
+            env=_front_env(t),
         ) as url:
             yield Deployment(url, {"render": [url]})
         return
@@ -243,7 +258,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     try:
         share = max(1, len(cores) // len(roles))
         for i, role in enumerate(roles):
-            env = dict(os.environ)
+            env = _internal_env()
             mine = None
             device = t.instance_device(i, env)
             if device == "cpu":
@@ -271,7 +286,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         if urls["prefill"]:
             front += ["--prefill", *urls["prefill"]]
         url = f"http://{t.host}:{port}"
-        children.append(Child(f"front {url}", url, front, None, dict(os.environ)))
+        children.append(Child(f"front {url}", url, front, None, _front_env(t)))
         wait_healthy(url, children[-1].start(), health_timeout)
         yield Deployment(url, {k: v for k, v in urls.items() if v}, children)
     finally:

@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from engine.render.protocol import RequestError, error_body, parse_json
-from engine.serve.http_app import run_app
+from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
 from engine.serve.liveness import Liveness, UpstreamDown
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
@@ -168,9 +168,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8192)
     ap.add_argument("--prefill", nargs="*", default=[], help="prefiller base URLs")
     ap.add_argument("--decode", nargs="+", required=True, help="decoder (or replica) base URLs")
+    add_api_key_flag(ap)
     a = ap.parse_args(argv)
     try:
-        asyncio.run(run_app(Proxy(a.decode, a.prefill).app, a.host, a.port, "proxy"))
+        asyncio.run(run_app(Proxy(a.decode, a.prefill).app, a.host, a.port, "proxy",
+                            api_key_of(a)))
     except KeyboardInterrupt:
         pass
 

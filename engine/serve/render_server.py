@@ -26,7 +26,7 @@ from prometheus_client import generate_latest
 from engine.render.derender import DerenderError, StreamState
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
-from engine.serve.http_app import run_app
+from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
 from engine.serve.metrics import frontend_registry
 
 
@@ -179,13 +179,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8200)
     add_frontend_args(ap)
+    add_api_key_flag(ap)
     a = ap.parse_args(argv)
     try:
         server = RenderServer(frontend_config(a), a.model)
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.render_server: {e}") from None
     try:
-        asyncio.run(run_app(server.app, a.host, a.port, "render server"))
+        asyncio.run(run_app(server.app, a.host, a.port, "render server", api_key_of(a)))
     except KeyboardInterrupt:
         pass
 

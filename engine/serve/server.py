@@ -22,7 +22,7 @@ from engine.model.runner import ModelRunner, resolve_config
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve.async_engine import AsyncEngine
-from engine.serve.http_app import run_app
+from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
 
@@ -303,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kv-pull-hosts", nargs="+", default=list(PULL_HOSTS),
                     help="decode: the hosts whose side channels it may pull KV from")
     add_frontend_args(ap)
+    add_api_key_flag(ap)
     a = ap.parse_args(argv)
     cfg = EngineConfig(
         model=a.model,
@@ -330,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.server: {e}") from None
     try:
-        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}"))
+        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}",
+                            api_key_of(a)))
     except KeyboardInterrupt:
         pass
 
