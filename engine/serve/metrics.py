@@ -89,6 +89,15 @@ class EngineMetrics:
         self.kv_transfers = counter("engine:kv_transfers", "KV transfers completed")
         self.kv_failures = counter("engine:kv_transfer_failures", "KV pulls or imports that failed")
 
+    def watch_pool(self, free_blocks, total_blocks: int) -> None:
+        """Gauges read at scrape time: the KV pool's free blocks (`free_blocks()`, whether idle
+        or not) and its size; a pool back to full after a load is one without leaks."""
+        r, lbl = self.registry, ["model_name"]
+        Gauge("engine:kv_blocks_free", "Free KV blocks, read at scrape time", lbl,
+              registry=r).labels(self.model).set_function(free_blocks)
+        Gauge("engine:kv_blocks_total", "KV blocks in the pool", lbl,
+              registry=r).labels(self.model).set(total_blocks)
+
     def on_step(self, stats) -> None:
         """Engine-thread callback with an async_engine.StepStats."""
         self.step_time.observe(stats.duration_s)

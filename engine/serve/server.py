@@ -60,6 +60,9 @@ class EngineServer:
         self.model = served_model or config.model
         self.frontend = Frontend(frontend or FrontendConfig(model_dir=config.model))
         self.metrics = EngineMetrics(self.model, self.frontend)
+        pool = self.engine.block_manager
+        # NOTE: read from the event loop while the engine thread runs: an int, read whole
+        self.metrics.watch_pool(lambda: pool.num_free_blocks, pool.num_blocks)
         self.source = None
         if self.role == "prefill":
             self.source = KVSource(self.engine.lend_kv, self._release, self.runner.cache,
