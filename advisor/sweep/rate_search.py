@@ -1,9 +1,11 @@
 """Which request rate to measure next: a pure function of what has been measured.
 
 Per topology: first the grid (the leading topology builds it by doubling the
-rate until its p99 ITL falls apart; the others replay it), then the bracket is
-extended (halving while no rate meets the SLO, doubling while every rate does),
-then the highest passing and lowest failing rates are bisected geometrically.
+rate until its p99 ITL falls apart; the others replay it from the first rate where
+the leading one missed the SLO: below that both meet it, which decides nothing, and
+low rates are the slowest to measure), then the bracket is extended (halving while
+no rate meets the SLO, doubling while every rate does), then the highest passing and
+lowest failing rates are bisected geometrically.
 Being a function of the results alone, a resumed sweep makes the same choices.
 """
 
@@ -41,6 +43,14 @@ def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
         if o.collapsed:
             break
     return grid
+
+
+def replay_grid(leading: list[Outcome], plan: SearchPlan) -> list[float]:
+    """The grid rates the other topologies measure first: from the lowest one where the
+    leading topology missed the SLO (its top rate alone if it missed at none) upwards."""
+    grid = grid_of(leading, plan)
+    missed = [o.rate for o in leading if not o.meets and o.rate in grid]
+    return [r for r in grid if r >= min(missed, default=max(grid, default=0.0))]
 
 
 def next_rate(

@@ -30,7 +30,7 @@ from advisor.sweep.options import (
     seed_for,
 )
 from advisor.sweep.placements import Placement
-from advisor.sweep.rate_search import Outcome, SearchPlan, grid_of, next_rate
+from advisor.sweep.rate_search import Outcome, SearchPlan, grid_of, next_rate, replay_grid
 from engine.core.config import DTYPES, load_model_config
 from engine.model.dtype import DtypeChoice
 from engine.model.dtype import resolve as resolve_dtype
@@ -120,7 +120,8 @@ class _Sweep:
                                                      str(run_dir.path / MANIFEST))
             self._use(manifest["sizing"])
         self.pcts = parse_percentiles(opts.percentiles)
-        self.grid: list[float] | None = list(opts.rates) or None
+        self.grid: list[float] | None = list(opts.rates) or None  # the leading one's rates
+        self.replay: list[float] | None = self.grid  # what the others measure first
         self.done: dict[str, list[Outcome]] = {}
         self.kv_metrics: dict | None = None
 
@@ -156,7 +157,7 @@ class _Sweep:
             if self.missed:
                 return
             slos = self.opts.slos
-            while (rate := next_rate(outcomes, self.plan, self.grid,
+            while (rate := next_rate(outcomes, self.plan, self.replay,
                                      fixed=bool(self.opts.rates))) is not None:
                 if not self.run_dir.has_run(p.name, rate):
                     if url is None:
@@ -173,6 +174,7 @@ class _Sweep:
                 self.kv_metrics = {"text": text, "placement": p.name} if text else self.kv_metrics
         if self.grid is None:
             self.grid = grid_of(outcomes, self.plan)
+            self.replay = replay_grid(outcomes, self.plan)
 
     def _deploy(self, p: Placement, stack) -> tuple[str, list[str], str]:
         """(front URL, every instance's /metrics, one instance's URL) of `p`, started."""

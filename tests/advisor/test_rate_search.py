@@ -1,6 +1,12 @@
 """The rate search, driven by fabricated outcomes."""
 
-from advisor.sweep.rate_search import Outcome, SearchPlan, max_goodput_rate, next_rate
+from advisor.sweep.rate_search import (
+    Outcome,
+    SearchPlan,
+    max_goodput_rate,
+    next_rate,
+    replay_grid,
+)
 
 PLAN = SearchPlan(start=0.5, max_steps=4, bisect_steps=1)
 
@@ -49,3 +55,13 @@ def test_replaying_a_prefix_gives_the_same_next_rate():
     done = drive(capacity=1.5, collapse_at=2.0)
     for k in range(len(done)):
         assert next_rate(done[:k], PLAN, None) == done[k].rate
+
+
+def test_followers_replay_the_grid_from_where_the_leader_first_missed():
+    leader = drive(capacity=0.8, collapse_at=2.0)  # met 0.5; missed 1.0 and 2.0
+    assert replay_grid(leader, PLAN) == [1.0, 2.0]
+    follower = drive(capacity=3.0, grid=replay_grid(leader, PLAN))
+    assert [o.rate for o in follower][:2] == [1.0, 2.0] and 0.5 not in {o.rate for o in follower}
+    never_missed = drive(capacity=9.0, collapse_at=9.0)
+    assert replay_grid(never_missed, PLAN) == [4.0]  # the top of its grid alone
+    assert [o.rate for o in drive(capacity=0.3, grid=[1.0])][:2] == [1.0, 0.5]  # still halves
