@@ -52,6 +52,12 @@ class Liveness:
                 return url
         return None
 
+    def refused(self, base_url: str) -> None:
+        """A connection to `base_url` was refused: nothing listens there (a dead process, not
+        a stalled one), so it is down now, until its next good /health."""
+        self._misses[base_url] = MISSES
+        self.down.add(base_url)
+
     @contextlib.asynccontextmanager
     async def guard(self, base_url: str) -> AsyncIterator[None]:
         """Inside, the current task is cancelled if `base_url` goes down; that cancellation

@@ -3,7 +3,9 @@
 disagg: prefill leg (non-streaming, max_tokens=1, do_remote_decode) to the next
 prefiller, then the original request plus the returned kv_transfer_params to the
 next decoder, streamed back as it comes. collocated: each request goes whole to
-the next replica. Upstream failures become OpenAI-style errors, never a hang.
+the next replica. Upstream failures become OpenAI-style errors, never a hang. A tier
+that is down is served around: with no live prefiller the decoder prefills itself,
+with no live decoder a prefiller decodes too (the FALLBACK header says so).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from engine.serve.liveness import Liveness, UpstreamDown
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
                      "remote_port": None}
+# NOTE: set on a response served around a down tier (decoder-prefills, prefiller-decodes)
+FALLBACK = "X-Advisor-Fallback"
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 
 
@@ -101,42 +105,71 @@ class Proxy:
         except RequestError as e:
             return web.json_response(e.body(), status=e.status, headers=headers)
         if self._prefill is not None:
-            leg = {k: v for k, v in body.items() if k != "stream_options"}
-            leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS))
-            if "max_completion_tokens" in leg:
-                leg["max_completion_tokens"] = 1
-            if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
-                leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
-            base = self.liveness.pick(self._prefill, len(self.prefill_urls))
+            prefilled = await self._prefill_leg(path, body, headers)
+            if isinstance(prefilled, web.Response):
+                return prefilled
+            body = prefilled
+        for _ in range(2):  # a second try when the first instance picked refuses to connect
+            base, leg, leg_headers = self._decoder(body, headers)
             if base is None:
-                return _err("no prefill instance is up", 503)
+                return _err("no instance is up to decode", 503)
             try:
-                async with self.liveness.guard(base), self.session.post(
-                        base + path, json=leg, headers=headers) as r:
-                    data = await r.read()
-                    if r.status != 200:
-                        return web.Response(body=data, status=r.status, headers=headers,
-                                            content_type="application/json")
-                    returned = json.loads(data).get("kv_transfer_params")
-                    body = {**body, "kv_transfer_params": returned}
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UpstreamDown) as e:
-                return _err(f"prefill instance failed: {e}", 502)
+                async with self.liveness.guard(base):
+                    return await self._forward(request, base + path, leg, leg_headers)
+            except aiohttp.ClientConnectorError:
+                self.liveness.refused(base)
+            except UpstreamDown as e:
+                resp = request.get("streaming")
+                if resp is None:
+                    return _err(f"decode instance failed: {e}", 502)
+                await _stream_error(resp, f"decode instance failed mid-stream: {e}")
+                return resp
+        return _err("no instance that is up accepted the request", 502)
+
+    def _decoder(self, body: dict, headers: dict) -> tuple[str | None, dict, dict]:
+        """(the next live decoder, body, headers), or with every decoder down a live
+        prefiller told to decode too (degraded, still up)."""
         base = self.liveness.pick(self._decode, len(self.decode_urls))
+        if base is not None or self._prefill is None:
+            return base, body, headers
+        base = self.liveness.pick(self._prefill, len(self.prefill_urls))
+        return base, {**body, "kv_transfer_params": {"do_remote_decode": False}}, \
+            {**headers, FALLBACK: "prefiller-decodes"}
+
+    async def _prefill_leg(self, path: str, body: dict, headers: dict) -> dict | web.Response:
+        """`body` with the kv_transfer_params of its prefill on the next live prefiller, or
+        the prefiller's own non-200 answer. With no prefiller up, or the one picked dying on
+        it, `body` without them: the decoder then prefills itself (slower, never refused)."""
+        base = self.liveness.pick(self._prefill, len(self.prefill_urls))
         if base is None:
-            return _err("no decode instance is up", 503)
+            headers[FALLBACK] = "decoder-prefills"
+            return body
+        leg = {k: v for k, v in body.items() if k != "stream_options"}
+        leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS))
+        if "max_completion_tokens" in leg:
+            leg["max_completion_tokens"] = 1
+        if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
+            leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
         try:
-            async with self.liveness.guard(base):
-                return await self._forward(request, base + path, body, headers)
-        except UpstreamDown as e:
-            resp = request.get("streaming")
-            if resp is None:
-                return _err(f"decode instance failed: {e}", 502)
-            await _stream_error(resp, f"decode instance failed mid-stream: {e}")
-            return resp
+            async with self.liveness.guard(base), self.session.post(
+                    base + path, json=leg, headers=headers) as r:
+                data = await r.read()
+                if r.status != 200:
+                    return web.Response(body=data, status=r.status, headers=headers,
+                                        content_type="application/json")
+                returned = json.loads(data).get("kv_transfer_params")
+                return {**body, "kv_transfer_params": returned}
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UpstreamDown) as e:
+            if isinstance(e, aiohttp.ClientConnectorError):
+                self.liveness.refused(base)
+            headers[FALLBACK] = "decoder-prefills"
+            return body
 
     async def _forward(self, request, url: str, body: dict, headers: dict) -> web.StreamResponse:
         try:
             upstream = await self.session.post(url, json=body, headers=headers)
+        except aiohttp.ClientConnectorError:
+            raise  # nothing listens there: the caller tries another instance
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return _err(f"decode instance unreachable: {e}", 502)
         async with upstream:

@@ -171,9 +171,11 @@ class EngineServer:
             req.params,
             rid,
             kv=pulled.payload if pulled else None,
-            # NOTE: only a prefiller holds KV for a decoder; elsewhere the flag
-            # would only pin the request's blocks until its lease ran out
-            remote_decode=True if kv.get("do_remote_decode") and self.role == "prefill" else None,
+            # NOTE: only a prefiller holds KV for a decoder (unless told do_remote_decode
+            # false: the proxy's fallback when no decoder is up); elsewhere the flag would
+            # only pin the request's blocks until its lease ran out
+            remote_decode=kv.get("do_remote_decode") is not False if self.role == "prefill"
+            else None,
         )
         ctx = RequestContext(
             self.responder, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import aiohttp
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from engine.core.kv_payload import KVLayout
 from engine.kv import connector, connectors, frame
 from engine.serve.launch import Topology, launch
+from engine.serve.proxy import FALLBACK
 from tests.cli import advisor
 from tests.serving.helpers import post, running_server
 
@@ -50,11 +53,23 @@ def _signal_mid_stream(url: str, body: dict, proc, sig: int, timeout: float = 60
     return asyncio.run(asyncio.wait_for(consume(), timeout=timeout))
 
 
+def _post_fallback(url: str, body: dict) -> tuple[int, dict, str | None]:
+    """(status, body, the proxy's fallback header) of a POST."""
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read()), r.headers.get(FALLBACK)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), e.headers.get(FALLBACK)
+
+
 def _until_served(url: str, body: dict, within_s: float = 15) -> None:
-    """Wait until the front serves `body` again (an instance is back in its rotation)."""
+    """Wait until the front serves `body` the normal way again (200, no tier served around:
+    every instance back in its rotation)."""
     deadline = time.monotonic() + within_s
-    while post(url, body)[0] != 200:
-        assert time.monotonic() < deadline, "not served again"
+    while _post_fallback(url, body)[::2] != (200, None):
+        assert time.monotonic() < deadline, "not served the normal way again"
         time.sleep(0.2)
 
 
@@ -231,26 +246,34 @@ def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
 def test_a_stopped_prefiller_or_decoder_costs_seconds_not_minutes():
     """SIGSTOP keeps the sockets open and answers nothing: the front asks the instances'
     /health while it waits and gives up on a stopped one within ~5 s (the read timeout
-    would have been 120 s); after SIGCONT everything serves again."""
-    body = {"prompt": [5, 6, 7], "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    would have been 120 s), then serves around it: the decoder prefills itself, or the
+    prefiller decodes too. A stream in flight on a stopped decoder ends with an error event.
+    After SIGCONT everything serves as before."""
+    body = {"prompt": [5, 6, 7], "max_tokens": 40, "temperature": 0, "ignore_eos": True}
     with launch(Topology(mode="disagg", connector="shm", dtype="float32")) as d:
         prefill, decoder = d.processes[0], d.processes[1]
+        normal = post(d.url, body)[1]["choices"][0]["token_ids"]
         prefill.send_signal(signal.SIGSTOP)
         t = time.monotonic()
         try:
-            status, err = post(d.url, body)
+            status, out, fallback = _post_fallback(d.url, body)
         finally:
             prefill.send_signal(signal.SIGCONT)
-        assert status == 502 and "stopped answering" in err["error"]["message"]
+        assert status == 200 and fallback == "decoder-prefills"
+        assert out["choices"][0]["token_ids"] == normal
         assert time.monotonic() - t < 10
         _until_served(d.url, {**body, "max_tokens": 3})  # back in the rotation
 
+        long = {**body, "max_tokens": 400}
         try:
-            got, line, waited = _signal_mid_stream(d.url, body, decoder, signal.SIGSTOP)
+            got, line, waited = _signal_mid_stream(d.url, long, decoder, signal.SIGSTOP)
+            status, out, fallback = _post_fallback(d.url, body)  # the decoder is still stopped
         finally:
             decoder.send_signal(signal.SIGCONT)
         assert b"stopped answering" in line and waited < 10 and got < 400
-        _until_served(d.url, {**body, "max_tokens": 3})
+        assert status == 200 and fallback == "prefiller-decodes"
+        assert out["choices"][0]["token_ids"] == normal
+        _until_served(d.url, {**body, "max_tokens": 3})  # back in the rotation
 
 
 def test_a_herd_of_streams_nobody_reads_never_starves_a_normal_request():
@@ -337,8 +360,10 @@ def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
             decoder = d.processes[1]
             decoder.send_signal(signal.SIGKILL)
             t = time.monotonic()
-            status, _ = post(d.url, body)  # while it is down: an answer at once, never a hang
-            assert status in (200, 502, 503) and time.monotonic() - t < 10
+            # while it is down: refused at once, so a prefiller decodes this one too
+            status, _, fallback = _post_fallback(d.url, body)
+            assert status == 200 and fallback == "prefiller-decodes"
+            assert time.monotonic() - t < 10
             _until_served(d.url, body, within_s=60)
             assert d.processes[1].pid != decoder.pid
             assert any("exited with code -9" in m and "restarting" in m for m in logs)
