@@ -1,0 +1,301 @@
+"""Soak: mixed load on a supervised disaggregated deployment, with faults on a schedule.
+
+Starts `advisor serve --mode disagg` (1 prefiller, 1 decoder, the proxy; `tiny` in
+float32 by default), sends Poisson traffic of well-formed requests (completions and chat,
+streaming and not) through the front, and meanwhile, at fixed fractions of the run:
+- every 5 s, a batch of hostile bodies (100k '[', deep nesting, a 2^64 seed, bytes);
+- at 25%, a herd of streams that never read, held 20 s;
+- at 45%, the prefiller stopped (SIGSTOP) for 12 s, then resumed;
+- at 70%, the decoder killed (SIGKILL): `advisor serve` restarts it.
+Then it waits for the KV pools to be full again, stops the deployment and prints:
+requests sent / answered / 5xx (those in flight on the killed decoder counted apart), the
+longest any request took while an upstream was stopped or dead, leaked KV blocks, RSS and
+file descriptors per process (from the end of warm-up to the end), and what is left
+behind (processes, /dev/shm segments).
+
+Goals (issue: hardening): 0 5xx to well-formed requests but the killed ones; no request
+over 10 s on a stopped or dead upstream; 0 leaked blocks, processes, segments; RSS growth
+under 10% after warm-up.
+
+Usage: python benchmarks/soak.py [--seconds 600] [--ci (60 s)] [--rate 3] [--model tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from engine.serve.launch import free_port
+
+HOSTILE = [b"[" * 100_000, b"{" * 5_000, b"\xff\xfe", b"",
+           json.dumps({"prompt": [5, 6], "max_tokens": 2, "seed": 2**64}).encode(),
+           json.dumps({"prompt": "x", "max_tokens": -1}).encode(),
+           json.dumps({"messages": [{"role": "nobody"}]}).encode()]
+HERD, HERD_S, STOP_S = 60, 20.0, 12.0
+
+
+@dataclass
+class Sent:
+    start: float
+    end: float = 0.0
+    status: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Soak:
+    url: str
+    rate: float
+    sent: list[Sent] = field(default_factory=list)
+    hostile: list[int] = field(default_factory=list)  # statuses
+    events: dict[str, tuple[float, float]] = field(default_factory=dict)  # fault: (from, to)
+
+
+def proc_children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def role_of(pid: int) -> tuple[str, str | None]:
+    """(prefill | decode | front, its URL) from a child's command line."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    args = [a.decode() for a in args]
+    port = args[args.index("--port") + 1] if "--port" in args else None
+    role = "front" if "engine.serve.proxy" in args else args[args.index("--role") + 1]
+    return role, f"http://127.0.0.1:{port}" if port else None
+
+
+def sample(pid: int) -> tuple[float, int]:
+    """(RSS in MB, open file descriptors) of a live process."""
+    rss = re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)
+    return int(rss) / 1024, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def one_request(s: Soak, session: aiohttp.ClientSession, rng: random.Random) -> None:
+    chat, stream = rng.random() < 0.5, rng.random() < 0.6
+    body: dict = {"max_tokens": rng.randint(16, 64), "temperature": 0, "ignore_eos": True,
+                  "stream": stream}
+    if chat:
+        body["messages"] = [{"role": "user", "content": "word " * rng.randint(10, 100)}]
+    else:
+        body["prompt"] = [rng.randrange(3, 500) for _ in range(rng.randint(20, 200))]
+    rec = Sent(time.monotonic())
+    s.sent.append(rec)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    try:
+        async with session.post(s.url + path, json=body) as r:
+            rec.status = r.status
+            text = (await r.read()).decode(errors="replace")
+            if stream and r.status == 200 and ('"error"' in text or "[DONE]" not in text):
+                rec.error = "stream ended with an error event"
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        rec.error = repr(e)
+    rec.end = time.monotonic()
+
+
+async def load(s: Soak, until: float) -> None:
+    rng = random.Random(0)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        tasks = []
+        while time.monotonic() < until:
+            tasks.append(asyncio.create_task(one_request(s, session, rng)))
+            await asyncio.sleep(rng.expovariate(s.rate))
+        await asyncio.gather(*tasks)
+
+
+async def hostile(s: Soak, until: float) -> None:
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < until:
+            for body in HOSTILE:
+                async with session.post(s.url + "/v1/completions", data=body) as r:
+                    s.hostile.append(r.status)
+            await asyncio.sleep(5)
+
+
+async def herd(s: Soak) -> None:
+    host, port = s.url.removeprefix("http://").split(":")
+    body = json.dumps({"prompt": [5, 6, 7], "max_tokens": 200, "stream": True,
+                       "ignore_eos": True}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
+            f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    writers = []
+    t0 = time.monotonic()
+    for _ in range(HERD):
+        _, w = await asyncio.open_connection(host, int(port))
+        w.write(head + body)
+        writers.append(w)
+    await asyncio.sleep(HERD_S)  # nobody reads
+    for w in writers:
+        w.close()
+    s.events["reader herd"] = (t0, time.monotonic())
+
+
+async def stop_for(s: Soak, pid: int, seconds: float) -> None:
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    await asyncio.sleep(seconds)
+    os.kill(pid, signal.SIGCONT)
+    s.events["prefiller stopped"] = (t0, time.monotonic())
+
+
+async def at(t: float, coro) -> None:
+    await asyncio.sleep(max(0.0, t - time.monotonic()))
+    await coro
+
+
+async def pools_full(urls: list[str], within_s: float = 45.0) -> dict[str, float]:
+    """Blocks still in use per instance once idle (0 each when nothing leaked); waits out
+    KV leases (30 s) for prefills whose decode leg never came."""
+    deadline = time.monotonic() + within_s
+    async with aiohttp.ClientSession() as session:
+        while True:
+            used = {}
+            for u in urls:
+                async with session.get(u + "/metrics") as r:
+                    text = await r.text()
+                free = float(re.search(r"^engine:kv_blocks_free\{.*\} (\S+)", text, re.M)[1])
+                total = float(re.search(r"^engine:kv_blocks_total\{.*\} (\S+)", text, re.M)[1])
+                used[u] = total - free
+            if not any(used.values()) or time.monotonic() > deadline:
+                return used
+            await asyncio.sleep(1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--ci", action="store_true", help="a 60 s run")
+    ap.add_argument("--rate", type=float, default=3.0, help="well-formed requests per second")
+    ap.add_argument("--model", default="tiny")
+    a = ap.parse_args()
+    seconds = 60.0 if a.ci else a.seconds
+    shm_before = set(os.listdir("/dev/shm"))
+    port = free_port()
+    log = tempfile.TemporaryFile()  # NOTE: never a pipe nobody reads
+    serve = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--mode", "disagg",
+                              "--model", a.model, "--dtype", "float32", "--port", str(port)],
+                             stdout=log, stderr=log)
+    serve.log = log
+    try:
+        report = asyncio.run(soak(serve, f"http://127.0.0.1:{port}", a.rate, seconds))
+    finally:
+        serve.send_signal(signal.SIGINT)
+        try:
+            serve.wait(30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+    left = [pid for pid in report.pop("_pids") if Path(f"/proc/{pid}").exists()]
+    report["processes left after stop"] = len(left)
+    report["/dev/shm segments left"] = len(set(os.listdir("/dev/shm")) - shm_before)
+    width = max(map(len, report))
+    for k, v in report.items():
+        print(f"{k:<{width}}  {v}")
+
+
+async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -> dict:
+    await wait_up(url, serve)
+    kids = {role_of(pid)[0]: pid for pid in proc_children(serve.pid)}
+    urls = {role: role_of(pid)[1] for role, pid in kids.items()}
+    s = Soak(url, rate)
+    t0 = time.monotonic()
+    warm = t0 + min(10.0, 0.1 * seconds)
+    until = t0 + seconds
+    kill_at = t0 + 0.7 * seconds
+    loader = asyncio.create_task(load(s, until))
+    await at(warm, asyncio.sleep(0))
+    base = {role: sample(pid) for role, pid in kids.items()}
+    faults = asyncio.gather(
+        hostile(s, until),
+        at(t0 + 0.25 * seconds, herd(s)),
+        at(t0 + 0.45 * seconds, stop_for(s, kids["prefill"], STOP_S)),
+        at(kill_at, kill_and_rebase(serve, kids["decode"], urls["decode"], base)))
+    await faults
+    s.events["decoder killed"] = (kill_at, kill_at)
+    await loader
+    pids = [*kids.values()]
+    kids_now = {role_of(pid)[0]: pid for pid in proc_children(serve.pid)}
+    pids += [kids_now["decode"]]
+    end = {role: sample(pid) for role, pid in kids_now.items()}
+    used = await pools_full([urls["prefill"], urls["decode"]])
+    return summary(s, base, end, used, kill_at, pids)
+
+
+async def kill_and_rebase(serve: subprocess.Popen, pid: int, url: str, base: dict) -> None:
+    """SIGKILL the decoder; once `advisor serve` has it back and it has served a while,
+    its new process's sample becomes its warm-up baseline."""
+    os.kill(pid, signal.SIGKILL)
+    async with aiohttp.ClientSession() as session:
+        while True:
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url + "/health") as r:
+                    if r.status == 200:
+                        break
+    await asyncio.sleep(5)
+    new = {role_of(p)[0]: p for p in proc_children(serve.pid)}["decode"]
+    base["decode"] = sample(new)
+
+
+async def wait_up(url: str, serve: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if serve.poll() is not None:
+                serve.log.seek(0)
+                raise SystemExit(f"advisor serve exited: {serve.log.read()[-2000:]!r}")
+            try:
+                async with session.get(url + "/health") as r:
+                    if r.status == 200 and len(proc_children(serve.pid)) == 3:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.5)
+    raise SystemExit("the deployment never came up")
+
+
+def summary(s: Soak, base: dict, end: dict, used: dict, kill_at: float, pids: list) -> dict:
+    killed = [r for r in s.sent if r.start <= kill_at <= r.end]
+    rest = [r for r in s.sent if r not in killed]
+    bad = [r for r in rest if r.status >= 500 or r.error]
+    windows = [w for k, w in s.events.items() if k != "reader herd"]
+    during = [r.end - r.start for r in s.sent
+              if any(r.start <= b and r.end >= a for a, b in windows)]
+    out = {
+        "requests sent (well-formed)": len(s.sent),
+        "answered 200": sum(r.status == 200 and not r.error for r in s.sent),
+        "5xx or failed, not in flight on the killed decoder": len(bad),
+        "in flight on the killed decoder (failed / all)":
+            f"{sum(r.status >= 500 or bool(r.error) for r in killed)} / {len(killed)}",
+        "hostile bodies sent / answered 5xx":
+            f"{len(s.hostile)} / {sum(st >= 500 for st in s.hostile)}",
+        "longest request during a stop or kill (s)": f"{max(during, default=0):.2f}",
+        "KV blocks leaked (prefill, decode)": " / ".join(f"{v:g}" for v in used.values()),
+    }
+    for role in base:
+        (rss0, fd0), (rss1, fd1) = base[role], end[role]
+        note = " (the restarted one, from 5 s after it was back)" if role == "decode" else ""
+        out[f"{role}: RSS MB warm-up -> end{note}"] = \
+            f"{rss0:.0f} -> {rss1:.0f} ({(rss1 / rss0 - 1) * 100:+.1f}%), fds {fd0} -> {fd1}"
+    for r in bad[:5]:
+        print(f"failed: status {r.status} {r.error}", file=sys.stderr)
+    out["_pids"] = pids
+    return out
+
+
+if __name__ == "__main__":
+    main()
