@@ -2,18 +2,21 @@
 
 Starts `advisor serve --mode disagg` (1 prefiller, 1 decoder, the proxy; `tiny` in
 float32 by default), sends Poisson traffic of well-formed requests (completions and chat,
-streaming and not) through the front, and meanwhile, at fixed fractions of the run:
+streaming and not) through the front, and meanwhile, in cycles of CYCLE_S:
 - every 5 s, a batch of hostile bodies (100k '[', deep nesting, a 2^64 seed, bytes);
-- at 25%, a herd of streams that never read, held 20 s;
-- at 45%, the prefiller stopped (SIGSTOP) for 12 s, then resumed;
-- at 70%, the decoder killed (SIGKILL): `advisor serve` restarts it.
-Then it waits for the KV pools to be full again, stops the deployment and prints:
-requests sent / answered / 5xx (those in flight on the killed decoder counted apart), the
-longest any request took while an upstream was stopped or dead, leaked KV blocks, RSS and
-file descriptors per process (from the end of warm-up to the end), and what is left
-behind (processes, /dev/shm segments).
+- at 10% of a cycle, a herd of streams that never read, held 15 s;
+- at 35%, the prefiller stopped (SIGSTOP) for 8 s (the decoder prefills meanwhile);
+- at 60%, the decoder stopped for 8 s (the prefiller decodes meanwhile);
+- once, at 85% of the last cycle, the decoder killed (SIGKILL): `advisor serve` restarts it.
+With several cycles the first is the warm-up. Then it waits for the KV pools to be full
+again, stops the deployment and prints: requests sent / answered / 5xx (those in flight
+on the decoder when it was stopped or killed counted apart: they end with an error event
+at once or within ~5 s), the longest any request took while an upstream was stopped or
+dead, leaked KV blocks, RSS and file descriptors per process (after warm-up to the end),
+and what is left behind (processes, /dev/shm segments).
 
-Goals (issue: hardening): 0 5xx to well-formed requests but the killed ones; no request
+Goals (issue: hardening): 0 5xx to well-formed requests but those in flight on a decoder
+as it was stopped or killed; no request
 over 10 s on a stopped or dead upstream; 0 leaked blocks, processes, segments; RSS growth
 under 10% after warm-up.
 
@@ -45,7 +48,9 @@ HOSTILE = [b"[" * 100_000, b"{" * 5_000, b"\xff\xfe", b"",
            json.dumps({"prompt": [5, 6], "max_tokens": 2, "seed": 2**64}).encode(),
            json.dumps({"prompt": "x", "max_tokens": -1}).encode(),
            json.dumps({"messages": [{"role": "nobody"}]}).encode()]
-HERD, HERD_S, STOP_S = 60, 20.0, 12.0
+HERD, HERD_S, STOP_S = 60, 15.0, 8.0
+CYCLE_S = 120.0  # the faults repeat each cycle (one cycle when the run is shorter)
+HERD_AT, STOP_P_AT, STOP_D_AT, KILL_AT = 0.1, 0.35, 0.6, 0.85  # fractions of a cycle
 
 
 @dataclass
@@ -62,7 +67,7 @@ class Soak:
     rate: float
     sent: list[Sent] = field(default_factory=list)
     hostile: list[int] = field(default_factory=list)  # statuses
-    events: dict[str, tuple[float, float]] = field(default_factory=dict)  # fault: (from, to)
+    events: list[tuple[str, float, float]] = field(default_factory=list)  # (fault, from, to)
 
 
 def proc_children(pid: int) -> list[int]:
@@ -141,15 +146,15 @@ async def herd(s: Soak) -> None:
     await asyncio.sleep(HERD_S)  # nobody reads
     for w in writers:
         w.close()
-    s.events["reader herd"] = (t0, time.monotonic())
+    s.events.append(("reader herd", t0, time.monotonic()))
 
 
-async def stop_for(s: Soak, pid: int, seconds: float) -> None:
+async def stop_for(s: Soak, what: str, pid: int, seconds: float) -> None:
     os.kill(pid, signal.SIGSTOP)
     t0 = time.monotonic()
     await asyncio.sleep(seconds)
     os.kill(pid, signal.SIGCONT)
-    s.events["prefiller stopped"] = (t0, time.monotonic())
+    s.events.append((f"{what} stopped", t0, time.monotonic()))
 
 
 async def at(t: float, coro) -> None:
@@ -213,32 +218,38 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -
     urls = {role: role_of(pid)[1] for role, pid in kids.items()}
     s = Soak(url, rate)
     t0 = time.monotonic()
-    warm = t0 + min(10.0, 0.1 * seconds)
     until = t0 + seconds
-    kill_at = t0 + 0.7 * seconds
-    loader = asyncio.create_task(load(s, until))
-    await at(warm, asyncio.sleep(0))
-    base = {role: sample(pid) for role, pid in kids.items()}
-    faults = asyncio.gather(
-        hostile(s, until),
-        at(t0 + 0.25 * seconds, herd(s)),
-        at(t0 + 0.45 * seconds, stop_for(s, kids["prefill"], STOP_S)),
-        at(kill_at, kill_and_rebase(serve, kids["decode"], urls["decode"], base)))
-    await faults
-    s.events["decoder killed"] = (kill_at, kill_at)
-    await loader
-    pids = [*kids.values()]
+    cycles = max(1, int(seconds // CYCLE_S))
+    cycle = seconds / cycles
+    kill_at = t0 + (cycles - 1 + KILL_AT) * cycle
+    # NOTE: with several cycles the first is the warm-up (every path used once: the decoder
+    # prefilling, the prefiller decoding, a herd), so RSS growth after it is growth per cycle
+    warm = t0 + (cycle if cycles > 1 else min(10.0, 0.1 * seconds))
+    base: dict = {}
+
+    async def baseline():
+        base.update({role: sample(pid) for role, pid in kids.items()})
+
+    faults = [load(s, until), hostile(s, until), at(warm, baseline()),
+              at(kill_at, kill_and_rebase(s, serve, kids["decode"], urls["decode"], base))]
+    for c in range(cycles):
+        start = t0 + c * cycle
+        faults += [at(start + HERD_AT * cycle, herd(s)),
+                   at(start + STOP_P_AT * cycle, stop_for(s, "prefiller", kids["prefill"], STOP_S)),
+                   at(start + STOP_D_AT * cycle, stop_for(s, "decoder", kids["decode"], STOP_S))]
+    await asyncio.gather(*faults)
     kids_now = {role_of(pid)[0]: pid for pid in proc_children(serve.pid)}
-    pids += [kids_now["decode"]]
     end = {role: sample(pid) for role, pid in kids_now.items()}
     used = await pools_full([urls["prefill"], urls["decode"]])
-    return summary(s, base, end, used, kill_at, pids)
+    return summary(s, base, end, used, [*kids.values(), kids_now["decode"]])
 
 
-async def kill_and_rebase(serve: subprocess.Popen, pid: int, url: str, base: dict) -> None:
+async def kill_and_rebase(s: Soak, serve: subprocess.Popen, pid: int, url: str,
+                          base: dict) -> None:
     """SIGKILL the decoder; once `advisor serve` has it back and it has served a while,
     its new process's sample becomes its warm-up baseline."""
     os.kill(pid, signal.SIGKILL)
+    s.events.append(("decoder killed", time.monotonic(), time.monotonic()))
     async with aiohttp.ClientSession() as session:
         while True:
             await asyncio.sleep(0.5)
@@ -268,18 +279,19 @@ async def wait_up(url: str, serve: subprocess.Popen, timeout: float = 180) -> No
     raise SystemExit("the deployment never came up")
 
 
-def summary(s: Soak, base: dict, end: dict, used: dict, kill_at: float, pids: list) -> dict:
-    killed = [r for r in s.sent if r.start <= kill_at <= r.end]
+def summary(s: Soak, base: dict, end: dict, used: dict, pids: list) -> dict:
+    hits = [a for k, a, _ in s.events if k.startswith("decoder")]
+    killed = [r for r in s.sent if any(r.start <= t <= r.end for t in hits)]
     rest = [r for r in s.sent if r not in killed]
     bad = [r for r in rest if r.status >= 500 or r.error]
-    windows = [w for k, w in s.events.items() if k != "reader herd"]
+    windows = [(a, b) for k, a, b in s.events if k != "reader herd"]
     during = [r.end - r.start for r in s.sent
               if any(r.start <= b and r.end >= a for a, b in windows)]
     out = {
         "requests sent (well-formed)": len(s.sent),
         "answered 200": sum(r.status == 200 and not r.error for r in s.sent),
-        "5xx or failed, not in flight on the killed decoder": len(bad),
-        "in flight on the killed decoder (failed / all)":
+        "5xx or failed, the rest": len(bad),
+        "in flight on the decoder as it was stopped or killed (failed / all)":
             f"{sum(r.status >= 500 or bool(r.error) for r in killed)} / {len(killed)}",
         "hostile bodies sent / answered 5xx":
             f"{len(s.hostile)} / {sum(st >= 500 for st in s.hostile)}",

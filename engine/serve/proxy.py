@@ -109,7 +109,9 @@ class Proxy:
             if isinstance(prefilled, web.Response):
                 return prefilled
             body = prefilled
-        for _ in range(2):  # a second try when the first instance picked refuses to connect
+        # NOTE: a second try when the instance picked refused the connection or went down
+        # before anything reached the client (it is out of the rotation by then)
+        for _ in range(2):
             base, leg, leg_headers = self._decoder(body, headers)
             if base is None:
                 return _err("no instance is up to decode", 503)
@@ -120,10 +122,9 @@ class Proxy:
                 self.liveness.refused(base)
             except UpstreamDown as e:
                 resp = request.get("streaming")
-                if resp is None:
-                    return _err(f"decode instance failed: {e}", 502)
-                await _stream_error(resp, f"decode instance failed mid-stream: {e}")
-                return resp
+                if resp is not None:
+                    await _stream_error(resp, f"decode instance failed mid-stream: {e}")
+                    return resp
         return _err("no instance that is up accepted the request", 502)
 
     def _decoder(self, body: dict, headers: dict) -> tuple[str | None, dict, dict]:
