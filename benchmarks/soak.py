@@ -7,7 +7,7 @@ streaming and not) through the front, and meanwhile, in cycles of CYCLE_S:
 - at 10% of a cycle, a herd of streams that never read, held 15 s;
 - at 35%, the prefiller stopped (SIGSTOP) for 8 s (the decoder prefills meanwhile);
 - at 60%, the decoder stopped for 8 s (the prefiller decodes meanwhile);
-- once, at 85% of the last cycle, the decoder killed (SIGKILL): `advisor serve` restarts it.
+- once, at 85% of the first cycle, the decoder killed (SIGKILL): `advisor serve` restarts it.
 With several cycles the first is the warm-up. Then it waits for the KV pools to be full
 again, stops the deployment and prints: requests sent / answered / 5xx (those in flight
 on the decoder when it was stopped or killed counted apart: they end with an error event
@@ -149,12 +149,14 @@ async def herd(s: Soak) -> None:
     s.events.append(("reader herd", t0, time.monotonic()))
 
 
-async def stop_for(s: Soak, what: str, pid: int, seconds: float) -> None:
+async def stop_for(s: Soak, serve: subprocess.Popen, role: str, seconds: float) -> None:
+    """SIGSTOP the instance that has `role` now (a restarted decoder has a new pid)."""
+    pid = {role_of(p)[0]: p for p in proc_children(serve.pid)}[role]
     os.kill(pid, signal.SIGSTOP)
     t0 = time.monotonic()
     await asyncio.sleep(seconds)
     os.kill(pid, signal.SIGCONT)
-    s.events.append((f"{what} stopped", t0, time.monotonic()))
+    s.events.append((f"{role} stopped", t0, time.monotonic()))
 
 
 async def at(t: float, coro) -> None:
@@ -221,22 +223,23 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -
     until = t0 + seconds
     cycles = max(1, int(seconds // CYCLE_S))
     cycle = seconds / cycles
-    kill_at = t0 + (cycles - 1 + KILL_AT) * cycle
-    # NOTE: with several cycles the first is the warm-up (every path used once: the decoder
-    # prefilling, the prefiller decoding, a herd), so RSS growth after it is growth per cycle
+    kill_at = t0 + KILL_AT * cycle
+    # NOTE: with several cycles the first is the warm-up, with every fault in it (the
+    # decoder prefilling, the prefiller decoding alone while the killed decoder restarts, a
+    # herd), so RSS growth after it is what the cycles add, not first uses
     warm = t0 + (cycle if cycles > 1 else min(10.0, 0.1 * seconds))
     base: dict = {}
 
     async def baseline():
-        base.update({role: sample(pid) for role, pid in kids.items()})
+        base.update({role_of(pid)[0]: sample(pid) for pid in proc_children(serve.pid)})
 
     faults = [load(s, until), hostile(s, until), at(warm, baseline()),
               at(kill_at, kill_and_rebase(s, serve, kids["decode"], urls["decode"], base))]
     for c in range(cycles):
         start = t0 + c * cycle
         faults += [at(start + HERD_AT * cycle, herd(s)),
-                   at(start + STOP_P_AT * cycle, stop_for(s, "prefiller", kids["prefill"], STOP_S)),
-                   at(start + STOP_D_AT * cycle, stop_for(s, "decoder", kids["decode"], STOP_S))]
+                   at(start + STOP_P_AT * cycle, stop_for(s, serve, "prefill", STOP_S)),
+                   at(start + STOP_D_AT * cycle, stop_for(s, serve, "decode", STOP_S))]
     await asyncio.gather(*faults)
     kids_now = {role_of(pid)[0]: pid for pid in proc_children(serve.pid)}
     end = {role: sample(pid) for role, pid in kids_now.items()}
@@ -280,7 +283,7 @@ async def wait_up(url: str, serve: subprocess.Popen, timeout: float = 180) -> No
 
 
 def summary(s: Soak, base: dict, end: dict, used: dict, pids: list) -> dict:
-    hits = [a for k, a, _ in s.events if k.startswith("decoder")]
+    hits = [a for k, a, _ in s.events if k in ("decode stopped", "decoder killed")]
     killed = [r for r in s.sent if any(r.start <= t <= r.end for t in hits)]
     rest = [r for r in s.sent if r not in killed]
     bad = [r for r in rest if r.status >= 500 or r.error]
@@ -300,7 +303,7 @@ def summary(s: Soak, base: dict, end: dict, used: dict, pids: list) -> dict:
     }
     for role in base:
         (rss0, fd0), (rss1, fd1) = base[role], end[role]
-        note = " (the restarted one, from 5 s after it was back)" if role == "decode" else ""
+        note = " (the restarted one)" if role == "decode" else ""
         out[f"{role}: RSS MB warm-up -> end{note}"] = \
             f"{rss0:.0f} -> {rss1:.0f} ({(rss1 / rss0 - 1) * 100:+.1f}%), fds {fd0} -> {fd1}"
     for r in bad[:5]:

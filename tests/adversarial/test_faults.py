@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -375,3 +376,32 @@ def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
     alive = subprocess.run(["pgrep", "-f", f"engine.serve.server.*--port {port}"],
                            capture_output=True, text=True).stdout
     assert alive == ""  # the restarted decoder went down with the rest
+
+
+def _blocks_in_use(instance: str) -> float:
+    with urllib.request.urlopen(instance + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    free = float(re.search(r"^engine:kv_blocks_free\{.*\} (\S+)", text, re.M).group(1))
+    total = float(re.search(r"^engine:kv_blocks_total\{.*\} (\S+)", text, re.M).group(1))
+    return total - free
+
+
+def test_a_decode_leg_cut_short_frees_both_pools_long_before_the_lease():
+    """The client hangs up mid-stream: the decoder aborts, and the prefiller's KV (held
+    under a 600 s lease) was released once the decoder had its copy, not at expiry."""
+    topo = Topology(mode="disagg", connector="shm", dtype="float32", kv_lease_duration=600)
+    with launch(topo) as d:
+        async def hang_up():
+            body = {"prompt": list(range(3, 200)), "max_tokens": 1900, "ignore_eos": True,
+                    "stream": True}
+            async with aiohttp.ClientSession() as s:
+                async with s.post(d.url + "/v1/completions", json=body) as r:
+                    async for _ in r.content:
+                        break
+
+        asyncio.run(hang_up())
+        instances = d.instance_urls["prefill"] + d.instance_urls["decode"]
+        deadline = time.monotonic() + 10
+        while any(_blocks_in_use(u) for u in instances):
+            assert time.monotonic() < deadline, {u: _blocks_in_use(u) for u in instances}
+            time.sleep(0.2)
