@@ -8,7 +8,7 @@ streaming and not) through the front, and meanwhile, in cycles of CYCLE_S:
 - at 35%, the prefiller stopped (SIGSTOP) for 8 s (the decoder prefills meanwhile);
 - at 60%, the decoder stopped for 8 s (the prefiller decodes meanwhile);
 - once, at 85% of the first cycle, the decoder killed (SIGKILL): `advisor serve` restarts it.
-With several cycles the first is the warm-up. Then it waits for the KV pools to be full
+With three cycles or more the first two are the warm-up. Then it waits for the KV pools to be full
 again, stops the deployment and prints: requests sent / answered / 5xx (those in flight
 on the decoder when it was stopped or killed counted apart: they end with an error event
 at once or within ~5 s), the longest any request took while an upstream was stopped or
@@ -224,10 +224,11 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -
     cycles = max(1, int(seconds // CYCLE_S))
     cycle = seconds / cycles
     kill_at = t0 + KILL_AT * cycle
-    # NOTE: with several cycles the first is the warm-up, with every fault in it (the
-    # decoder prefilling, the prefiller decoding alone while the killed decoder restarts, a
-    # herd), so RSS growth after it is what the cycles add, not first uses
-    warm = t0 + (cycle if cycles > 1 else min(10.0, 0.1 * seconds))
+    # NOTE: with three cycles or more the first two are the warm-up: the first has every
+    # fault in it (the decoder prefilling, the prefiller decoding alone while the killed
+    # decoder restarts, a herd), the second is the restarted decoder's own first cycle.
+    # RSS growth after them is what the cycles add, not first uses.
+    warm = t0 + (2 * cycle if cycles > 2 else min(10.0, 0.1 * seconds))
     base: dict = {}
 
     async def baseline():
