@@ -135,6 +135,7 @@ class EngineServer:
         self, request: web.Request, chat: bool, tokens_only: bool = False
     ) -> web.StreamResponse:
         arrival = time.monotonic()
+        body = None
         try:
             body = parse_json(await request.read())
             if tokens_only:
@@ -144,6 +145,7 @@ class EngineServer:
             prompt = self.frontend.prompt_ids(req)
             self.engine.validate(prompt, req.params)
         except (RequestError, ValueError) as e:
+            self._refused_leg(body)
             return _error(e if isinstance(e, RequestError) else RequestError(str(e)))
         kv = req.kv_transfer_params or {}
         pulled = None
@@ -157,8 +159,12 @@ class EngineServer:
                                                          prompt)
             except ForeignKV as e:  # its kv_transfer_params name another request's KV
                 return _error(RequestError(str(e), "kv_transfer_params"))
+            except asyncio.CancelledError:  # the client left mid-pull: free the prefiller now
+                _release_soon(kv)
+                raise
             except (FrameError, OSError, ValueError) as e:
                 self.metrics.kv_failures.inc()
+                _release_soon(kv)
                 if self.engine.config.kv_load_failure_policy == "fail":
                     return _error(
                         RequestError(
@@ -181,13 +187,28 @@ class EngineServer:
             self.responder, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only
         )
         try:
-            first = await stream.__anext__()
-        except (KVImportError, ValueError) as e:
+            try:
+                first = await stream.__anext__()
+            except (KVImportError, ValueError) as e:
+                return _error(RequestError(str(e)))
+            if req.stream:
+                return await self._stream(request, ctx, first, stream)
+            return await self._complete(ctx, first, stream)
+        finally:  # NOTE: on every way out (a cancelled handler too) the prefiller's KV goes
             self._pulled_done(ctx)
-            return _error(RequestError(str(e)))
-        if req.stream:
-            return await self._stream(request, ctx, first, stream)
-        return await self._complete(ctx, first, stream)
+
+    def _refused_leg(self, body) -> None:
+        """A decode leg refused before its pull (it asks past the context, say): the KV its
+        prefill left held is freed now, not at the lease's end. Only its token's holder
+        can release it, so a client naming other parameters frees nothing."""
+        kv = body.get("kv_transfer_params") if isinstance(body, dict) else None
+        if self.role != "decode" or not isinstance(kv, dict) or not connector.can_pull(kv):
+            return
+        try:
+            connector.check_params(kv, self.pull_hosts)
+        except ValueError:
+            return
+        _release_soon(kv)
 
     def _pulled_done(self, ctx: RequestContext, out: RequestOutput | None = None) -> None:
         if ctx.pulled is None:
@@ -207,7 +228,7 @@ class EngineServer:
             self.metrics.kv_transfers.inc()
             if out.first_scheduled_time is not None:
                 self.metrics.kv_ready_delay.observe(max(0.0, out.first_scheduled_time - rec.end))
-        asyncio.get_running_loop().run_in_executor(None, connector.release, ctx.kv)
+        _release_soon(ctx.kv)
 
     async def _outputs(self, ctx: RequestContext, first: RequestOutput, stream):
         """All outputs, with token-latency metrics recorded on the way."""
@@ -276,6 +297,11 @@ def _internal(e: Exception) -> RequestError:
 
 def _sse(obj: dict) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _release_soon(kv: dict) -> None:
+    """Tell the prefiller named in `kv` to free its blocks, off the event loop, best effort."""
+    asyncio.get_running_loop().run_in_executor(None, connector.release, kv)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -386,22 +386,29 @@ def _blocks_in_use(instance: str) -> float:
     return total - free
 
 
-def test_a_decode_leg_cut_short_frees_both_pools_long_before_the_lease():
-    """The client hangs up mid-stream: the decoder aborts, and the prefiller's KV (held
-    under a 600 s lease) was released once the decoder had its copy, not at expiry."""
+def test_a_decode_leg_cut_short_or_refused_frees_both_pools_long_before_the_lease():
+    """The client hangs up mid-stream, or the decoder refuses the leg (past the context: the
+    one-token prefill leg passed): the prefiller's KV, held under a 600 s lease, is freed
+    within seconds either way."""
     topo = Topology(mode="disagg", connector="shm", dtype="float32", kv_lease_duration=600)
     with launch(topo) as d:
         async def hang_up():
-            body = {"prompt": list(range(3, 200)), "max_tokens": 1900, "ignore_eos": True,
+            body = {"prompt": list(range(3, 200)), "max_tokens": 1500, "ignore_eos": True,
                     "stream": True}
             async with aiohttp.ClientSession() as s:
                 async with s.post(d.url + "/v1/completions", json=body) as r:
-                    async for _ in r.content:
+                    async for line in r.content:
+                        assert b'"error"' not in line
                         break
 
-        asyncio.run(hang_up())
         instances = d.instance_urls["prefill"] + d.instance_urls["decode"]
-        deadline = time.monotonic() + 10
-        while any(_blocks_in_use(u) for u in instances):
-            assert time.monotonic() < deadline, {u: _blocks_in_use(u) for u in instances}
-            time.sleep(0.2)
+        for cut in (hang_up, lambda: None):
+            if cut is hang_up:
+                asyncio.run(hang_up())
+            else:
+                status, err = post(d.url, {"prompt": list(range(3, 200)), "max_tokens": 1900})
+                assert status == 400 and "context" in err["error"]["message"]
+            deadline = time.monotonic() + 10
+            while any(_blocks_in_use(u) for u in instances):
+                assert time.monotonic() < deadline, {u: _blocks_in_use(u) for u in instances}
+                time.sleep(0.2)
