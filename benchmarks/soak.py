@@ -42,6 +42,7 @@ from pathlib import Path
 
 import aiohttp
 
+from advisor.measure.prom import kv_blocks_in_use
 from engine.serve.launch import free_port
 
 HOSTILE = [b"[" * 100_000, b"{" * 5_000, b"\xff\xfe", b"",
@@ -173,10 +174,7 @@ async def pools_full(urls: list[str], within_s: float = 45.0) -> dict[str, float
             used = {}
             for u in urls:
                 async with session.get(u + "/metrics") as r:
-                    text = await r.text()
-                free = float(re.search(r"^engine:kv_blocks_free\{.*\} (\S+)", text, re.M)[1])
-                total = float(re.search(r"^engine:kv_blocks_total\{.*\} (\S+)", text, re.M)[1])
-                used[u] = total - free
+                    used[u] = kv_blocks_in_use(await r.text())
             if not any(used.values()) or time.monotonic() > deadline:
                 return used
             await asyncio.sleep(1)

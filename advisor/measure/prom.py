@@ -87,6 +87,17 @@ def scrape_text(urls: list[str], timeout_s: float = 5.0) -> str:
     return "\n".join(texts)
 
 
+def kv_blocks_in_use(text: str) -> float:
+    """KV blocks in use (engine:kv_blocks_total - engine:kv_blocks_free), summed over every
+    instance in `text`: 0 once an idle deployment has freed everything."""
+    total = free = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            total += s.value if s.name == "engine:kv_blocks_total" else 0.0
+            free += s.value if s.name == "engine:kv_blocks_free" else 0.0
+    return total - free
+
+
 def parse_transfer(text: str) -> TransferTotals:
     """Sum transfer samples over every instance and label set in `text`."""
     samples: dict[str, float] = {}

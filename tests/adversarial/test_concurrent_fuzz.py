@@ -4,7 +4,6 @@ to full afterwards. Surfaces: an engine instance, the P/D proxy, the round-robin
 the render server; the generate paths include /inference/v1/generate."""
 
 import json
-import re
 import threading
 import time
 import urllib.error
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from engine.render.frontend import FrontendConfig
 from engine.serve.launch import Topology, launch
 from engine.serve.render_server import RenderServer
-from tests.serving.helpers import post_stream, running_app
+from tests.serving.helpers import blocks_in_use, post_stream, running_app
 
 pytestmark = pytest.mark.integration  # starts servers
 
@@ -115,14 +114,8 @@ def _stream_once(base: str):
 
 def _pool_is_full(instance: str, within_s: float = 15) -> None:
     deadline = time.monotonic() + within_s
-    while True:
-        with urllib.request.urlopen(instance + "/metrics", timeout=10) as r:
-            text = r.read().decode()
-        free = float(re.search(r"^engine:kv_blocks_free\{.*\} (\S+)", text, re.M).group(1))
-        total = float(re.search(r"^engine:kv_blocks_total\{.*\} (\S+)", text, re.M).group(1))
-        if free == total:
-            return
-        assert time.monotonic() < deadline, f"{instance}: {total - free:g} blocks still in use"
+    while used := blocks_in_use(instance):
+        assert time.monotonic() < deadline, f"{instance}: {used:g} blocks still in use"
         time.sleep(0.5)
 
 

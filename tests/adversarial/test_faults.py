@@ -3,7 +3,6 @@
 import asyncio
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -21,7 +20,7 @@ from engine.kv import connector, connectors, frame
 from engine.serve.launch import Topology, launch
 from engine.serve.proxy import FALLBACK
 from tests.cli import advisor
-from tests.serving.helpers import post, running_server
+from tests.serving.helpers import blocks_in_use, post, running_server
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 
@@ -378,14 +377,6 @@ def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
     assert alive == ""  # the restarted decoder went down with the rest
 
 
-def _blocks_in_use(instance: str) -> float:
-    with urllib.request.urlopen(instance + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    free = float(re.search(r"^engine:kv_blocks_free\{.*\} (\S+)", text, re.M).group(1))
-    total = float(re.search(r"^engine:kv_blocks_total\{.*\} (\S+)", text, re.M).group(1))
-    return total - free
-
-
 def test_a_decode_leg_cut_short_or_refused_frees_both_pools_long_before_the_lease():
     """The client hangs up mid-stream, or the decoder refuses the leg (past the context: the
     one-token prefill leg passed): the prefiller's KV, held under a 600 s lease, is freed
@@ -409,6 +400,6 @@ def test_a_decode_leg_cut_short_or_refused_frees_both_pools_long_before_the_leas
                 status, err = post(d.url, {"prompt": list(range(3, 200)), "max_tokens": 1900})
                 assert status == 400 and "context" in err["error"]["message"]
             deadline = time.monotonic() + 10
-            while any(_blocks_in_use(u) for u in instances):
-                assert time.monotonic() < deadline, {u: _blocks_in_use(u) for u in instances}
+            while any(blocks_in_use(u) for u in instances):
+                assert time.monotonic() < deadline, {u: blocks_in_use(u) for u in instances}
                 time.sleep(0.2)

@@ -61,3 +61,16 @@ def test_goodput_accepts_spaces_and_commas_and_percentiles_are_checked():
     for bad in ("", "0", "50,x", "101"):
         with pytest.raises(UsageError, match="--metric-percentiles"):
             parse_percentiles(bad)
+
+
+def test_kv_blocks_in_use_sums_every_instance_in_a_scrape():
+    from advisor.measure.prom import kv_blocks_in_use
+
+    def instance(free, total):
+        return (f'# TYPE engine:kv_blocks_free gauge\nengine:kv_blocks_free{{model_name="t"}} '
+                f'{free}\n# TYPE engine:kv_blocks_total gauge\n'
+                f'engine:kv_blocks_total{{model_name="t"}} {total}\n')
+
+    assert kv_blocks_in_use(instance(30, 32)) == 2
+    assert kv_blocks_in_use(instance(30, 32) + instance(20, 32)) == 14  # the proxy's concat
+    assert kv_blocks_in_use(instance(32, 32)) == 0 and kv_blocks_in_use("") == 0

@@ -9,6 +9,7 @@ import urllib.request
 
 from aiohttp import web
 
+from advisor.measure.prom import kv_blocks_in_use, scrape_text
 from engine.core.config import EngineConfig
 from engine.serve.launch import free_port
 from engine.serve.server import EngineServer
@@ -73,3 +74,8 @@ def post_stream(url: str, body: dict, path: str) -> list[dict]:
         events = [line[5:].strip() for line in r if line.startswith(b"data:")]
     assert events[-1] == b"[DONE]"
     return [json.loads(e) for e in events[:-1]]
+
+
+def blocks_in_use(instance: str) -> float:
+    """KV blocks an engine instance (base URL) has in use, from its /metrics."""
+    return kv_blocks_in_use(scrape_text([instance + "/metrics"]))
