@@ -85,6 +85,11 @@ def role_of(pid: int) -> tuple[str, str | None]:
     return role, f"http://127.0.0.1:{port}" if port else None
 
 
+def children(serve: subprocess.Popen) -> dict[str, int]:
+    """`advisor serve`'s children now, by role (a restarted decoder has a new pid)."""
+    return {role_of(pid)[0]: pid for pid in proc_children(serve.pid)}
+
+
 def sample(pid: int) -> tuple[float, int]:
     """(RSS in MB, open file descriptors) of a live process."""
     rss = re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)
@@ -152,7 +157,7 @@ async def herd(s: Soak) -> None:
 
 async def stop_for(s: Soak, serve: subprocess.Popen, role: str, seconds: float) -> None:
     """SIGSTOP the instance that has `role` now (a restarted decoder has a new pid)."""
-    pid = {role_of(p)[0]: p for p in proc_children(serve.pid)}[role]
+    pid = children(serve)[role]
     os.kill(pid, signal.SIGSTOP)
     t0 = time.monotonic()
     await asyncio.sleep(seconds)
@@ -214,7 +219,7 @@ def main() -> None:
 
 async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -> dict:
     await wait_up(url, serve)
-    kids = {role_of(pid)[0]: pid for pid in proc_children(serve.pid)}
+    kids = children(serve)
     urls = {role: role_of(pid)[1] for role, pid in kids.items()}
     s = Soak(url, rate)
     t0 = time.monotonic()
@@ -230,7 +235,7 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -
     base: dict = {}
 
     async def baseline():
-        base.update({role_of(pid)[0]: sample(pid) for pid in proc_children(serve.pid)})
+        base.update({role: sample(pid) for role, pid in children(serve).items()})
 
     faults = [load(s, until), hostile(s, until), at(warm, baseline()),
               at(kill_at, kill_and_rebase(s, serve, kids["decode"], urls["decode"], base))]
@@ -240,7 +245,7 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -
                    at(start + STOP_P_AT * cycle, stop_for(s, serve, "prefill", STOP_S)),
                    at(start + STOP_D_AT * cycle, stop_for(s, serve, "decode", STOP_S))]
     await asyncio.gather(*faults)
-    kids_now = {role_of(pid)[0]: pid for pid in proc_children(serve.pid)}
+    kids_now = children(serve)
     end = {role: sample(pid) for role, pid in kids_now.items()}
     used = await pools_full([urls["prefill"], urls["decode"]])
     return summary(s, base, end, used, [*kids.values(), kids_now["decode"]])
@@ -260,7 +265,7 @@ async def kill_and_rebase(s: Soak, serve: subprocess.Popen, pid: int, url: str,
                     if r.status == 200:
                         break
     await asyncio.sleep(5)
-    new = {role_of(p)[0]: p for p in proc_children(serve.pid)}["decode"]
+    new = children(serve)["decode"]
     base["decode"] = sample(new)
 
 
