@@ -5,7 +5,10 @@ rate until its p99 ITL falls apart; the others replay it from the first rate whe
 the leading one missed the SLO: below that both meet it, which decides nothing, and
 low rates are the slowest to measure), then the bracket is extended (halving while
 no rate meets the SLO, doubling while every rate does), then the highest passing and
-lowest failing rates are bisected geometrically.
+lowest failing rates are bisected geometrically. Last, if no rate above the highest
+passing one surely missed the SLO (its attainment interval below the target), the top
+rate is doubled until one does (at most `max_confirm` rates above the lowest miss): without a sure miss the max
+goodput's interval has no upper bound and no comparison can be confident.
 Being a function of the results alone, a resumed sweep makes the same choices.
 """
 
@@ -32,6 +35,7 @@ class SearchPlan:
     bisect_steps: int = 1
     max_down: int = 1  # halvings below the grid when nothing meets (low rates are slow to measure)
     min_ratio: float = 1.15  # stop bisecting when hi / lo is this close
+    max_confirm: int = 2  # rates above the lowest miss, to find one that surely misses
 
 
 def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
@@ -82,9 +86,12 @@ def next_rate(
         return lo * 2 if extra < plan.max_steps else None
     hi = min(above)
     bisections = sum(1 for o in done if not _on_lattice(o.rate, plan.start))
-    if bisections >= plan.bisect_steps or hi / lo < plan.min_ratio:
+    if bisections < plan.bisect_steps and hi / lo >= plan.min_ratio:
+        return round(math.sqrt(lo * hi), 4)
+    if any(o.sure_misses for o in done if o.rate > lo):
         return None
-    return round(math.sqrt(lo * hi), 4)
+    beyond = sum(1 for r in rates if r > hi)
+    return max(rates) * 2 if beyond < plan.max_confirm else None
 
 
 def _on_lattice(rate: float, start: float) -> bool:

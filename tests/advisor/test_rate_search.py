@@ -3,6 +3,7 @@
 from advisor.sweep.rate_search import (
     Outcome,
     SearchPlan,
+    goodput_interval,
     max_goodput_rate,
     next_rate,
     replay_grid,
@@ -11,12 +12,14 @@ from advisor.sweep.rate_search import (
 PLAN = SearchPlan(start=0.5, max_steps=4, bisect_steps=1)
 
 
-def drive(capacity: float, grid=None, collapse_at=None, fixed=False, plan=PLAN):
+def drive(capacity: float, grid=None, collapse_at=None, fixed=False, plan=PLAN, sure_from=0.0):
     """Run the search against a topology that meets the SLO up to `capacity` req/s and whose
-    p99 ITL collapses from `collapse_at`."""
+    p99 ITL collapses from `collapse_at`; a miss is a sure one from `sure_from` req/s."""
     done = []
     while (r := next_rate(done, plan, grid, fixed)) is not None:
-        done.append(Outcome(r, r <= capacity, collapse_at is not None and r >= collapse_at))
+        meets = r <= capacity
+        done.append(Outcome(r, meets, collapse_at is not None and r >= collapse_at,
+                            sure_meets=meets, sure_misses=not meets and r >= sure_from))
         assert len(done) < 20
     return done
 
@@ -65,3 +68,14 @@ def test_followers_replay_the_grid_from_where_the_leader_first_missed():
     never_missed = drive(capacity=9.0, collapse_at=9.0)
     assert replay_grid(never_missed, PLAN) == [4.0]  # the top of its grid alone
     assert [o.rate for o in drive(capacity=0.3, grid=[1.0])][:2] == [1.0, 0.5]  # still halves
+
+
+def test_search_goes_on_upward_until_a_rate_surely_misses():
+    # collapsed at 1.0 and bisected, but the misses at 0.7071 and 1.0 were not sure ones
+    done = drive(capacity=0.6, collapse_at=1.0, sure_from=1.5)
+    assert [o.rate for o in done] == [0.5, 1.0, 0.7071, 2.0]
+    assert goodput_interval(done) == (0.5, 2.0)
+    never_sure = drive(capacity=0.6, collapse_at=1.0, sure_from=99)
+    # at most max_confirm (2) rates above the lowest miss (0.7071): 1.0 and 2.0
+    assert [o.rate for o in never_sure][3:] == [2.0]
+    assert goodput_interval(never_sure) == (0.5, None)
