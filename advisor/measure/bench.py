@@ -15,7 +15,8 @@ from pathlib import Path
 from advisor import console
 from advisor.errors import UsageError
 from advisor.measure.client import COMPLETIONS, Endpoint
-from advisor.measure.run import discover_model, max_send_lateness_ms, measure, record_row
+from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, served_model, wait_ready
+from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.rundata.files import manifest
 from advisor.rundata.result import RunResult
@@ -56,6 +57,7 @@ class BenchOptions:
     trace_time_scale: float = 1.0
     num_warmups: int = 0
     request_timeout: float = 600.0
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S  # wait this long for the server to be up
     export_trace: str | None = None
     # NOTE: a secret: never written to the manifest
     api_key: str | None = field(default=None, repr=False)
@@ -130,8 +132,8 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
     workload = build_workload(opts)
     if opts.export_trace:
         traces.save(traces.from_workload(workload), opts.export_trace, "mooncake")
-    listed = discover_model(opts.base_url, opts.api_key)  # also checks reachability, quickly
-    model = opts.model or listed
+    wait_ready(opts.base_url, opts.model, opts.api_key, opts.ready_timeout)
+    model = served_model(opts.base_url, opts.model, opts.api_key)
     endpoint = Endpoint(opts.base_url, model, opts.endpoint, opts.ignore_eos, opts.request_timeout,
                         opts.api_key)
     run = measure(endpoint, workload, opts.num_warmups, opts.max_concurrency)

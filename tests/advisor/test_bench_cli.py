@@ -44,7 +44,7 @@ def test_bench_writes_result_and_records_atomically(tmp_path):
     (["--request-rate", "-2"], "--request-rate"),
     (["--metric-percentiles", "x"], "--metric-percentiles"),
     (["--percentile-metrics", "ttft,speed"], "--percentile-metrics"),
-    (["--base-url", "http://127.0.0.1:9"], "cannot reach"),
+    (["--base-url", "http://127.0.0.1:9", "--ready-timeout", "0"], "cannot reach"),
 ])
 def test_bad_input_is_one_line_naming_the_problem(args, needle):
     p = advisor("bench", "--num-prompts", "2", *args)

@@ -1,0 +1,83 @@
+"""Is an OpenAI-compatible front up, and which model does it serve. Any front: vLLM's API
+server, vLLM's toy P/D proxy (no /v1/models, no /metrics, only /healthcheck), llm-d,
+Dynamo, ours."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from advisor.errors import UsageError
+from advisor.measure.run import discover_model
+
+HEALTH_PATHS = ("/health", "/healthcheck", "/v1/models")
+PROBE_TIMEOUT_S = 5.0
+POLL_S = 1.0
+SAY_EVERY_S = 10.0
+DEFAULT_READY_TIMEOUT_S = 600.0  # GPUs load slowly
+
+
+def served_model(url: str, model: str | None, api_key: str | None = None) -> str:
+    """`model` when given (nothing is asked); else the first the server lists."""
+    return model or discover_model(url, api_key)
+
+
+def wait_ready(url: str, model: str | None, api_key: str | None = None,
+               timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+               alive: Callable[[], str | None] = lambda: None) -> None:
+    """Return once `url` answers 200 on /health, /healthcheck or /v1/models, or (with a
+    `model`) serves a one-token completion. UsageError after `timeout_s`, or at once when
+    `alive()` says why the deployment cannot come up (it exited). A line on stderr every
+    SAY_EVERY_S says what it is waiting for."""
+    start = time.monotonic()
+    said = start
+    while True:
+        why = _not_ready(url, model, api_key)
+        if why is None:
+            return
+        if (dead := alive()) is not None:
+            raise UsageError(dead)
+        waited = time.monotonic() - start
+        if waited >= timeout_s:
+            raise UsageError(f"{url} is not ready after {waited:.0f} s (--ready-timeout "
+                             f"{timeout_s:g}): {why}")
+        if time.monotonic() - said >= SAY_EVERY_S:
+            said = time.monotonic()
+            print(f"waiting for {url} ({waited:.0f} of {timeout_s:g} s): {why}",
+                  file=sys.stderr, flush=True)
+        time.sleep(POLL_S)
+
+
+def _not_ready(url: str, model: str | None, api_key: str | None) -> str | None:
+    """None when ready; else what the last probe said."""
+    base = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    why = "no answer"
+    for path in HEALTH_PATHS:
+        status, why = _ask(urllib.request.Request(base + path, headers=headers))
+        if status == 200:
+            return None
+        if status is None:  # refused or timed out: the other paths would be too
+            return why
+    if model:
+        body = json.dumps({"model": model, "prompt": "hi", "max_tokens": 1}).encode()
+        status, why = _ask(urllib.request.Request(
+            base + "/v1/completions", body, {**headers, "Content-Type": "application/json"}))
+        if status == 200:
+            return None
+    return why
+
+
+def _ask(req: urllib.request.Request) -> tuple[int | None, str]:
+    try:
+        with urllib.request.urlopen(req, timeout=PROBE_TIMEOUT_S) as r:
+            r.read()
+            return r.status, f"{req.full_url}: {r.status}"
+    except urllib.error.HTTPError as e:
+        return e.code, f"{req.full_url}: HTTP {e.code}"
+    except (urllib.error.URLError, OSError) as e:
+        return None, f"cannot reach {req.full_url}: {getattr(e, 'reason', e)}"
