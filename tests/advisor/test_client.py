@@ -54,19 +54,20 @@ def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight(
     # A client that misses by more than 1 ms in one undisturbed try is given the other
     # tries too (a pause on this 2-core VM hits it as it hits the ruler); it must miss in
     # every one to fail.
-    ruler_ok = 0
+    undisturbed = []  # (client's miss, the try's data), of the tries the ruler kept
     for attempt in range(3):
         s, recs, ttft, itl = _measure_against_the_ruler(tmp_path / f"try{attempt}")
         disturbed = max(abs(np.percentile(ttft, 99) - 200), abs(np.percentile(itl, 99) - 100))
         if disturbed > RULER_SLACK_MS:
             continue
-        ruler_ok += 1
-        if _client_error_ms(s, ttft, itl) <= 1.0:
+        undisturbed.append((_client_error_ms(s, ttft, itl), (s, recs, ttft, itl)))
+        if undisturbed[-1][0] <= 1.0:
             break
-    else:
-        if not ruler_ok:
-            pytest.skip(f"too noisy to resolve 1 ms: the ruler missed its own schedule by "
-                        f"{disturbed:.2f} ms at p99 in 3 runs")
+    if not undisturbed:
+        pytest.skip(f"too noisy to resolve 1 ms: the ruler missed its own schedule by "
+                    f"{disturbed:.2f} ms at p99 in 3 runs")
+    # judged on the client's best undisturbed try, never on a disturbed one
+    s, recs, ttft, itl = min(undisturbed, key=lambda u: u[0])[1]
     in_flight = max(
         sum(1 for r in recs if r["sent"] <= t < r["end"]) for t in (r["sent"] for r in recs)
     )
