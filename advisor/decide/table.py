@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from advisor.measure.confidence import requests_to_separate
+from advisor.measure.transfer import SLOW_MS
 from advisor.rundata.evidence import Evidence
 
 
@@ -22,7 +23,7 @@ class Thresholds:
         2048  # the guide's case is ~8k; 2k already stalls decodes for 100s of ms
     )
     high_concurrency: float = 2.0  # requests in flight: prefills then overlap running decodes
-    kv_slow_ms: float = 200.0  # guide: "several hundred milliseconds ... fix the transfer first"
+    kv_slow_ms: float = SLOW_MS  # guide: "several hundred milliseconds ... fix the transfer first"
     kv_slow_ttft_share: float = 0.25  # or a quarter of the TTFT budget spent moving KV
     frontend_cpu_share: float = 0.10  # front-end CPU over the engine host's total CPU
     ttft_binding_ratio: float = 0.8  # p99 TTFT within 20% of its SLO: TTFT is what binds

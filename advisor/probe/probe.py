@@ -13,18 +13,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from advisor.decide.table import Thresholds
 from advisor.errors import UsageError
 from advisor.measure.client import Endpoint
-from advisor.measure.prom import scrape_transfer
-from advisor.measure.run import discover_model, measure
+from advisor.measure.prom import read, scrape_text, transfer_of
+from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, served_model, wait_ready
+from advisor.measure.run import measure
+from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
-
-HEALTHY_MS = 50.0  # vLLM's NIXL docs: mean under 10 ms (small models) to 50 ms (large)
 
 
 @dataclass(frozen=True)
@@ -36,12 +35,18 @@ class ProbeOptions:
     metrics_urls: tuple[str, ...] = ()  # its decoders' /metrics (default: URL/metrics)
     check_prompts: int = 3
     check_prompt_tokens: int = 2048
+    model: str | None = None  # the served model's name (None: ask /v1/models)
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S
+    link: str = "fast"  # the link class the transfers are held to (LINK_FLOORS_GBPS)
 
 
 def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     """Collect everything the options ask for; print it as tables or JSON; return it."""
     if opts.link_mb < 1:
         raise UsageError("--link-mb must be >= 1")
+    if opts.link not in LINK_FLOORS_GBPS:
+        raise UsageError(f"--link-class must be one of {', '.join(LINK_FLOORS_GBPS)}, "
+                         f"not {opts.link!r}")
     result = {"gpus": [], "gpu_note": None, "torch": None, "p2p": None, "p2p_source": None}
     gpus, note = hardware.inventory()
     result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view(),
@@ -66,6 +71,9 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
             list(opts.metrics_urls),
             opts.check_prompts,
             opts.check_prompt_tokens,
+            opts.model,
+            opts.ready_timeout,
+            opts.link,
         )
     if opts.as_json:
         print(json.dumps(result, indent=2))
@@ -74,12 +82,15 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     return result
 
 
-def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int) -> dict:
+def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int,
+                   model: str | None = None,
+                   ready_timeout: float = DEFAULT_READY_TIMEOUT_S, link: str = "fast") -> dict:
     """Send `prompts` long prompts one at a time; read the decoders' transfer metrics; judge."""
-    model = discover_model(url)
+    wait_ready(url, model, None, ready_timeout)
+    model = served_model(url, model)
     metrics_urls = metrics_urls or [url.rstrip("/") + "/metrics"]
     try:
-        before = scrape_transfer(metrics_urls)
+        before = read(scrape_text(metrics_urls))
     except (OSError, ValueError) as e:
         raise UsageError(
             f"cannot read transfer metrics from {', '.join(metrics_urls)}: {e}"
@@ -96,35 +107,13 @@ def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int)
         max_concurrency=1,
         label="transfer check",
     )
-    delta = scrape_transfer(metrics_urls).minus(before)
-    failed = sum(not r.ok for r in run.records)
+    delta = transfer_of(read(scrape_text(metrics_urls)).minus(before))
+    out = {**verdict(delta, link), "failed_requests": sum(not r.ok for r in run.records),
+           "thresholds_ms": {"healthy_below": HEALTHY_MS, "slow_from": SLOW_MS}}
     if delta.count <= 0:
-        return {
-            "transfers": 0,
-            "failed_requests": failed,
-            "verdict": "no transfers seen",
-            "detail": "the metrics show no KV transfer: is this a disaggregated deployment, "
-            "and are these its decoders' /metrics?",
-        }
-    mean_ms = delta.seconds / delta.count * 1000
-    p90 = delta.quantile(0.9)
-    slow = Thresholds().kv_slow_ms
-    verdict = (
-        "healthy"
-        if mean_ms < HEALTHY_MS
-        else ("slow: fix the transfer before anything else" if mean_ms >= slow else "marginal")
-    )
-    return {
-        "transfers": delta.count,
-        "failed_requests": failed,
-        "mean_ms": mean_ms,
-        "p90_ms": None if p90 is None or math.isinf(p90) else p90 * 1000,
-        "gbps": delta.nbytes / delta.seconds / 1e9 if delta.seconds > 0 else None,
-        "mean_mb": delta.nbytes / delta.count / 1e6,
-        "metrics": delta.source,
-        "verdict": verdict,
-        "thresholds_ms": {"healthy_below": HEALTHY_MS, "slow_from": slow},
-    }
+        out["detail"] = ("the metrics show no KV transfer: is this a disaggregated deployment, "
+                         "and are these its decoders' /metrics?")
+    return out
 
 
 def _print(r: dict, out: Console) -> None:
@@ -176,5 +165,7 @@ def _print(r: dict, out: Console) -> None:
                 f"  {tc['transfers']:g} transfers, mean {tc['mean_ms']:.1f} ms, "
                 f"{tc['mean_mb']:.1f} MB each, {tc['gbps'] or 0:.2f} GB/s ({tc['metrics']} metrics)"
             )
+            if tc.get("overhead_ms") is not None:
+                out.print(f"  beside the wire: {tc['overhead_ms']:.2f} ms per transfer")
         else:
             out.print(f"  {tc['detail']}")

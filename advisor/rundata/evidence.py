@@ -55,6 +55,11 @@ class KVTransferEvidence:
     connector: str | None = None
     p2p: str | None = None
     emulated: str | None = None  # the emulated link's spec, when one was imposed
+    failures: float = 0.0  # failed transfers (the decoders count them)
+    expired: float = 0.0  # leases that expired unpulled (the prefillers count them)
+    overhead_ms: float | None = None  # per transfer, beside the wire (vLLM post time, our ready)
+    link: str | None = None  # the link class its throughput is held to
+    verdict: str | None = None  # the guide's words on it (advisor.measure.transfer)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class _Described:
     multi_turn: bool = False
     arrival_offsets: list = field(default_factory=list)  # each conversation's start, s
     frontend_cpu: dict | None = None  # front-end CPU seconds during the run (render, derender)
+    metrics: dict | None = None  # what the instances' counters did in the run (prom.Sample)
 
 
 @dataclass

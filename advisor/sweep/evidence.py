@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
 import pandas as pd
 
 from advisor.errors import UsageError
-from advisor.measure.prom import parse_transfer
+from advisor.measure.prom import Sample, transfer_of
+from advisor.measure.transfer import link_class, verdict
 from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
 from advisor.probe.kvsize import kv_size
@@ -100,27 +102,30 @@ def _workload(run_dir: RunDir, name: str, rate: float, lowest: float,
     )
 
 
-def _kv(opts, kv_metrics: dict | None, emulated: str | None) -> KVTransferEvidence | None:
-    if not kv_metrics:
+def _kv(opts, run_dir: RunDir, dis, outcomes: list[Outcome]) -> KVTransferEvidence | None:
+    """The disaggregated placement's KV transfers, summed over its runs' metric deltas (so
+    a resumed sweep counts what an uninterrupted one does)."""
+    total = None
+    for o in outcomes:
+        m = run_dir.read_run(dis.name, o.rate).described.metrics
+        if m:
+            total = Sample.from_json(m) if total is None else total.plus(Sample.from_json(m))
+    t = transfer_of(total) if total else None
+    if t is None or t.count <= 0:
         return None
-    t = parse_transfer(kv_metrics["text"])
-    if t.count <= 0:
-        return None
-    p90 = t.quantile(0.9)
-    try:
-        per_token = kv_size(opts.model, 1, opts.dtype).bytes_per_token
-    except UsageError:
-        per_token = None
+    link = link_class(opts.connector if opts.bundled else None)
+    v = verdict(t, link)
+    per_token = None
+    if opts.bundled:
+        with contextlib.suppress(UsageError):
+            per_token = kv_size(opts.model, 1, opts.dtype).bytes_per_token
     return KVTransferEvidence(
-        mean_ms=t.seconds / t.count * 1000,
-        p90_ms=p90 * 1000 if p90 is not None and np.isfinite(p90) else None,
-        gbps=t.nbytes / t.seconds / 1e9 if t.seconds > 0 else None,
-        transfers=t.count,
-        bytes_per_token=per_token,
-        connector=opts.connector,
-        p2p="n/a: no GPU" if not opts.device.startswith("cuda") else "see manifest probe",
-        emulated=emulated,
-    )
+        mean_ms=v["mean_ms"], p90_ms=v["p90_ms"], gbps=v["gbps"], transfers=t.count,
+        bytes_per_token=per_token, connector=opts.connector if opts.bundled else None,
+        p2p=("see manifest probe" if opts.device.startswith("cuda") or not opts.bundled
+             else "n/a: no GPU"),
+        emulated=dis.emulated, failures=t.failures, expired=t.expired,
+        overhead_ms=v["overhead_ms"], link=v["link"], verdict=v["verdict"])
 
 
 def _frontend(run_dir: RunDir, name: str, outcomes: list[Outcome]) -> FrontendEvidence | None:
@@ -147,7 +152,7 @@ def _frontend(run_dir: RunDir, name: str, outcomes: list[Outcome]) -> FrontendEv
 
 
 def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
-                   run_dir: RunDir, kv_metrics: dict | None, calibration: Calibration | None,
+                   run_dir: RunDir, calibration: Calibration | None,
                    prompt_tokens: float | None) -> Evidence:
     """The evidence at the judged rate (judged_rate); with no run at all
     (the calibrated floor missed the SLO), the calibration and the sized prompt alone."""
@@ -169,7 +174,7 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
         slo=slo,
         collocated=_side(run_dir, col.name, done[col.name], rate) if col else PlacementEvidence(),
         disaggregated=_side(run_dir, dis.name, done[dis.name], rate) if dis else None,
-        kv_transfer=_kv(opts, kv_metrics, dis.emulated if dis else None),
+        kv_transfer=_kv(opts, run_dir, dis, done[dis.name]) if dis else None,
         workload=_workload(run_dir, lead.name, rate, lowest, calibration),
         frontend=_frontend(run_dir, lead.name, done[lead.name]),
         calibration=calibration,

@@ -30,6 +30,7 @@ class KVLeases:
         self.duration_s, self._free = duration_s, free
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()
+        self.expired_total = 0  # leases that ran out (read from other threads: an int)
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._held
@@ -88,7 +89,9 @@ class KVLeases:
             expired = [
                 rid for rid, h in self._held.items() if h.expires_at <= now and not h.readers
             ]
-        return [rid for rid in expired if self.release(rid)]
+        freed = [rid for rid in expired if self.release(rid)]
+        self.expired_total += len(freed)
+        return freed
 
     def _get(self, request_id: str) -> _Held:
         held = self._held.get(request_id)

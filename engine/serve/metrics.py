@@ -53,6 +53,18 @@ def frontend_registry(
     return registry
 
 
+class _ReadCounter:
+    """A counter whose value a function gives at scrape time."""
+
+    def __init__(self, name: str, doc: str, model: str, value):
+        self.name, self.doc, self.model, self.value = name, doc, model, value
+
+    def collect(self):
+        fam = CounterMetricFamily(self.name, self.doc, labels=["model_name"])
+        fam.add_metric([self.model], self.value())
+        yield fam
+
+
 class EngineMetrics:
     """One registry per server (never the process-global one), so tests can run several."""
 
@@ -89,10 +101,14 @@ class EngineMetrics:
         self.kv_transfers = counter("engine:kv_transfers", "KV transfers completed")
         self.kv_failures = counter("engine:kv_transfer_failures", "KV pulls or imports that failed")
 
-    def watch_pool(self, free_blocks, total_blocks: int) -> None:
-        """Gauges read at scrape time: the KV pool's free blocks (`free_blocks()`, whether idle
-        or not) and its size; a pool back to full after a load is one without leaks."""
+    def watch_pool(self, free_blocks, total_blocks: int, leases_expired=lambda: 0) -> None:
+        """Read at scrape time: the KV pool's free blocks (`free_blocks()`, whether idle or
+        not) and its size, a pool back to full after a load being one without leaks; and
+        the count of KV leases that expired before a decoder pulled them."""
         r, lbl = self.registry, ["model_name"]
+        r.register(_ReadCounter("engine:kv_leases_expired", "KV held for a decoder that "
+                                "expired unpulled (vLLM: nixl_num_kv_expired_reqs)",
+                                self.model, leases_expired))
         Gauge("engine:kv_blocks_free", "Free KV blocks, read at scrape time", lbl,
               registry=r).labels(self.model).set_function(free_blocks)
         Gauge("engine:kv_blocks_total", "KV blocks in the pool", lbl,
