@@ -131,6 +131,7 @@ def bench(
     trace_time_scale: float = typer.Option(1.0, help="trace: multiply timestamps"),
     num_warmups: int = typer.Option(0, help="warmup requests, excluded from statistics"),
     request_timeout: float = typer.Option(600.0, help="seconds before a request counts as failed"),
+    ready_timeout: float = typer.Option(600.0, help="seconds to wait for the server to be ready"),
     export_trace: str = typer.Option(None, help="also save the workload as a Mooncake trace"),
     api_key: str = typer.Option(
         None, envvar="OPENAI_API_KEY", help="bearer token for the server (default: $OPENAI_API_KEY)"
@@ -164,6 +165,7 @@ def bench(
         trace_time_scale=trace_time_scale,
         num_warmups=num_warmups,
         request_timeout=request_timeout,
+        ready_timeout=ready_timeout,
         export_trace=export_trace,
         api_key=api_key,
     )
@@ -182,6 +184,11 @@ def probe(
     ),
     check_prompts: int = typer.Option(3, help="transfer check: prompts, sent one at a time"),
     check_prompt_tokens: int = typer.Option(2048, help="transfer check: tokens per prompt"),
+    model: str = typer.Option(None, help="transfer check: the served model (default: the first "
+                                         "/v1/models lists; give it for a front without one)"),
+    ready_timeout: float = typer.Option(600.0, help="seconds to wait for the deployment"),
+    link_class: str = typer.Option("fast", help="transfer check: fast (InfiniBand/NVLink-class, "
+                                                "> 1 GB/s) or tcp (> 100 MB/s)"),
 ) -> None:
     """Hardware and transfer checks: GPUs, P2P matrix, measured links, a live transfer check."""
     from advisor.probe.probe import ProbeOptions, run_probe
@@ -196,6 +203,9 @@ def probe(
                 metrics_urls=tuple(metrics_url or ()),
                 check_prompts=check_prompts,
                 check_prompt_tokens=check_prompt_tokens,
+                model=model,
+                ready_timeout=ready_timeout,
+                link=link_class,
             )
         )
 
@@ -238,6 +248,17 @@ def sweep(
     ),
     collocated_url: str = typer.Option(None, help="measure an existing collocated deployment"),
     disagg_url: str = typer.Option(None, help="measure an existing disaggregated deployment"),
+    collocated_metrics: list[str] = typer.Option(
+        None, help="each collocated instance's /metrics (default: --collocated-url's own)"),
+    disagg_metrics: list[str] = typer.Option(
+        None, help="each prefiller's and decoder's /metrics (default: --disagg-url's own)"),
+    collocated_cmd: str = typer.Option(
+        None, help="shell command that starts the collocated deployment at --collocated-url; "
+                   "the sweep stops it before the next one starts"),
+    disagg_cmd: str = typer.Option(
+        None, help="shell command that starts the disaggregated deployment at --disagg-url"),
+    ready_timeout: float = typer.Option(600.0, help="seconds a deployment may take to answer"),
+    config: str = typer.Option(None, help="a TOML or YAML file of these options (flags win)"),
     out: str = typer.Option("results", help="parent of the run directory"),
     resume: str = typer.Option(None, help="resume an interrupted sweep's run directory"),
     scale: float = typer.Option(None, help="prompt length scale (default: sized from the "
@@ -262,6 +283,7 @@ def sweep(
     ),
 ) -> None:
     """Measure collocated against disaggregated on this machine and recommend a placement."""
+    from advisor.sweep.config_file import merged
     from advisor.sweep.options import SweepOptions, parse_rates
     from advisor.sweep.sweep import run_sweep
 
@@ -284,6 +306,11 @@ def sweep(
             link_emulation=link_emulation,
             collocated_url=collocated_url,
             disagg_url=disagg_url,
+            collocated_metrics=tuple(collocated_metrics or ()),
+            disagg_metrics=tuple(disagg_metrics or ()),
+            collocated_cmd=collocated_cmd,
+            disagg_cmd=disagg_cmd,
+            ready_timeout=ready_timeout,
             out=out,
             seed=seed,
             device=device,
@@ -291,6 +318,8 @@ def sweep(
             repeats=repeats,
             api_key=api_key,
         )
+        if config:
+            opts = merged(opts, config)
         try:
             run_sweep(opts, resume=resume)
         except KeyboardInterrupt:
@@ -329,6 +358,20 @@ def recommend(
         fail("give a RUN_DIR or --evidence FILE (one of them)")
     with _user_errors():
         run_recommend(run_dir or evidence, json_out, threshold or [])
+
+
+@app.command()
+def deploy(
+    run_dir: str = typer.Argument(..., help="a finished sweep's run directory"),
+    gpus: str = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: 0..N-1)"),
+    format: str = typer.Option("sh", "--format", help="sh or json"),
+    model: str = typer.Option(None, help="the model vLLM serves (default: the sweep's)"),
+) -> None:
+    """Print the vLLM commands that run the measured placements (the advice marked)."""
+    from advisor.decide.recommend import run_deploy
+
+    with _user_errors():
+        run_deploy(run_dir, gpus, format, model)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,14 @@ class SweepOptions:
     link_emulation: str | None = None
     collocated_url: str | None = None
     disagg_url: str | None = None
+    # each instance's /metrics (default: the URL's own /metrics, when it has one)
+    collocated_metrics: tuple[str, ...] = ()
+    disagg_metrics: tuple[str, ...] = ()
+    # shell commands that start the deployment at the URL (the sweep stops it)
+    collocated_cmd: str | None = None
+    disagg_cmd: str | None = None
+    ready_timeout: float = 600.0  # seconds a deployment may take to answer
+    config: str | None = None  # the --config file these options came from
     out: str | None = None
     seed: int = 0
     device: str = "cpu"
@@ -81,6 +89,8 @@ class SweepOptions:
             raise UsageError(f"--repeats must be >= 1, not {self.repeats}")
         if self.operating_rate is not None and not self.operating_rate > 0:
             raise UsageError(f"--operating-rate must be > 0, not {self.operating_rate}")
+        if not self.ready_timeout >= 0:
+            raise UsageError(f"--ready-timeout must be >= 0, not {self.ready_timeout}")
         if self.num_prompts is not None and self.num_prompts < 1:
             raise UsageError("--num-prompts must be >= 1")
         if any(s is not None and not s > 0 for s in (self.scale, self.output_scale)):

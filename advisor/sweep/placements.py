@@ -17,23 +17,33 @@ class Placement:
     name: str  # directory name: collocated-2, disagg-1p1d, collocated-url, ...
     kind: str  # collocated | disagg
     topology: Topology | None = None  # bundled engine
-    url: str | None = None  # an existing deployment
+    url: str | None = None  # a deployment's front (someone else's, or started by `cmd`)
     emulated: str | None = None  # link emulation on its KV transfers
+    metrics: tuple[str, ...] = ()  # its instances' /metrics, as given
+    cmd: str | None = None  # a shell command that starts the deployment at `url`
+
+    @property
+    def flag(self) -> str:
+        """The flag prefix that names this placement's deployment: --collocated / --disagg."""
+        return f"--{self.kind}"
 
 
 def parse_topologies(opts) -> list[Placement]:
     """From a SweepOptions: the URLs if given, else `--topologies`; collocated first (it
     leads the rate search). UsageError names the bad flag."""
+    for kind in ("collocated", "disagg"):
+        url, cmd, metrics = (getattr(opts, f"{kind}_{k}") for k in ("url", "cmd", "metrics"))
+        if (cmd or metrics) and not url:
+            what = "-cmd" if cmd else "-metrics"
+            raise UsageError(f"--{kind}{what} needs --{kind}-url (where the deployment answers)")
     if opts.collocated_url or opts.disagg_url:
         if opts.link_emulation:
             raise UsageError("--link-emulation shapes the bundled engine's connector; it cannot "
                              "apply to --collocated-url / --disagg-url")
-        out = []
-        if opts.collocated_url:
-            out.append(Placement("collocated-url", "collocated", url=opts.collocated_url))
-        if opts.disagg_url:
-            out.append(Placement("disagg-url", "disagg", url=opts.disagg_url))
-        return out
+        return [Placement(f"{kind}-url", kind, url=getattr(opts, f"{kind}_url"),
+                          metrics=tuple(getattr(opts, f"{kind}_metrics")),
+                          cmd=getattr(opts, f"{kind}_cmd"))
+                for kind in ("collocated", "disagg") if getattr(opts, f"{kind}_url")]
     try:  # a clear error for an unknown model, before anything starts
         load_model_config(opts.model)
     except ValueError as e:

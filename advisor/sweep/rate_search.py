@@ -7,8 +7,9 @@ low rates are the slowest to measure), then the bracket is extended (halving whi
 no rate meets the SLO, doubling while every rate does), then the highest passing and
 lowest failing rates are bisected geometrically. Last, if no rate above the highest
 passing one surely missed the SLO (its attainment interval below the target), the top
-rate is doubled until one does (at most `max_confirm` rates above the lowest miss): without a sure miss the max
-goodput's interval has no upper bound and no comparison can be confident.
+rate is doubled until one does (at most `max_confirm` rates above the lowest miss):
+without a sure miss the max goodput's interval has no upper bound and no comparison can
+be confident.
 Being a function of the results alone, a resumed sweep makes the same choices.
 """
 

@@ -8,11 +8,13 @@ import contextlib
 import dataclasses
 
 from advisor import console
+from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
 from advisor.measure.client import CHAT, COMPLETIONS, Endpoint
-from advisor.measure.prom import parse_frontend, scrape_text
-from advisor.measure.run import discover_model, measure, progress_bars, record_row
+from advisor.measure.prom import Sample, frontend_of, read, scrape_text
+from advisor.measure.ready import served_model
+from advisor.measure.run import measure, progress_bars, record_row
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.report import run_report
 from advisor.rundata.evidence import Calibration
@@ -21,6 +23,7 @@ from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep import sizing
 from advisor.sweep.calibrate import calibrate
+from advisor.sweep.deployments import metric_urls, started
 from advisor.sweep.evidence import build_evidence, sweep_manifest, write_summary
 from advisor.sweep.options import (
     DEFAULT_SLO,
@@ -56,9 +59,10 @@ def run_sweep(opts: SweepOptions, resume: str | None = None,
         for p in placements:
             sweep.measure(p)
     evidence = build_evidence(sweep.opts, placements, sweep.done, sweep.grid or [], run_dir,
-                              sweep.kv_metrics, sweep.calibration, sweep.prompt_tokens)
+                              sweep.calibration, sweep.prompt_tokens)
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
+    rec["deploy"] = deploy.from_evidence(rec, evidence, sweep.opts.model)
     run_dir.write_recommendation(rec)
     write_summary(run_dir, placements, sweep.done)
     run_report(str(run_dir))
@@ -73,7 +77,7 @@ def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepO
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {opts.dtype!r}")
     # NOTE: only a default SLO on the default model may be widened to fit this machine
     widen = not opts.slo and opts.model is None and opts.bundled
-    filled = dataclasses.replace(opts, model=opts.model or DEFAULT_MODEL,
+    filled = dataclasses.replace(opts, model=_model(opts),
                                  slo=opts.slo or DEFAULT_SLO)
     filled.validate()
     choice = resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
@@ -98,7 +102,7 @@ def _resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in fields}
     opts = SweepOptions(**config)
     ran = (manifest.get("dtype") or {}).get("ran", opts.dtype)  # as the interrupted sweep ran
-    return run_dir, dataclasses.replace(opts, dtype=ran, model=opts.model or DEFAULT_MODEL,
+    return run_dir, dataclasses.replace(opts, dtype=ran, model=_model(opts),
                                         slo=opts.slo or DEFAULT_SLO, api_key=api_key)
 
 
@@ -123,7 +127,6 @@ class _Sweep:
         self.grid: list[float] | None = list(opts.rates) or None  # the leading one's rates
         self.replay: list[float] | None = self.grid  # what the others measure first
         self.done: dict[str, list[Outcome]] = {}
-        self.kv_metrics: dict | None = None
 
     def _plan(self, start: float) -> SearchPlan:
         opts = self.opts
@@ -150,9 +153,9 @@ class _Sweep:
         outcomes: list[Outcome] = []
         self.done[p.name] = outcomes
         with contextlib.ExitStack() as stack:
-            url, metric_urls = p.url, ([p.url.rstrip("/") + "/metrics"] if p.url else [])
+            url = metrics = None
             if self.calibration is None and self.calibrates:
-                url, metric_urls, one = self._deploy(p, stack)
+                url, metrics, one = self._deploy(p, stack)
                 self._calibrate(p, one)
             if self.missed:
                 return
@@ -161,26 +164,26 @@ class _Sweep:
                                      fixed=bool(self.opts.rates))) is not None:
                 if not self.run_dir.has_run(p.name, rate):
                     if url is None:
-                        url, metric_urls, _ = self._deploy(p, stack)
-                    self.run_dir.write_run(self._run_one(url, metric_urls, p, rate))
+                        url, metrics, _ = self._deploy(p, stack)
+                    self.run_dir.write_run(self._run_one(url, metrics, p, rate))
                 result = self.run_dir.read_run(p.name, rate)
                 # fallen apart: p99 ITL far past its SLO, or most requests failing outright
                 collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * slos["itl"] \
                     or result.get("failed") > result.described.num_prompts / 2
                 outcomes.append(_outcome(result, rate, self.opts.attainment, collapsed))
                 self.bars.advance(self.task)
-            if p.kind == "disagg" and url is not None:
-                text = _scrape([url.rstrip("/") + "/metrics"])
-                self.kv_metrics = {"text": text, "placement": p.name} if text else self.kv_metrics
         if self.grid is None:
             self.grid = grid_of(outcomes, self.plan)
             self.replay = replay_grid(outcomes, self.plan)
 
     def _deploy(self, p: Placement, stack) -> tuple[str, list[str], str]:
-        """(front URL, every instance's /metrics, one instance's URL) of `p`, started."""
-        if p.url is not None:
-            return p.url, [p.url.rstrip("/") + "/metrics"], p.url
+        """(front URL, every instance's /metrics, one instance's URL) of `p`, started (or,
+        for a URL with no command, ready)."""
         self.bars.update(self.task, description=f"starting {p.name}")
+        if p.url is not None:
+            stack.enter_context(started(p, self.run_dir.path, self.opts.model, self.opts.api_key,
+                                        self.opts.ready_timeout))
+            return p.url, metric_urls(p), p.url
         dep = stack.enter_context(launch(p.topology))
         instances = [u for us in dep.instance_urls.values() for u in us]
         self._warm_up(dep.url)
@@ -192,7 +195,7 @@ class _Sweep:
         opts = self.opts
         context = load_model_config(opts.model).max_position_embeddings if opts.bundled \
             else URL_CONTEXT
-        cal = calibrate(_endpoint(url, False, opts.api_key), context, self.bars)
+        cal = calibrate(self._endpoint(url, False), context, self.bars)
         self.calibration = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
         scale = opts.scale if opts.scale is not None or opts.bundled else 1.0
         sized = sizing.size(opts.workload, opts.slos, self.calibration, context, scale,
@@ -209,35 +212,52 @@ class _Sweep:
         whose records and arrivals follow each other on one timeline."""
         opts = self.opts
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s")
-        before = _frontend_cpu(metric_urls)
+        before = _sample(metric_urls)
         records, rows, arrivals, elapsed, workloads = [], [], [], 0.0, []
         for k in range(opts.repeats):
             w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
                                  prompts_for(opts, rate))
-            run = measure(_endpoint(url, w.chat, opts.api_key), w, bars=self.bars,
+            run = measure(self._endpoint(url, w.chat), w, bars=self.bars,
                           label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""))
             records += run.records
             rows += [record_row(r, run.start - elapsed) for r in run.records]
             arrivals += [elapsed + c.start for c in w.conversations]
             elapsed += run.duration
             workloads.append(w)
-        after = _frontend_cpu(metric_urls)
+        after = _sample(metric_urls)
+        delta = after.minus(before) if before and after else None
+        front = frontend_of(delta) if delta else None
         w = workloads[0]
         return RunResult.of(
             summarize(records, elapsed, opts.slos, self.pcts), rows,
             # the front end's CPU during this run, summed over instances (None: not reported)
-            frontend_cpu=dataclasses.asdict(after.minus(before)) if before and after else None,
+            frontend_cpu=dataclasses.asdict(front) if front else None,
+            metrics=delta.to_json() if delta else None,
             topology=p.name, kind=p.kind, request_rate=rate,
             num_prompts=sum(x.num_requests for x in workloads), workload=w.name,
             workload_params={**w.params, "repeats": opts.repeats}, emulated=p.emulated,
             arrival_offsets=arrivals, multi_turn=any(len(c.turns) > 1 for c in w.conversations))
 
+    def _endpoint(self, url: str, chat: bool) -> Endpoint:
+        """Where requests go; the model as given for a deployment (nothing is asked), else
+        the first the server lists (the bundled engine's served name)."""
+        opts = self.opts
+        model = served_model(url, None if opts.bundled else opts.model, opts.api_key)
+        return Endpoint(url, model, path=CHAT if chat else COMPLETIONS, ignore_eos=True,
+                        timeout_s=REQUEST_TIMEOUT_S, api_key=opts.api_key)
+
     def _warm_up(self, url: str) -> None:
         """Two requests one at a time (first-call costs), with prompts no measured run uses."""
         opts = self.opts
         w = opts.workload_at(1000.0, seed_for(opts.seed, 0.0) + 1, 2)
-        measure(_endpoint(url, w.chat, opts.api_key), w, max_concurrency=1, label="warmup",
+        measure(self._endpoint(url, w.chat), w, max_concurrency=1, label="warmup",
                 bars=self.bars)
+
+
+def _model(opts: SweepOptions) -> str | None:
+    """The model to run: as given, else the default one for the bundled engine (for a
+    deployment, None: its first listed model)."""
+    return opts.model or (DEFAULT_MODEL if opts.bundled else None)
 
 
 def _collocated(opts: SweepOptions) -> int:
@@ -253,18 +273,11 @@ def _outcome(result: RunResult, rate: float, target: float, collapsed: bool) -> 
                    sure_meets=bool(ci) and ci[0] >= target, sure_misses=bool(ci) and ci[1] < target)
 
 
-def _endpoint(url: str, chat: bool, api_key: str | None) -> Endpoint:
-    return Endpoint(url, discover_model(url, api_key), path=CHAT if chat else COMPLETIONS,
-                    ignore_eos=True, timeout_s=REQUEST_TIMEOUT_S, api_key=api_key)
 
 
-def _scrape(urls: list[str]) -> str | None:
+def _sample(urls: list[str]) -> Sample | None:
+    """The instances' counters now (None: no metrics, or unreadable this time)."""
     try:
-        return scrape_text(urls, timeout_s=10)
-    except OSError:
+        return read(scrape_text(urls, timeout_s=10)) if urls else None
+    except (OSError, ValueError):
         return None
-
-
-def _frontend_cpu(urls: list[str]):
-    text = _scrape(urls) if urls else None
-    return parse_frontend(text) if text else None

@@ -1,0 +1,125 @@
+"""Deployments a sweep measures but does not build itself: one at a URL that someone
+started, or one that a shell command starts (`--collocated-cmd`, `--disagg-cmd`, as
+`vllm bench sweep serve --serve-cmd` takes them). A command's deployment runs in its own
+process group, alone (both placements share the GPUs), and is stopped (SIGTERM, then
+SIGKILL after a grace period) with its port free again before the next one starts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+from advisor.errors import UsageError
+from advisor.measure.prom import recognised, scrape_text
+from advisor.measure.ready import wait_ready
+from advisor.sweep.placements import Placement
+
+GRACE_S = 30.0  # SIGTERM -> SIGKILL
+PORT_FREE_S = 30.0  # how long a stopped deployment's port may stay bound
+
+
+def metric_urls(p: Placement) -> list[str]:
+    """Where `p`'s instances' metrics are read: the URLs given (each checked: UsageError
+    naming the flag when one cannot be read or holds no serving metrics), else the front's
+    own /metrics when it has one (vLLM's toy proxy has none: then nothing, said once)."""
+    if p.metrics:
+        for url in p.metrics:
+            try:
+                text = scrape_text([url])
+            except (OSError, ValueError) as e:
+                raise UsageError(f"{p.flag}-metrics {url}: cannot read it: "
+                                 f"{getattr(e, 'reason', e)}") from None
+            if not recognised(text):
+                raise UsageError(f"{p.flag}-metrics {url}: none of the expected metrics "
+                                 "(engine:*, vllm:*, process_cpu_seconds_total)")
+        return list(p.metrics)
+    own = p.url.rstrip("/") + "/metrics"
+    try:
+        if recognised(scrape_text([own])):
+            return [own]
+    except (OSError, ValueError):
+        pass
+    print(f"{p.name}: no metrics at {own}: KV-transfer and CPU evidence need "
+          f"{p.flag}-metrics (each instance's /metrics)", file=sys.stderr, flush=True)
+    return []
+
+
+@contextlib.contextmanager
+def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
+            ready_timeout: float) -> Iterator[None]:
+    """Run `p.cmd` (when it has one) until the block exits, its output in
+    `log_dir/NAME.log`; wait until `p.url` is ready. UsageError naming the log when the
+    command exits or never becomes ready."""
+    if not p.cmd:
+        wait_ready(p.url, model, api_key, ready_timeout)
+        yield
+        return
+    log_path = log_dir / f"{p.name}.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(p.cmd, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def alive() -> str | None:
+            code = proc.poll()
+            return None if code is None else (
+                f"{p.flag}-cmd exited with code {code} before {p.url} was ready: see {log_path}")
+
+        try:
+            wait_ready(p.url, model, api_key, ready_timeout, alive)
+        except UsageError as e:
+            if proc.poll() is None:  # still running, never ready
+                raise UsageError(f"{p.flag}-cmd: {e}: see {log_path}") from None
+            raise
+        yield
+    finally:
+        stop_group(proc)
+        wait_port_free(p.url)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """SIGTERM `proc`'s process group, SIGKILL it after `grace_s`; reap the leader and
+    kill whatever of the group is left."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + grace_s
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def wait_port_free(url: str, timeout_s: float = PORT_FREE_S) -> None:
+    """Wait until nothing accepts connections at `url`'s host and port."""
+    u = urllib.parse.urlsplit(url)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((u.hostname or "127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return
+        time.sleep(0.2)
