@@ -36,6 +36,13 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
                          f"{_cell(fmt_items(r['evidence']))} |")
     else:
         lines += ["## Recommendation", "", "No recommendation in this run directory."]
+    if rec and rec.get("deploy"):
+        lines += ["", "## Deploy with vLLM", "", "`advisor deploy RUN_DIR` prints these."]
+        lines += [f"- {_cell(n)}" for n in rec["deploy"]["notes"]]
+        for plan in rec["deploy"]["plans"]:
+            mark = " (recommended)" if plan["placement"] == rec["deploy"]["recommended"] else ""
+            lines += ["", f"### {plan['placement']}{mark}", "", "```sh", *plan["shell"], "```"]
+            lines += [f"- {_cell(n)}" for n in plan["notes"]]
     lines += ["", "## Plots", ""]
     for spec in figure_specs(data, other):
         name = f"report-{spec.name}.png"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from advisor import console
+from advisor.decide import deploy
 from advisor.decide.table import Thresholds, recommend
 from advisor.errors import UsageError
 from advisor.rundata import evidence
@@ -37,7 +38,9 @@ def run_recommend(source: str, as_json: bool = False, overrides: list[str] = ())
     thresholds = thresholds_from(list(overrides))
     if Path(source).is_dir():
         run_dir = RunDir.existing(source)
-        rec = recommend(run_dir.read_evidence(), thresholds)
+        ev = run_dir.read_evidence()
+        rec = recommend(ev, thresholds)
+        rec["deploy"] = deploy.from_evidence(rec, ev, _model_of(run_dir))
         run_dir.write_recommendation(rec)
     else:
         rec = recommend(evidence.load(source), thresholds)
@@ -46,3 +49,28 @@ def run_recommend(source: str, as_json: bool = False, overrides: list[str] = ())
     else:
         console.print_recommendation(rec)
     return rec
+
+
+def _model_of(run_dir: RunDir) -> str | None:
+    return (run_dir.read_manifest().get("config") or {}).get("model")
+
+
+def run_deploy(source: str, gpus: str | None = None, fmt: str = "sh",
+               model: str | None = None) -> dict:
+    """Print the vLLM commands for a finished sweep's placements (the recommended one
+    marked) as a shell script or JSON; UsageError naming the bad flag."""
+    if fmt not in ("sh", "json"):
+        raise UsageError(f"--format must be sh or json, not {fmt!r}")
+    try:
+        ids = [int(g) for g in gpus.split(",")] if gpus else None
+    except ValueError:
+        raise UsageError(f"--gpus {gpus!r}: expected GPU indices such as 0,1") from None
+    run_dir = RunDir.existing(source)
+    ev = run_dir.read_evidence()
+    rec = run_dir.read_recommendation()
+    try:
+        out = deploy.from_evidence(rec, ev, model or _model_of(run_dir), ids)
+    except ValueError as e:
+        raise UsageError(f"--gpus: {e}") from None
+    print(json.dumps(out, indent=2) if fmt == "json" else deploy.as_shell(out), end="")
+    return out

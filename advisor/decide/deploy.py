@@ -1,0 +1,191 @@
+"""The vLLM commands that run a placement, wired as the guide wires them: collocated (one
+`vllm serve` with data parallelism over the GPUs), disaggregated (one `vllm serve` per
+prefiller and decoder with a NixlConnector `--kv-transfer-config`, each with its own
+side-channel port, GPU and UCX device, behind vLLM's toy proxy), and the render split
+(`vllm launch render` plus `--tokens-only` engines). For benchmarking they carry
+`--no-enable-prefix-caching`: a sweep reuses its seed across rates."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import asdict, dataclass, field
+
+PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in vLLM's repository
+FIRST_PORT, SIDE_CHANNEL_PORT, PROXY_PORT = 8100, 5600, 8192
+RENDER_REQ_PER_CORE_S = 73.0  # the guide: one render server, a little over one core
+
+
+@dataclass(frozen=True)
+class Command:
+    """One process to start: its environment and argv."""
+
+    role: str  # collocated | prefill | decode | proxy | render | engine
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to run one placement: the commands, in start order, and what they assume."""
+
+    placement: str  # collocated | disaggregated | disaggregated-bidirectional | render-split
+    commands: list[Command]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"placement": self.placement, "commands": [asdict(c) for c in self.commands],
+                "shell": [c.shell() for c in self.commands], "notes": self.notes}
+
+
+def _serve(model: str, port: int, *extra: str) -> list[str]:
+    return ["vllm", "serve", model, "--port", str(port), "--no-enable-prefix-caching", *extra]
+
+
+def collocated(model: str, gpus: list[int]) -> Plan:
+    """One server, data parallel over `gpus` (the guide's collocated baseline)."""
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    return Plan("collocated", [Command("collocated", _serve(
+        model, 8000, "--data-parallel-size", str(len(gpus))), env)],
+        ["one API server; its data-parallel ranks share the requests"])
+
+
+def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1,
+                  bidirectional: bool = False, ucx_devices: str | None = None) -> Plan:
+    """`prefill` + `decode` instances, one GPU each (from `gpus`), and the toy proxy."""
+    if prefill + decode > len(gpus):
+        raise ValueError(f"{prefill}P{decode}D needs {prefill + decode} GPUs; "
+                         f"{len(gpus)} given")
+    commands, ports = [], {"prefill": [], "decode": []}
+    roles = ["prefill"] * prefill + ["decode"] * decode
+    for i, (role, gpu) in enumerate(zip(roles, gpus, strict=False)):
+        kv_role = "kv_both" if bidirectional else (
+            "kv_producer" if role == "prefill" else "kv_consumer")
+        config = {"kv_connector": "NixlConnector", "kv_role": kv_role}
+        env = {"CUDA_VISIBLE_DEVICES": str(gpu),
+               "VLLM_NIXL_SIDE_CHANNEL_PORT": str(SIDE_CHANNEL_PORT + i)}
+        if ucx_devices:
+            env["UCX_NET_DEVICES"] = ucx_devices
+        port = FIRST_PORT + (0 if role == "prefill" else 100) + len(ports[role])
+        ports[role].append(port)
+        commands.append(Command(role, _serve(model, port, "--kv-transfer-config",
+                                             json.dumps(config, separators=(",", ":"))), env))
+    commands.append(Command("proxy", [
+        "python", PROXY, "--port", str(PROXY_PORT),
+        "--prefiller-hosts", *["localhost"] * prefill,
+        "--prefiller-ports", *map(str, ports["prefill"]),
+        "--decoder-hosts", *["localhost"] * decode,
+        "--decoder-ports", *map(str, ports["decode"])]))
+    notes = [f"clients use http://localhost:{PROXY_PORT} (the proxy)",
+             "UCX_NET_DEVICES: set it to the RDMA device per instance (e.g. mlx5_0:1) when "
+             "the KV moves between hosts" if not ucx_devices else
+             f"UCX_NET_DEVICES={ucx_devices} on every instance"]
+    if bidirectional:
+        notes.append("kv_both on every instance: the prefiller pulls earlier turns' KV from "
+                     "the decoder (bidirectional transfer); clients send a conversation_id")
+    return Plan("disaggregated-bidirectional" if bidirectional else "disaggregated",
+                commands, notes)
+
+
+def render_split(model: str, gpus: list[int], frontend_cpu_ms: float | None,
+                 peak_rps: float | None, reasoning_parser: str | None = None,
+                 tool_call_parser: str | None = None) -> Plan:
+    """A render server with enough workers for the measured front-end CPU at `peak_rps`,
+    and a `--tokens-only` engine per GPU."""
+    workers = 1
+    if frontend_cpu_ms and peak_rps:
+        workers = max(1, math.ceil(frontend_cpu_ms / 1000 * peak_rps))
+    parsers = []
+    if reasoning_parser:
+        parsers += ["--reasoning-parser", reasoning_parser]
+    if tool_call_parser:
+        parsers += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
+    commands = [Command("render", ["vllm", "launch", "render", model, "--port", "8000",
+                                   "--renderer-num-workers", str(workers), *parsers])]
+    for i, gpu in enumerate(gpus):
+        commands.append(Command("engine", _serve(model, FIRST_PORT + i, "--tokens-only",
+                                                 *parsers),
+                                {"CUDA_VISIBLE_DEVICES": str(gpu)}))
+    why = (f"{workers} render worker(s): {frontend_cpu_ms:.1f} ms of front-end CPU per request "
+           f"at {peak_rps:g} req/s" if frontend_cpu_ms and peak_rps else
+           "1 render worker: no front-end CPU was measured")
+    return Plan("render-split", commands, [why, "the same model, tokenizer and parser flags on "
+                                                "render and engines, or outputs diverge"])
+
+
+# presets that mimic a published model: the name vLLM loads it by
+HF_NAMES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+            "qwen3-0.6b": "Qwen/Qwen3-0.6B", "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+            "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct"}
+ACTION_PLAN = {"disaggregate": "disaggregated",
+               "disaggregate-bidirectional": "disaggregated-bidirectional",
+               "stay-collocated": "collocated", "split-render-tier": "render-split"}
+
+
+def section(rec: dict, collocated_name: str | None, disagg_name: str | None,
+            model: str | None, gpus: list[int] | None = None,
+            frontend_cpu_ms: float | None = None, peak_rps: float | None = None) -> dict:
+    """The `deploy` section of a recommendation: the commands for every placement the sweep
+    measured (shaped as measured: `collocated-N`, `disagg-XpYd`), the recommended one named
+    (None when the advice is not a placement, e.g. measure-first)."""
+    prefill, decode = _shape(disagg_name)
+    replicas = _replicas(collocated_name)
+    gpus = gpus or list(range(max(replicas or 0, prefill + decode)))
+    name, notes = _model_name(model)
+    plans = [collocated(name, gpus)] if collocated_name else []
+    action = rec.get("action")
+    if disagg_name:
+        plans.append(disaggregated(name, gpus, prefill, decode,
+                                   bidirectional=action == "disaggregate-bidirectional"))
+    if "split-render-tier" in (action, *rec.get("secondary_actions", ())):
+        plans.append(render_split(name, gpus, frontend_cpu_ms, peak_rps))
+    return {"model": name, "gpus": gpus, "recommended": ACTION_PLAN.get(action),
+            "plans": [p.to_json() for p in plans], "notes": notes}
+
+
+def _model_name(model: str | None) -> tuple[str, list[str]]:
+    if model in HF_NAMES:
+        return HF_NAMES[model], []
+    if not model or model in ("tiny", "small"):
+        return "MODEL", [f"the bundled preset {model or 'of the sweep'!r} is no published "
+                         "model: put yours in place of MODEL (or pass --model)"]
+    return model, []
+
+
+def _shape(name: str | None) -> tuple[int, int]:
+    """disagg-XpYd -> (X, Y); (1, 1) for a deployment whose shape the sweep did not set."""
+    shape = (name or "").removeprefix("disagg-")
+    p, _, d = shape.removesuffix("d").partition("p")
+    return (int(p), int(d)) if p.isdigit() and d.isdigit() else (1, 1)
+
+
+def _replicas(name: str | None) -> int | None:
+    n = (name or "").removeprefix("collocated-")
+    return int(n) if n.isdigit() else None
+
+
+def as_shell(deploy: dict) -> str:
+    """A shell script per plan: every process but the last in the background."""
+    lines = [f"# {deploy['model']} on GPUs {','.join(map(str, deploy['gpus']))}"]
+    lines += [f"# NOTE: {n}" for n in deploy["notes"]]
+    for plan in deploy["plans"]:
+        mark = " (recommended)" if plan["placement"] == deploy["recommended"] else ""
+        lines += ["", f"# --- {plan['placement']}{mark}"]
+        lines += [f"# {n}" for n in plan["notes"]]
+        shell = plan["shell"]
+        lines += [c + " &" for c in shell[:-1]] + shell[-1:]
+    return "\n".join(lines) + "\n"
+
+
+def from_evidence(rec: dict, ev, model: str | None, gpus: list[int] | None = None) -> dict:
+    """`section` for a sweep's evidence (advisor.rundata.evidence.Evidence)."""
+    dis = ev.disaggregated
+    peak = max([s.max_goodput_rps or 0.0 for s in (ev.collocated, dis) if s] or [0.0])
+    return section(rec, ev.collocated.placement if ev.collocated else None,
+                   dis.placement if dis else None, model, gpus,
+                   ev.frontend.cpu_ms_per_request if ev.frontend else None, peak or None)
