@@ -37,6 +37,7 @@ class ParsedRequest:
     kv_transfer_params: dict | None
     tools: list[dict] | None = None  # chat: function tools offered to the model
     tool_choice: str | dict = "auto"
+    return_token_ids: bool = False  # vLLM's: the response carries prompt_token_ids too
 
 
 def _typed(body: dict, key: str, types, default, check=None, what: str = ""):
@@ -191,5 +192,6 @@ def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
     kv = _typed(body, "kv_transfer_params", (dict,), None, what="an object")
     tools, tool_choice = _tools(body) if chat else (None, "none")
     return ParsedRequest(
-        model, prompt, messages, params, stream, include_usage, kv, tools, tool_choice
+        model, prompt, messages, params, stream, include_usage, kv, tools, tool_choice,
+        _typed(body, "return_token_ids", (bool,), False, what="a boolean"),
     )

@@ -146,7 +146,8 @@ class Proxy:
             headers[FALLBACK] = "decoder-prefills"
             return body
         leg = {k: v for k, v in body.items() if k != "stream_options"}
-        leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS))
+        leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS),
+                   return_token_ids=True)
         if "max_completion_tokens" in leg:
             leg["max_completion_tokens"] = 1
         if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
@@ -158,8 +159,7 @@ class Proxy:
                 if r.status != 200:
                     return web.Response(body=data, status=r.status, headers=headers,
                                         content_type="application/json")
-                returned = json.loads(data).get("kv_transfer_params")
-                return {**body, "kv_transfer_params": returned}
+                return {**body, "kv_transfer_params": _handed_over(json.loads(data))}
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UpstreamDown) as e:
             if isinstance(e, aiohttp.ClientConnectorError):
                 self.liveness.refused(base)
@@ -196,6 +196,18 @@ class Proxy:
             return resp
 
 
+def _handed_over(prefilled: dict) -> dict | None:
+    """The prefill answer's kv_transfer_params, with the prompt's token IDs in them (from
+    return_token_ids: top level for chat, in the choice for completions) so that the
+    decoder does not render and tokenize the prompt again."""
+    params = prefilled.get("kv_transfer_params")
+    choices = prefilled.get("choices") or [{}]
+    ids = prefilled.get("prompt_token_ids") or (choices[0] or {}).get("prompt_token_ids")
+    if isinstance(params, dict) and ids:
+        return {**params, "prompt_token_ids": ids}
+    return params
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="P/D proxy (with --prefill) or round-robin front.")
     ap.add_argument("--host", default="127.0.0.1")
@@ -213,3 +225,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+

@@ -29,11 +29,12 @@ class RequestContext:
     """One request's response building (OpenAI shapes), with its streaming state."""
 
     def __init__(self, responder: Responder, req: ParsedRequest, rid: str, chat: bool,
-                 arrival: float, pulled: PulledKV | None, kv: dict, num_prompt: int,
+                 arrival: float, pulled: PulledKV | None, kv: dict, prompt: list[int],
                  tokens_only: bool = False):
         self.responder, self.req, self.rid, self.chat = responder, req, rid, chat
         self.tokens_only = tokens_only
-        self.arrival, self.pulled, self.kv, self.num_prompt = arrival, pulled, kv, num_prompt
+        self.arrival, self.pulled, self.kv = arrival, pulled, kv
+        self.prompt, self.num_prompt = prompt, len(prompt)
         self.created = int(time.time())
         self.obj = "chat.completion" if chat else "text_completion"
         fe = responder.frontend
@@ -87,6 +88,8 @@ class RequestContext:
                               finish_reason=self._finish_reason(out))
         body = {"id": self.rid, "object": self.obj, "created": self.created,
                 "model": self.responder.model, "choices": [choice], "usage": self._usage(out)}
+        if self.req.return_token_ids:  # vLLM's places: top level (chat), per choice (text)
+            (body if self.chat else choice)["prompt_token_ids"] = self.prompt
         self._add_transfer(body)
         self._add_held_kv(body, out)
         return body

@@ -62,7 +62,8 @@ class EngineServer:
         self.metrics = EngineMetrics(self.model, self.frontend)
         pool = self.engine.block_manager
         # NOTE: read from the event loop while the engine thread runs: an int, read whole
-        self.metrics.watch_pool(lambda: pool.num_free_blocks, pool.num_blocks)
+        self.metrics.watch_pool(lambda: pool.num_free_blocks, pool.num_blocks,
+                                lambda: self.engine.held.expired_total)
         self.source = None
         if self.role == "prefill":
             self.source = KVSource(self.engine.lend_kv, self._release, self.runner.cache,
@@ -142,7 +143,7 @@ class EngineServer:
                 self.frontend.check(body.get("fingerprint"), "this request")
                 body = tokens_request(body, self.model)
             req = parse_request(body, chat, self.model)
-            prompt = self.frontend.prompt_ids(req)
+            prompt = self._handed_ids(req) or self.frontend.prompt_ids(req)
             self.engine.validate(prompt, req.params)
         except (RequestError, ValueError) as e:
             self._refused_leg(body)
@@ -184,7 +185,7 @@ class EngineServer:
             else None,
         )
         ctx = RequestContext(
-            self.responder, req, rid, chat, arrival, pulled, kv, len(prompt), tokens_only
+            self.responder, req, rid, chat, arrival, pulled, kv, prompt, tokens_only
         )
         try:
             try:
@@ -196,6 +197,18 @@ class EngineServer:
             return await self._complete(ctx, first, stream)
         finally:  # NOTE: on every way out (a cancelled handler too) the prefiller's KV goes
             self._pulled_done(ctx)
+
+    def _handed_ids(self, req) -> list[int] | None:
+        """On a decoder: the prompt's token IDs that the proxy handed over from the prefill
+        (kv_transfer_params.prompt_token_ids), so the prompt is not rendered twice."""
+        ids = (req.kv_transfer_params or {}).get("prompt_token_ids")
+        if self.role != "decode" or ids is None:
+            return None
+        if not (isinstance(ids, list) and ids and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+            raise RequestError("kv_transfer_params.prompt_token_ids must be a non-empty list "
+                               "of token IDs", "kv_transfer_params")
+        return ids
 
     def _refused_leg(self, body) -> None:
         """A decode leg refused before its pull (it asks past the context, say): the KV its
