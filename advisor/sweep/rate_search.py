@@ -3,8 +3,8 @@
 Per topology: first the grid (the leading topology builds it by doubling the
 rate until its p99 ITL falls apart; the others replay it from the first rate where
 the leading one missed the SLO: below that both meet it, which decides nothing, and
-low rates are the slowest to measure), then the bracket is extended (halving while
-no rate meets the SLO, doubling while every rate does), then the highest passing and
+low rates are the slowest to measure), then the bracket is extended (down by sqrt(2)
+while no rate meets the SLO, doubling while every rate does), then the highest passing and
 lowest failing rates are bisected geometrically. Last, if no rate above the highest
 passing one surely missed the SLO (its attainment interval below the target), the top
 rate is doubled until one does (at most `max_confirm` rates above the lowest miss):
@@ -34,7 +34,9 @@ class SearchPlan:
     start: float = 0.5
     max_steps: int = 4  # doublings while building the grid; also the bracket's extension budget
     bisect_steps: int = 1
-    max_down: int = 1  # halvings below the grid when nothing meets (low rates are slow to measure)
+    # steps of 1/sqrt(2) below the grid when nothing meets: the first rate is sized near the
+    # knee, so a small step usually finds one that meets (low rates are slow to measure)
+    max_down: int = 2
     min_ratio: float = 1.15  # stop bisecting when hi / lo is this close
     max_confirm: int = 2  # rates above the lowest miss, to find one that surely misses
 
@@ -52,10 +54,12 @@ def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
 
 def replay_grid(leading: list[Outcome], plan: SearchPlan) -> list[float]:
     """The grid rates the other topologies measure first: from the lowest one where the
-    leading topology missed the SLO (its top rate alone if it missed at none) upwards."""
+    leading topology surely missed the SLO (else where it missed at all; its top rate
+    alone if it missed at none) upwards."""
     grid = grid_of(leading, plan)
     missed = [o.rate for o in leading if not o.meets and o.rate in grid]
-    return [r for r in grid if r >= min(missed, default=max(grid, default=0.0))]
+    sure = [o.rate for o in leading if o.sure_misses and o.rate in grid]
+    return [r for r in grid if r >= min(sure or missed, default=max(grid, default=0.0))]
 
 
 def next_rate(
@@ -80,7 +84,7 @@ def next_rate(
     bad = [o.rate for o in done if not o.meets]
     extra = len(done) - len(grid)
     if not ok:  # nothing meets: look lower
-        return min(rates) / 2 if extra < plan.max_down else None
+        return round(min(rates) / math.sqrt(2), 4) if extra < plan.max_down else None
     lo = max(ok)
     above = [r for r in bad if r > lo]
     if not above:  # everything meets: look higher

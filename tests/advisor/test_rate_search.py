@@ -43,11 +43,12 @@ def test_follower_replays_the_grid_then_extends_upward():
     assert max_goodput_rate(done) == 2.8284
 
 
-def test_nothing_meets_halves_downward_within_budget():
+def test_nothing_meets_steps_down_by_root_two_within_budget():
     done = drive(capacity=0.3, grid=[0.5])
-    assert [o.rate for o in done] == [0.5, 0.25, 0.3536]  # one halving, then bisected
+    assert [o.rate for o in done] == [0.5, 0.3536, 0.25]  # two steps down, no bisection left
     assert max_goodput_rate(done) == 0.25
-    assert [o.rate for o in drive(capacity=0.0, grid=[0.5])] == [0.5, 0.25]
+    assert [o.rate for o in drive(capacity=0.4, grid=[0.5])] == [0.5, 0.3536]
+    assert [o.rate for o in drive(capacity=0.0, grid=[0.5])] == [0.5, 0.3536, 0.25]
 
 
 def test_fixed_grid_measures_only_the_grid():
@@ -67,7 +68,10 @@ def test_followers_replay_the_grid_from_where_the_leader_first_missed():
     assert [o.rate for o in follower][:2] == [1.0, 2.0] and 0.5 not in {o.rate for o in follower}
     never_missed = drive(capacity=9.0, collapse_at=9.0)
     assert replay_grid(never_missed, PLAN) == [4.0]  # the top of its grid alone
-    assert [o.rate for o in drive(capacity=0.3, grid=[1.0])][:2] == [1.0, 0.5]  # still halves
+    assert [o.rate for o in drive(capacity=0.3, grid=[1.0])][:2] == [1.0, 0.7071]  # steps down
+    # a miss that is not a sure one is not where the others start: its neighbour is
+    unsure = drive(capacity=0.8, collapse_at=2.0, sure_from=1.5)  # missed 1.0 (unsure), 2.0
+    assert replay_grid(unsure, PLAN) == [2.0]
 
 
 def test_search_goes_on_upward_until_a_rate_surely_misses():
