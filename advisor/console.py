@@ -54,6 +54,6 @@ def print_recommendation(rec: dict, out: Console | None = None) -> None:
     for col in ("row", "fired", "action", "evidence", "thresholds"):
         table.add_column(col)
     for r in rec["rows"]:
-        table.add_row(r["id"], "yes" if r["fired"] else "no", r["action"],
+        table.add_row(r["id"], r.get("verdict") or ("yes" if r["fired"] else "no"), r["action"],
                       fmt_items(r["evidence"]), fmt_items(r["thresholds"]))
     out.print(table)

@@ -32,7 +32,8 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
             lines.append(f"- rows judged at {_cell(rec['judged_at'])}")
         lines += ["", "| row | fired | action | evidence |", "|---|---|---|---|"]
         for r in rec["rows"]:
-            lines.append(f"| {r['id']} | {'**yes**' if r['fired'] else 'no'} | {r['action']} | "
+            said = "**yes**" if r["fired"] else _cell(r.get("verdict") or "no")
+            lines.append(f"| {r['id']} | {said} | {r['action']} | "
                          f"{_cell(fmt_items(r['evidence']))} |")
     else:
         lines += ["## Recommendation", "", "No recommendation in this run directory."]

@@ -40,6 +40,11 @@ class Row:
     fired: bool
     evidence: dict = field(default_factory=dict)
     thresholds: dict = field(default_factory=dict)
+    undecided: str | None = None  # why the evidence cannot say yes or no (it did not fire)
+
+    @property
+    def verdict(self) -> str:
+        return "yes" if self.fired else f"undecided: {self.undecided}" if self.undecided else "no"
 
 
 # When the measured comparison cannot decide, the first of these rows that fired does.
@@ -105,8 +110,10 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
             {
                 "frontend_cpu_share": share,
                 "frontend_cpu_ms_per_request": fe.cpu_ms_per_request if fe else None,
+                "source": fe.source if fe else None,
             },
             {"frontend_cpu_share": t.frontend_cpu_share},
+            undecided=(fe.undecided if fe and share is None else None),
         )
     )
     ttft_limit = t.ttft_binding_ratio * slo.ttft_ms
@@ -257,7 +264,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         "reasons": why,
         "secondary_actions": secondary,
         "comparison": comparison,
-        "rows": [asdict(r) for r in rows],
+        "rows": [{**asdict(r), "verdict": r.verdict} for r in rows],
         "thresholds": asdict(t),
         "judged_at": ev.judged_at,
         "calibration": ev.calibration.summary() if ev.calibration else None,

@@ -84,6 +84,9 @@ class FrontendEvidence:
     derender_ms_per_request: float | None = None
     placement: str | None = None
     requests: int | None = None
+    source: str | None = None  # the counter it came from (ours, or a process's whole CPU)
+    cores_busy: float | None = None  # process CPU source: the API server's cores in use
+    undecided: str | None = None  # why the share cannot be judged
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import urllib.parse
 
 import numpy as np
 import pandas as pd
 
 from advisor.errors import UsageError
-from advisor.measure.prom import Sample, transfer_of
+from advisor.measure.prom import FRONTEND_CPU, PROCESS_CPU, Sample, transfer_of
 from advisor.measure.transfer import link_class, verdict
 from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
@@ -28,6 +30,7 @@ from advisor.rundata.rundir import RunDir
 from advisor.sweep.rate_search import Outcome, goodput_interval, max_goodput_rate
 from engine.model.dtype import DtypeChoice
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
                    "slo_attainment", "request_goodput", "request_throughput", "output_throughput",
                    "median_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "mean_tpot_ms")
@@ -128,27 +131,42 @@ def _kv(opts, run_dir: RunDir, dis, outcomes: list[Outcome]) -> KVTransferEviden
         overhead_ms=v["overhead_ms"], link=v["link"], verdict=v["verdict"])
 
 
-def _frontend(run_dir: RunDir, name: str, outcomes: list[Outcome]) -> FrontendEvidence | None:
+def _frontend(run_dir: RunDir, p, outcomes: list[Outcome]) -> FrontendEvidence | None:
     """Front-end CPU over all of a placement's runs: per request, and as a share of the
-    engine processes' whole CPU time (model, scheduler, HTTP and front end together)."""
+    engine processes' whole CPU time (model, scheduler, HTTP and front end together).
+    Without our front-end counters (vLLM), the API server's own process CPU stands in:
+    its cores busy, as a share of the host's cores when the host is this one."""
     cpu = {"render_s": 0.0, "derender_s": 0.0, "process_s": 0.0}
-    requests = 0
+    requests = api_requests = 0
+    api_s = duration = 0.0
     for o in outcomes:
-        r = run_dir.read_run(name, o.rate)
+        r = run_dir.read_run(p.name, o.rate)
         if r.described.frontend_cpu:
             cpu = {k: v + r.described.frontend_cpu[k] for k, v in cpu.items()}
             requests += r.described.num_prompts
-    if not requests:
-        return None
-    front = cpu["render_s"] + cpu["derender_s"]
-    return FrontendEvidence(
-        cpu_ms_per_request=front / requests * 1000,
-        render_ms_per_request=cpu["render_s"] / requests * 1000,
-        derender_ms_per_request=cpu["derender_s"] / requests * 1000,
-        cpu_share=front / cpu["process_s"] if cpu["process_s"] > 0 else None,
-        placement=name,
-        requests=requests,
-    )
+        elif PROCESS_CPU in (r.described.metrics or {}).get("values", {}):
+            api_s += r.described.metrics["values"][PROCESS_CPU]
+            api_requests += r.described.num_prompts
+            duration += r.get("duration") or 0.0
+    if requests:
+        front = cpu["render_s"] + cpu["derender_s"]
+        return FrontendEvidence(
+            cpu_ms_per_request=front / requests * 1000,
+            render_ms_per_request=cpu["render_s"] / requests * 1000,
+            derender_ms_per_request=cpu["derender_s"] / requests * 1000,
+            cpu_share=front / cpu["process_s"] if cpu["process_s"] > 0 else None,
+            placement=p.name, requests=requests, source=FRONTEND_CPU)
+    if api_requests and duration > 0:
+        cores = api_s / duration
+        local = p.url is not None and urllib.parse.urlsplit(p.url).hostname in LOOPBACK
+        return FrontendEvidence(
+            cpu_ms_per_request=api_s / api_requests * 1000, placement=p.name,
+            requests=api_requests, source=PROCESS_CPU, cores_busy=cores,
+            cpu_share=cores / os.cpu_count() if local else None,
+            undecided=None if local else "the API server's host is not this one: its "
+            "core count is unknown here")
+    where = p.url or p.name
+    return FrontendEvidence(placement=p.name, undecided=f"no CPU counters at {where}")
 
 
 def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
@@ -176,7 +194,7 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
         disaggregated=_side(run_dir, dis.name, done[dis.name], rate) if dis else None,
         kv_transfer=_kv(opts, run_dir, dis, done[dis.name]) if dis else None,
         workload=_workload(run_dir, lead.name, rate, lowest, calibration),
-        frontend=_frontend(run_dir, lead.name, done[lead.name]),
+        frontend=_frontend(run_dir, lead, done[lead.name]),
         calibration=calibration,
         judged_at=why,
     )

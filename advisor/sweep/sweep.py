@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from pathlib import Path
 
 from advisor import console
 from advisor.decide import deploy
@@ -83,7 +84,8 @@ def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepO
     choice = resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
         opts.dtype, "set by the deployment", {})
     run_dir = RunDir.create(opts.out or "results", opts.workload)
-    run_dir.write_manifest({**sweep_manifest(filled, argv, choice), "widen_slo": widen})
+    extra = {"config_file": Path(opts.config).read_text()} if opts.config else {}
+    run_dir.write_manifest({**sweep_manifest(filled, argv, choice), "widen_slo": widen, **extra})
     print(f"dtype: {choice.dtype} ({choice.reason})", flush=True)
     return run_dir, dataclasses.replace(filled, dtype=choice.dtype)
 

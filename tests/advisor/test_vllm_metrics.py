@@ -5,8 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from advisor.decide.table import Row
 from advisor.measure.prom import Sample, read, recognised, transfer_of
 from advisor.measure.transfer import verdict
+from advisor.rundata.result import RunResult
+from advisor.sweep.evidence import _frontend
+from advisor.sweep.placements import Placement
+from advisor.sweep.rate_search import Outcome
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -57,3 +62,40 @@ def test_a_delta_survives_json_and_sums_over_runs():
 def test_a_page_without_serving_metrics_is_not_recognised():
     assert recognised(page("decoder", "after"))
     assert not recognised("# TYPE go_goroutines gauge\ngo_goroutines 12\n")
+
+
+class _Runs:
+    """A run directory's reads, fabricated: one run per rate."""
+
+    def __init__(self, runs):
+        self.runs = runs
+
+    def read_run(self, name, rate):
+        return self.runs[rate]
+
+
+def _run(frontend_cpu=None, metrics=None):
+    return RunResult.of({"duration": 10.0}, num_prompts=20, frontend_cpu=frontend_cpu,
+                        metrics=metrics)
+
+
+def test_without_our_counters_the_api_servers_process_cpu_stands_in():
+    runs = _Runs({1.0: _run(metrics={"values": {"process_cpu_seconds_total": 5.0}})})
+    done = [Outcome(1.0, True, False)]
+    local = _frontend(runs, Placement("collocated-url", "collocated",
+                                      url="http://127.0.0.1:8000"), done)
+    assert local.source == "process_cpu_seconds_total" and local.cores_busy == 0.5
+    assert local.cpu_ms_per_request == 250.0 and local.cpu_share is not None
+    remote = _frontend(runs, Placement("collocated-url", "collocated",
+                                       url="http://gpu-host:8000"), done)
+    assert remote.cpu_share is None and "core count is unknown" in remote.undecided
+    none = _frontend(_Runs({1.0: _run()}), Placement("collocated-url", "collocated",
+                                                     url="http://gpu-host:8000"), done)
+    assert none.undecided == "no CPU counters at http://gpu-host:8000"
+
+
+def test_a_row_without_evidence_says_undecided_not_no():
+    row = Row("frontend_cpu_heavy", "s", "split-render-tier", False,
+              undecided="no CPU counters at http://x")
+    assert row.verdict == "undecided: no CPU counters at http://x"
+    assert Row("r", "s", "a", False).verdict == "no" and Row("r", "s", "a", True).verdict == "yes"

@@ -12,7 +12,6 @@ import urllib.request
 import pytest
 from aiohttp import web
 
-from advisor.probe.probe import transfer_check
 from advisor.testing.toy_proxy import make_app
 from engine.serve.launch import Topology, free_port, launch
 from tests.cli import advisor
@@ -64,8 +63,11 @@ def test_bench_needs_no_models_endpoint_and_reads_sse_sent_as_json(toy, tmp_path
 
 def test_transfer_check_reads_the_decoders_metrics_behind_the_toy_proxy(toy):
     url, _, dec = toy
-    r = transfer_check(url, [dec + "/metrics"], prompts=2, tokens=200, model="tiny",
-                       ready_timeout=30)
+    p = advisor("probe", "--json", "--link-mb", "1", "--transfer-check", url, "--model", "tiny",
+                "--metrics-url", dec + "/metrics", "--check-prompts", "2",
+                "--check-prompt-tokens", "200", "--ready-timeout", "30")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)["transfer_check"]
     assert r["transfers"] == 2 and r["failed_requests"] == 0 and r["failures"] == 0
     assert r["verdict"].startswith("healthy") and r["overhead_ms"] is not None
 
