@@ -243,6 +243,7 @@ def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
         stop([proc])
 
 
+@pytest.mark.slow  # waits out stalls and restarts
 def test_a_stopped_prefiller_or_decoder_costs_seconds_not_minutes():
     """SIGSTOP keeps the sockets open and answers nothing: the front asks the instances'
     /health while it waits and gives up on a stopped one within ~5 s (the read timeout
@@ -347,6 +348,7 @@ def test_a_pull_aimed_at_another_service_never_echoes_what_answered():
     assert "SSH" not in err["error"]["message"]
 
 
+@pytest.mark.slow  # waits out stalls and restarts
 def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
     from engine.serve.supervise import supervise
 
