@@ -51,6 +51,12 @@ def figure_specs(data: ReportData, other: ReportData | None = None) -> list[Figu
             lambda: plots.timeline(data),
         ),
     ]
+    if any(r.get("per_turn") for r in data.runs):
+        specs.append(FigureSpec(
+            "ttft_by_turn",
+            "Median TTFT by turn of the conversations (the guide: measure TTFT on turn five); "
+            "context that is recomputed rather than reused grows it turn by turn.",
+            lambda: plots.ttft_by_turn(data)))
     if other is not None:
         specs.append(
             FigureSpec(

@@ -127,6 +127,31 @@ def attainment_vs_rate(data: ReportData):
     )
 
 
+def ttft_by_turn(data: ReportData):
+    """5. Multi-turn: median TTFT against turn index, per placement, at each placement's
+    highest rate meeting the SLO (else its lowest): recomputed context grows with the turn."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for p in data.placements:
+        runs = [r for r in data.series(p) if r.get("per_turn")]
+        if not runs:
+            continue
+        good = [r for r in runs
+                if (r.get("slo_attainment") or 0) >= data.slo.get("attainment", 1.0)]
+        run = max(good, key=lambda r: r.rate) if good else min(runs, key=lambda r: r.rate)
+        turns = run.get("per_turn")
+        ax.plot([t["turn"] for t in turns], [t["median_ttft_ms"] or np.nan for t in turns],
+                marker="o", color=_color(data, p), label=f"{_label(data, p)} @ {run.rate:g} req/s")
+    if data.slo.get("ttft_ms"):
+        ax.axhline(data.slo["ttft_ms"], color="black", lw=1, ls=":",
+                   label=f"SLO {data.slo['ttft_ms']:g} ms")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("median TTFT (ms)")
+    ax.set_title("TTFT by turn (multi-turn)", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def kv_transfer(data: ReportData):
     """4. KV transfer time per request, and its share of that request's TTFT."""
     ms, share = [], []

@@ -67,6 +67,7 @@ class RequestRecord:
     status: int | None = None
     error: str | None = None
     kv_transfer_ms: float | None = None  # when the server reports its KV transfer (ours does)
+    cached_tokens: int | None = None  # prompt tokens not computed (usage.prompt_tokens_details)
     body_sent: bool = field(default=False, repr=False)
 
     @property
@@ -298,6 +299,10 @@ class Client:
                                 if chunk.get("usage"):
                                     u = chunk["usage"]
                                     rec.prompt_tokens = u.get("prompt_tokens") or rec.prompt_tokens
+                                    cached = (u.get("prompt_tokens_details") or {}).get(
+                                        "cached_tokens")
+                                    rec.cached_tokens = cached if isinstance(cached, int) \
+                                        else rec.cached_tokens
                                     if u.get("completion_tokens") is not None:
                                         rec.output_tokens = u["completion_tokens"]
                                         rec.token_source = "usage"

@@ -146,7 +146,35 @@ def summarize(
     }
     for m in metrics:
         result.update(_stats(m, pools[m], percentiles))
+    if any(r.turn > 0 for r in runs):
+        result["per_turn"] = per_turn(runs)
     result["ci95"] = intervals([is_good(lat, slos) for lat in lats],
                                [lat.ttft * 1000 if lat else None for lat in lats],
                                [[g * 1000 for g in lat.itls] if lat else [] for lat in lats])
     return result
+
+
+def per_turn(records: list[RequestRecord]) -> list[dict]:
+    """Multi-turn runs by turn index (1..N): requests, failures, median and p90 TTFT (ms),
+    mean prompt tokens and how many of them the server reused (cached_tokens: from its
+    prefix cache or a KV pull) or computed, and the mean KV transfer (ms). Where turn k's
+    TTFT grows with k, the context is being recomputed."""
+    out = []
+    for turn in sorted({r.turn for r in records}):
+        rs = [r for r in records if r.turn == turn]
+        ok = [r for r in rs if r.ok]
+        ttft = [(r.chunks[0] - r.sent) * 1000 for r in ok]
+        cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
+        kv = [r.kv_transfer_ms for r in ok if r.kv_transfer_ms is not None]
+        prompt = float(np.mean([r.prompt_tokens for r in ok])) if ok else None
+        reused = float(np.mean(cached)) if cached else None
+        out.append({
+            "turn": turn + 1, "requests": len(rs), "failed": len(rs) - len(ok),
+            "median_ttft_ms": float(np.median(ttft)) if ttft else None,
+            "p90_ttft_ms": float(np.percentile(ttft, 90)) if ttft else None,
+            "mean_prompt_tokens": prompt, "mean_reused_tokens": reused,
+            "mean_computed_tokens": prompt - reused if prompt is not None and reused is not None
+            else None,
+            "mean_kv_transfer_ms": float(np.mean(kv)) if kv else None,
+        })
+    return out

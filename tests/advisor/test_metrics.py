@@ -74,3 +74,24 @@ def test_kv_blocks_in_use_sums_every_instance_in_a_scrape():
     assert kv_blocks_in_use(instance(30, 32)) == 2
     assert kv_blocks_in_use(instance(30, 32) + instance(20, 32)) == 14  # the proxy's concat
     assert kv_blocks_in_use(instance(32, 32)) == 0 and kv_blocks_in_use("") == 0
+
+
+def test_multi_turn_runs_are_summarized_turn_by_turn():
+    def turn(k, ttft, prompt, cached, kv=None, ok=True):
+        r = rec([ttft, ttft + 0.01], ok=ok)
+        r.turn, r.prompt_tokens, r.cached_tokens, r.kv_transfer_ms = k, prompt, cached, kv
+        return r
+
+    records = [turn(0, 0.10, 100, 0), turn(0, 0.30, 100, 0),
+               turn(1, 0.05, 300, 290, kv=2.0), turn(1, 0.07, 300, 250, kv=4.0),
+               turn(1, 0.0, 300, 0, ok=False)]
+    s = summarize(records, 1.0, {}, [50])
+    first, second = s["per_turn"]
+    assert (first["turn"], first["requests"], first["failed"]) == (1, 2, 0)
+    assert first["median_ttft_ms"] == pytest.approx(200)
+    assert first["mean_reused_tokens"] == 0 and first["mean_computed_tokens"] == 100
+    assert (second["turn"], second["requests"], second["failed"]) == (2, 3, 1)
+    assert second["median_ttft_ms"] == pytest.approx(60)
+    assert second["mean_reused_tokens"] == 270 and second["mean_computed_tokens"] == 30
+    assert second["mean_kv_transfer_ms"] == 3.0 and first["mean_kv_transfer_ms"] is None
+    assert "per_turn" not in summarize(records[:2], 1.0, {}, [50])  # single-turn: none
