@@ -64,6 +64,9 @@ def serve(
     prefill: int = typer.Option(1, min=1, help="disagg: number of prefill instances"),
     decode: int = typer.Option(1, min=1, help="disagg: number of decode instances"),
     connector: str = typer.Option("shm", help=f"disagg KV connector: {', '.join(CONNECTORS)}"),
+    bidirectional: bool = typer.Option(
+        False, "--bidirectional", help="disagg: a conversation's next turn reuses the KV its "
+        "decoder kept (prompt and reply); clients send X-Conversation-Id"),
     model: str = typer.Option("small", help="preset name or a local HF model directory"),
     dtype: str = typer.Option("auto", help="auto (bfloat16 where fast here, else float32), "
                                            "float32, bfloat16 or float16"),
@@ -92,6 +95,7 @@ def serve(
         decode=decode,
         model=model,
         connector=connector,
+        bidirectional=bidirectional,
         dtype=dtype,
         device=device,
         port=port,

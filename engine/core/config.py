@@ -190,6 +190,10 @@ class EngineConfig:
     kv_lease_duration: float = 30.0
     kv_load_failure_policy: str = "fail"  # fail | recompute
     kv_shared_memory: bool = False  # KV cache in named shared memory (the shm connector reads it)
+    # bidirectional KV (decode role): keep finished turns for their conversation's next turn
+    keep_conversations: bool = False
+    decoder_kv_ttl: float = 480.0  # vLLM's default lease for a decoder's kept KV
+    decoder_kv_blocks: int | None = None  # budget of kept blocks; None: a quarter of the pool
     num_threads: int | None = None  # CPU only; None keeps torch's default
     model_config: ModelConfig | None = field(default=None, compare=False)
 

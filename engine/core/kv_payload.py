@@ -56,5 +56,11 @@ class KVPayload:
         expected = (layout.num_layers, 2, self.num_tokens, layout.num_kv_heads, layout.head_dim)
         if tuple(self.kv.shape) != expected:
             raise ValueError(f"KV tensor shape {tuple(self.kv.shape)} != {expected}")
-        if self.token_ids != prompt_token_ids:
+        # NOTE: KV for a prefix is fine (the rest is computed here), for other tokens never
+        if self.token_ids != prompt_token_ids[: self.num_tokens] or not self.token_ids:
             raise ValueError("KV was computed for different tokens than this prompt")
+
+    def prefix(self, num_tokens: int) -> KVPayload:
+        """This payload cut to its first `num_tokens` tokens (a view, no copy)."""
+        return KVPayload(self.request_id, self.layout, self.token_ids[:num_tokens],
+                         self.kv[:, :, :num_tokens], self.block_size)

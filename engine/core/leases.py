@@ -38,10 +38,11 @@ class KVLeases:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, req: Request) -> None:
-        """Keep a finished request's blocks for `duration_s` (engine thread)."""
+    def hold(self, req: Request, key: str | None = None) -> None:
+        """Keep a finished request's blocks for `duration_s` under `key` (default: its id),
+        engine thread."""
         with self._lock:
-            self._held[req.request_id] = _Held(req, time.monotonic() + self.duration_s)
+            self._held[key or req.request_id] = _Held(req, time.monotonic() + self.duration_s)
 
     def get(self, request_id: str) -> Request | None:
         """The held request, or None; does not touch its lease."""
@@ -92,6 +93,17 @@ class KVLeases:
         freed = [rid for rid in expired if self.release(rid)]
         self.expired_total += len(freed)
         return freed
+
+    def oldest(self) -> str | None:
+        """The held request whose lease runs out first (and none reads), or None."""
+        with self._lock:
+            free = [(h.expires_at, rid) for rid, h in self._held.items() if not h.readers]
+        return min(free)[1] if free else None
+
+    def num_blocks(self) -> int:
+        """Blocks held, over every held request."""
+        with self._lock:
+            return sum(len(h.request.block_ids) for h in self._held.values())
 
     def _get(self, request_id: str) -> _Held:
         held = self._held.get(request_id)

@@ -14,6 +14,8 @@ from typing import Protocol
 
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
+from engine.core.kept import PREFIX as KEPT_PREFIX
+from engine.core.kept import KeptConversations
 from engine.core.kv_payload import KVLayout, KVPayload
 from engine.core.leases import KVLeases
 from engine.core.scheduler import Scheduler, SchedulerOutput
@@ -66,6 +68,10 @@ class LLMEngine:
                                    self.model_config.eos_token_id)
         self.requests: dict[str, Request] = {}
         self.held = KVLeases(self.config.kv_lease_duration, self.block_manager.free)
+        self.kept = KeptConversations(
+            self.config.decoder_kv_ttl,
+            self.config.decoder_kv_blocks or max(1, self.runner.num_blocks // 4),
+            self.block_manager.free) if self.config.keep_conversations else None
         self.num_kv_import_failures = 0
         self._ids = itertools.count()
 
@@ -96,13 +102,15 @@ class LLMEngine:
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, kv: KVPayload | None = None,
-                    remote_decode: bool | None = None) -> str:
+                    remote_decode: bool | None = None, keep_as: str | None = None) -> str:
         """Queue a request; returns its id.
 
         kv: prompt KV pulled from a prefill instance; checked against the prompt,
         and on mismatch either dropped (policy `recompute`) or refused (`fail`).
         remote_decode: stop after the first token and hold the KV for export
         (defaults to True on a `prefill`-role engine).
+        keep_as: a conversation id: when finished, keep the KV of prompt and reply for that
+        conversation's next turn (engines with keep_conversations; ignored elsewhere).
         """
         self.validate(prompt_token_ids, params)
         request_id = request_id or f"req-{next(self._ids)}"
@@ -113,7 +121,8 @@ class LLMEngine:
         if remote_decode is None:
             remote_decode = self.config.role == "prefill"
         req = Request(request_id, list(prompt_token_ids), params, arrival_time=time.monotonic(),
-                      pending_kv=kv, remote_decode=remote_decode)
+                      pending_kv=kv, remote_decode=remote_decode,
+                      keep_as=keep_as if self.kept is not None else None)
         self.requests[request_id] = req
         self.scheduler.add(req)
         return request_id
@@ -145,6 +154,8 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, and report every request that advanced."""
         self.expire_leases()
+        if self.kept is not None:
+            self.kept.make_room(lambda: self.block_manager.num_free_blocks, self._blocks_wanted())
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
@@ -164,7 +175,7 @@ class LLMEngine:
         self.runner.forget(req.request_id)
         if req.finish_reason is FinishReason.REMOTE_DECODE:
             self.held.hold(req)
-        else:
+        elif not (req.keep_as and self.kept.keep(req, req.keep_as)):
             self.block_manager.free(req)
 
     @staticmethod
@@ -181,20 +192,35 @@ class LLMEngine:
         Safe to call from any thread (a connector's): held blocks are never written,
         and the lease cannot expire while the copy runs.
         """
-        with self.held.reading(request_id) as req:
+        with self._leases(request_id).reading(request_id) as req:
             return self.runner.export_kv(req)
 
     def lend_kv(self, request_id: str) -> tuple[list[int], list[int]]:
-        """(block ids, prompt token ids) of held KV, for a connector that reads the cache
-        itself; renews the lease (see KVLeases.lend). Any thread."""
-        req = self.held.lend(request_id)
-        prompt = list(req.prompt_token_ids)
-        return req.block_ids[: self.block_manager.blocks_needed(len(prompt))], prompt
+        """(block ids, token ids) of held KV (a prefill's prompt, or a kept conversation's
+        prompt and reply), for a connector that reads the cache itself; renews the lease
+        (see KVLeases.lend). Any thread."""
+        req = self._leases(request_id).lend(request_id)
+        tokens = req.kv_token_ids
+        return req.block_ids[: self.block_manager.blocks_needed(len(tokens))], tokens
 
     def release_kv(self, request_id: str) -> bool:
         """Free the blocks held for `request_id` (the decoder has its copy). True if held."""
-        return self.held.release(request_id)
+        return self._leases(request_id).release(request_id)
 
     def expire_leases(self, now: float | None = None) -> list[str]:
         """Free held KV whose lease ran out; returns the expired request ids."""
-        return self.held.expire(now)
+        kept = self.kept.leases.expire(now) if self.kept is not None else []
+        return self.held.expire(now) + kept
+
+    def _leases(self, request_id: str) -> KVLeases:
+        """Where `request_id`'s KV is held: kept for a conversation, or for a decoder."""
+        if self.kept is not None and request_id.startswith(KEPT_PREFIX):
+            return self.kept.leases
+        return self.held
+
+    def _blocks_wanted(self) -> int:
+        """Free blocks the next step may need: one per running request, and the first
+        waiting request's whole prompt."""
+        first = self.scheduler.waiting[0] if self.scheduler.waiting else None
+        need = self.block_manager.blocks_needed(first.num_tokens) if first else 0
+        return len(self.scheduler.running) + need

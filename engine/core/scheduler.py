@@ -97,7 +97,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             if req.pending_kv is not None:
-                n = self._admit_import(req)
+                n = self._admit_import(req, budget)
             else:
                 n = self._admit_fresh(req, budget)
             if n == 0:
@@ -120,14 +120,17 @@ class Scheduler:
         req.num_cached_tokens = max(req.num_cached_tokens, req.num_computed_tokens)
         return n
 
-    def _admit_import(self, req: Request) -> int:
-        # NOTE: the imported KV covers the prompt; the last prompt token is
-        # recomputed here so this engine samples the first token itself.
-        if not self.bm.allocate(req, req.num_tokens):
+    def _admit_import(self, req: Request, budget: int) -> int:
+        # NOTE: the imported KV covers the prompt (from a prefiller) or a prefix of it (an
+        # earlier turn, from a decoder); at least the last prompt token is computed here,
+        # so this engine samples the next token itself.
+        have = min(req.pending_kv.num_tokens, req.num_tokens - 1)
+        n = self._chunk(req.num_tokens - have, budget)
+        if n == 0 or not self.bm.allocate(req, have + n):
             return 0
-        req.num_computed_tokens = req.num_tokens - 1
-        req.num_cached_tokens = req.num_computed_tokens
-        return 1
+        req.num_computed_tokens = have
+        req.num_cached_tokens = have
+        return n
 
     def _preempt(self, req: Request) -> None:
         self.bm.free(req)

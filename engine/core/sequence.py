@@ -78,6 +78,13 @@ class Request:
     pending_kv: object | None = None
     # Prefill side: stop after the first token and hold the blocks for a decoder to pull.
     remote_decode: bool = False
+    # Decode side (bidirectional): keep the finished turn's blocks for this conversation.
+    keep_as: str | None = None
+
+    @property
+    def kv_token_ids(self) -> list[int]:
+        """The tokens whose KV is in the cache (not the last sampled one)."""
+        return self.all_token_ids[: self.num_computed_tokens]
 
     @property
     def num_tokens(self) -> int:

@@ -139,12 +139,12 @@ class ModelRunner:
         self.sampler.forget(request_id)
 
     def export_kv(self, req: Request) -> KVPayload:
-        """The prompt KV of a request whose prompt has been computed (see KVCache.export)."""
-        n = len(req.prompt_token_ids)
+        """The KV of a finished request's computed tokens: a prefill's prompt, or a kept
+        turn's prompt and reply (see KVCache.export)."""
+        tokens = req.kv_token_ids
+        n = len(tokens)
         kv = self.cache.export(req.block_ids[: -(-n // self.cfg.block_size)], n)
-        return KVPayload(
-            req.request_id, self.layout, list(req.prompt_token_ids), kv, self.cfg.block_size
-        )
+        return KVPayload(req.request_id, self.layout, tokens, kv, self.cfg.block_size)
 
 
 def resolve_config(config: EngineConfig) -> EngineConfig:

@@ -51,7 +51,8 @@ class AsyncEngine:
     # ---- API (event loop side) ------------------------------------------------------------------
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams,
                        request_id: str, kv: KVPayload | None = None,
-                       remote_decode: bool | None = None) -> AsyncIterator[RequestOutput]:
+                       remote_decode: bool | None = None,
+                       keep_as: str | None = None) -> AsyncIterator[RequestOutput]:
         """Stream a request's outputs. Raises ValueError (bad request) before the first
         output; closing the iterator early aborts the request and frees its blocks."""
         loop = asyncio.get_running_loop()
@@ -61,7 +62,8 @@ class AsyncEngine:
 
         def add():
             try:
-                self.engine.add_request(prompt_token_ids, params, request_id, kv, remote_decode)
+                self.engine.add_request(prompt_token_ids, params, request_id, kv, remote_decode,
+                                        keep_as)
                 loop.call_soon_threadsafe(_settle, added, None)
             except Exception as e:  # noqa: BLE001 - handed to the caller
                 self._streams.pop(request_id, None)

@@ -55,6 +55,7 @@ class Topology:
     gpus: tuple[int, ...] | None = None
     max_num_batched_tokens: int = 2048
     kv_lease_duration: float = 30.0
+    bidirectional: bool = False  # disagg: decoders keep turns, prefillers pull them back
     extra_args: tuple[str, ...] = ()
     # --chat-template / --reasoning-parser / --tool-call-parser: alike on every engine and render
     frontend_args: tuple[str, ...] = ()
@@ -225,7 +226,8 @@ def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
             "--host", INTERNAL_HOST, "--port", str(port), "--connector", t.connector,
             "--dtype", t.dtype, "--device", device, "--num-threads", "1",
             "--max-num-batched-tokens", str(t.max_num_batched_tokens),
-            "--kv-lease-duration", str(t.kv_lease_duration), *t.frontend_args, *t.extra_args]
+            "--kv-lease-duration", str(t.kv_lease_duration), *t.frontend_args, *t.extra_args,
+            *(["--keep-conversations"] if t.bidirectional and role == "decode" else [])]
 
 
 @contextlib.contextmanager
@@ -284,7 +286,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
             *(urls["both"] or urls["decode"]),
         ]
         if urls["prefill"]:
-            front += ["--prefill", *urls["prefill"]]
+            front += ["--prefill", *urls["prefill"], *(["--bidirectional"] * t.bidirectional)]
         url = f"http://{t.host}:{port}"
         children.append(Child(f"front {url}", url, front, None, _front_env(t)))
         wait_healthy(url, children[-1].start(), health_timeout)

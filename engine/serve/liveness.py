@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 
 CHECK_EVERY_S = 1.0
 CHECK_TIMEOUT_S = 2.0
+STICKY_MAX = 100_000  # conversations remembered per tier (least recently seen dropped)
 MISSES = 2  # a stalled instance is given up on after about 1 + 2 x 2 = 5 s
 
 
@@ -34,6 +36,8 @@ class Liveness:
         self._waiting: dict[str, set[asyncio.Task]] = {u: set() for u in self.urls}
         self._given_up: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
+        # per tier (its URLs): conversation -> the instance its turns go to, oldest first
+        self._sticky: dict[tuple[str, ...], OrderedDict[str, str]] = {}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._watch())
@@ -51,6 +55,23 @@ class Liveness:
             if url not in self.down:
                 return url
         return None
+
+    def pick_for(self, key: str | None, urls: list[str], rotation) -> str | None:
+        """`pick`, except that a conversation (`key`) sticks to the instance its first turn
+        went to while that one is up, so its prefix cache (or held KV) can serve the next
+        turn. First turns still go round robin: no imbalance for single-turn traffic."""
+        if not key:
+            return self.pick(rotation, len(urls))
+        sticky = self._sticky.setdefault(tuple(urls), OrderedDict())
+        url = sticky.get(key)
+        if url is None or url in self.down:
+            url = self.pick(rotation, len(urls))
+        if url is not None:
+            sticky[key] = url
+            sticky.move_to_end(key)
+            while len(sticky) > STICKY_MAX:
+                sticky.popitem(last=False)
+        return url
 
     def refused(self, base_url: str) -> None:
         """A connection to `base_url` was refused: nothing listens there (a dead process, not

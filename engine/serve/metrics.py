@@ -100,6 +100,14 @@ class EngineMetrics:
         self.kv_transfer_bytes = counter("engine:kv_transfer_bytes", "KV bytes pulled")
         self.kv_transfers = counter("engine:kv_transfers", "KV transfers completed")
         self.kv_failures = counter("engine:kv_transfer_failures", "KV pulls or imports that failed")
+        self.prefill_computed = counter("engine:prefill_tokens_computed",
+                                        "Prompt tokens run through the model")
+        self.prefill_reused = counter("engine:prefill_tokens_reused",
+                                      "Prompt tokens taken from the prefix cache or a KV pull")
+        self.kv_reuse_mismatch = counter(
+            "engine:kv_reuse_mismatch_tokens",
+            "Tokens of an earlier turn's kept KV that did not match the new prompt "
+            "(recomputed; e.g. a chat template dropped earlier reasoning)")
 
     def watch_pool(self, free_blocks, total_blocks: int, leases_expired=lambda: 0) -> None:
         """Read at scrape time: the KV pool's free blocks (`free_blocks()`, whether idle or

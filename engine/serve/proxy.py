@@ -15,12 +15,13 @@ import asyncio
 import itertools
 import json
 import uuid
+from collections import OrderedDict
 
 import aiohttp
 from aiohttp import web
 
 from engine.render.protocol import RequestError, error_body, parse_json
-from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
+from engine.serve.http_app import KEPT_HEADER, add_api_key_flag, api_key_of, run_app
 from engine.serve.liveness import Liveness, UpstreamDown
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
@@ -28,6 +29,8 @@ PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_port": None}
 # NOTE: set on a response served around a down tier (decoder-prefills, prefiller-decodes)
 FALLBACK = "X-Advisor-Fallback"
+CONVERSATION = "X-Conversation-Id"
+KEPT_MAX = 100_000  # conversations whose kept turn the proxy remembers
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 
 
@@ -44,8 +47,12 @@ async def _stream_error(resp: web.StreamResponse, message: str) -> None:
 class Proxy:
     """Round-robin over prefillers and decoders (disagg) or replicas (collocated)."""
 
-    def __init__(self, decode_urls: list[str], prefill_urls: list[str] | None = None):
+    def __init__(self, decode_urls: list[str], prefill_urls: list[str] | None = None,
+                 bidirectional: bool = False):
         self.prefill_urls, self.decode_urls = prefill_urls or [], decode_urls
+        # bidirectional KV: conversation -> where its decoder kept the last turn
+        self.bidirectional = bidirectional
+        self._kept: OrderedDict[str, dict] = OrderedDict()
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.session: aiohttp.ClientSession | None = None
@@ -104,11 +111,17 @@ class Proxy:
             body = parse_json(await request.read())
         except RequestError as e:
             return web.json_response(e.body(), status=e.status, headers=headers)
+        cid = _conversation(body, request.headers)
+        if cid:
+            headers[CONVERSATION] = cid
         if self._prefill is not None:
             prefilled = await self._prefill_leg(path, body, headers)
             if isinstance(prefilled, web.Response):
                 return prefilled
             body = prefilled
+            if self.bidirectional and cid:  # the decoder keeps this turn for the next
+                body = {**body, "kv_transfer_params": {
+                    **(body.get("kv_transfer_params") or {}), "keep_as": cid}}
         # NOTE: a second try when the instance picked refused the connection or went down
         # before anything reached the client (it is out of the rotation by then)
         for _ in range(2):
@@ -130,7 +143,7 @@ class Proxy:
     def _decoder(self, body: dict, headers: dict) -> tuple[str | None, dict, dict]:
         """(the next live decoder, body, headers), or with every decoder down a live
         prefiller told to decode too (degraded, still up)."""
-        base = self.liveness.pick(self._decode, len(self.decode_urls))
+        base = self.liveness.pick_for(headers.get(CONVERSATION), self.decode_urls, self._decode)
         if base is not None or self._prefill is None:
             return base, body, headers
         base = self.liveness.pick(self._prefill, len(self.prefill_urls))
@@ -141,13 +154,16 @@ class Proxy:
         """`body` with the kv_transfer_params of its prefill on the next live prefiller, or
         the prefiller's own non-200 answer. With no prefiller up, or the one picked dying on
         it, `body` without them: the decoder then prefills itself (slower, never refused)."""
-        base = self.liveness.pick(self._prefill, len(self.prefill_urls))
+        cid = headers.get(CONVERSATION)
+        base = self.liveness.pick_for(cid, self.prefill_urls, self._prefill)
         if base is None:
             headers[FALLBACK] = "decoder-prefills"
             return body
         leg = {k: v for k, v in body.items() if k != "stream_options"}
         leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS),
                    return_token_ids=True)
+        if self.bidirectional and cid in self._kept:  # pull the last turn back, reuse it
+            leg["kv_transfer_params"]["reuse"] = self._kept.pop(cid)
         if "max_completion_tokens" in leg:
             leg["max_completion_tokens"] = 1
         if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
@@ -174,6 +190,7 @@ class Proxy:
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return _err(f"decode instance unreachable: {e}", 502)
         async with upstream:
+            self._remember_kept(headers.get(CONVERSATION), upstream.headers.get(KEPT_HEADER))
             if not body.get("stream") or upstream.status != 200:
                 try:
                     data = await upstream.read()
@@ -196,6 +213,26 @@ class Proxy:
             return resp
 
 
+    def _remember_kept(self, cid: str | None, kept: str | None) -> None:
+        """Where the decoder kept this conversation's turn (its response header)."""
+        if not (self.bidirectional and cid and kept):
+            return
+        try:
+            self._kept[cid] = json.loads(kept)
+        except ValueError:
+            return
+        self._kept.move_to_end(cid)
+        while len(self._kept) > KEPT_MAX:
+            self._kept.popitem(last=False)
+
+
+def _conversation(body: dict, headers) -> str | None:
+    """The conversation a request belongs to: the X-Conversation-Id header, else a
+    `conversation_id` body field (vLLM's bidirectional proxy keys turns by it)."""
+    cid = headers.get(CONVERSATION) or body.get("conversation_id")
+    return cid if isinstance(cid, str) and cid else None
+
+
 def _handed_over(prefilled: dict) -> dict | None:
     """The prefill answer's kv_transfer_params, with the prompt's token IDs in them (from
     return_token_ids: top level for chat, in the choice for completions) so that the
@@ -214,11 +251,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8192)
     ap.add_argument("--prefill", nargs="*", default=[], help="prefiller base URLs")
     ap.add_argument("--decode", nargs="+", required=True, help="decoder (or replica) base URLs")
+    ap.add_argument("--bidirectional", action="store_true",
+                    help="P/D: prefillers pull a conversation's earlier turns back from its "
+                    "decoder and compute only the new tokens")
     add_api_key_flag(ap)
     a = ap.parse_args(argv)
     try:
-        asyncio.run(run_app(Proxy(a.decode, a.prefill).app, a.host, a.port, "proxy",
-                            api_key_of(a)))
+        proxy = Proxy(a.decode, a.prefill, a.bidirectional)
+        asyncio.run(run_app(proxy.app, a.host, a.port, "proxy", api_key_of(a)))
     except KeyboardInterrupt:
         pass
 

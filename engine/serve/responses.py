@@ -43,6 +43,7 @@ class RequestContext:
         self.detok = IncrementalDetokenizer(fe.tokenizer) if req.stream and not chat else None
         # the pulled KV's transfer, reported once (first chunk) so clients can see it per request
         self.transfer: dict | None = None
+        self.headers: dict[str, str] = {}  # extra response headers (a kept turn's location)
 
     def _usage(self, out: RequestOutput) -> dict:
         n = len(out.token_ids)

@@ -21,6 +21,7 @@ from engine.kv.source import KVSource
 from engine.model.runner import ModelRunner, resolve_config
 from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
+from engine.serve import conversations
 from engine.serve.async_engine import AsyncEngine
 from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
 from engine.serve.metrics import EngineMetrics
@@ -51,7 +52,10 @@ class EngineServer:
         self.pull_hosts = pull_hosts  # the side channels a decoder may pull from
         if connector == "cuda" and not config.device.startswith("cuda"):
             raise ValueError("the cuda connector needs --device cuda")
-        if config.role == "prefill" and connector == "shm" and config.device == "cpu":
+        # NOTE: a source of KV (a prefiller, or a decoder keeping conversations) keeps its
+        # cache in shared memory, where the shm connector's peers read it in place
+        source = config.role == "prefill" or (config.role == "decode" and config.keep_conversations)
+        if source and connector == "shm" and config.device == "cpu":
             config = dataclasses.replace(config, kv_shared_memory=True)
         config = resolve_config(config)
         self.runner = ModelRunner(config)  # the model, its KV cache and its device
@@ -65,7 +69,7 @@ class EngineServer:
         self.metrics.watch_pool(lambda: pool.num_free_blocks, pool.num_blocks,
                                 lambda: self.engine.held.expired_total)
         self.source = None
-        if self.role == "prefill":
+        if source:
             self.source = KVSource(self.engine.lend_kv, self._release, self.runner.cache,
                                    self.runner.layout, kv_host, kv_port)
         self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
@@ -149,7 +153,12 @@ class EngineServer:
             self._refused_leg(body)
             return _error(e if isinstance(e, RequestError) else RequestError(str(e)))
         kv = req.kv_transfer_params or {}
-        pulled = None
+        pulled = reverse = None
+        if self.role == "prefill" and isinstance(kv.get("reuse"), dict):  # an earlier turn's KV
+            reverse, mismatch = await conversations.pull_prefix(
+                self.connector, kv["reuse"], self.runner.layout, self.runner.device, prompt,
+                self.pull_hosts)
+            self.metrics.kv_reuse_mismatch.inc(mismatch)
         if self.role == "decode" and connector.can_pull(kv):
             try:
                 connector.check_params(kv, self.pull_hosts)
@@ -173,11 +182,13 @@ class EngineServer:
                         )
                     )
         rid = f"{'gen' if tokens_only else 'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        cid = conversations.keep_as(kv) if self.role == "decode" and self.source else None
         stream = self.aengine.generate(
             prompt,
             req.params,
             rid,
-            kv=pulled.payload if pulled else None,
+            kv=pulled.payload if pulled else reverse.payload if reverse else None,
+            keep_as=cid,
             # NOTE: only a prefiller holds KV for a decoder (unless told do_remote_decode
             # false: the proxy's fallback when no decoder is up); elsewhere the flag would
             # only pin the request's blocks until its lease ran out
@@ -187,11 +198,17 @@ class EngineServer:
         ctx = RequestContext(
             self.responder, req, rid, chat, arrival, pulled, kv, prompt, tokens_only
         )
+        if cid:
+            ctx.headers.update(conversations.kept_header(self.source, cid))
+        first = None
         try:
             try:
                 first = await stream.__anext__()
             except (KVImportError, ValueError) as e:
                 return _error(RequestError(str(e)))
+            finally:  # the engine imports a reused prefix with the first step, or never
+                if reverse is not None:
+                    reverse.close(imported=first is not None)
             if req.stream:
                 return await self._stream(request, ctx, first, stream)
             return await self._complete(ctx, first, stream)
@@ -261,7 +278,7 @@ class EngineServer:
             final = out
         self._finish_metrics(ctx, final)
         try:
-            return web.json_response(ctx.body(final))
+            return web.json_response(ctx.body(final), headers=ctx.headers)
         except Exception as e:  # noqa: BLE001  (as in _stream: an OpenAI error, not a bare 500)
             return _error(_internal(e))
 
@@ -269,7 +286,8 @@ class EngineServer:
         self, request: web.Request, ctx: RequestContext, first, stream
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                     **ctx.headers}
         )
         await resp.prepare(request)
         final = first
@@ -298,6 +316,9 @@ class EngineServer:
         self.metrics.e2e.observe(time.monotonic() - ctx.arrival)
         self.metrics.prompt_tokens.inc(ctx.num_prompt)
         self.metrics.generation_tokens.inc(len(final.token_ids))
+        reused = min(final.num_cached_tokens, ctx.num_prompt)
+        self.metrics.prefill_reused.inc(reused)
+        self.metrics.prefill_computed.inc(ctx.num_prompt - reused)
 
 
 def _internal(e: Exception) -> RequestError:
@@ -344,6 +365,11 @@ def main(argv: list[str] | None = None) -> None:
         help="decode: make each KV transfer take as long as on a slower link "
         "(1.3s per transfer, or a rate such as 1GBps); for experiments",
     )
+    ap.add_argument("--keep-conversations", action="store_true",
+                    help="decode: keep each finished turn's KV for the conversation's next "
+                    "turn (bidirectional transfer: its prefiller pulls it back)")
+    ap.add_argument("--decoder-kv-ttl", type=float, default=480.0,
+                    help="decode: seconds a kept turn's KV waits for the next turn")
     ap.add_argument("--kv-pull-hosts", nargs="+", default=list(PULL_HOSTS),
                     help="decode: the hosts whose side channels it may pull KV from")
     add_frontend_args(ap)
@@ -360,6 +386,8 @@ def main(argv: list[str] | None = None) -> None:
         num_threads=a.num_threads,
         kv_lease_duration=a.kv_lease_duration,
         kv_load_failure_policy=a.kv_load_failure_policy,
+        keep_conversations=a.keep_conversations,
+        decoder_kv_ttl=a.decoder_kv_ttl,
     )
     try:
         emulation = parse_emulation(a.kv_link_emulation) if a.kv_link_emulation else None

@@ -1,0 +1,82 @@
+"""Bidirectional KV: on turns 2..N the prefiller pulls what the conversation's decoder kept
+(prompt and reply) and computes only the new tokens; the output is token-identical to
+collocated and to plain P/D, and a diverged history reuses only its matching part."""
+
+import json
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine.serve.launch import Topology, launch
+from tests.engine.helpers import random_prompts
+
+pytestmark = pytest.mark.integration
+
+TURNS, NEW, OUT = 6, 12, 5
+
+
+def _post(url: str, body: dict, cid: str, path="/v1/completions") -> dict:
+    req = urllib.request.Request(url + path, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json", "X-Conversation-Id": cid})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def _counter(instance: str, name: str) -> float:
+    with urllib.request.urlopen(instance + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name + "_total")
+
+
+def conversation(url: str, cid: str, seed: int = 0, edit_turn: int | None = None):
+    """TURNS completions turns (each prompt: the last one + its reply + NEW tokens); with
+    `edit_turn`, that turn's history is edited early on (a template dropping something).
+    Returns every turn's output token IDs and prompt length."""
+    news = random_prompts(TURNS, (NEW, NEW), seed=seed)
+    prompt, outs = random_prompts(1, (40, 40), seed=seed + 100)[0], []
+    for k in range(TURNS):
+        if k == edit_turn:
+            prompt = prompt[:5] + [7] + prompt[6:]
+        r = _post(url, {"model": "tiny", "prompt": prompt, "max_tokens": OUT, "temperature": 0,
+                        "ignore_eos": True}, cid)
+        ids = r["choices"][0]["token_ids"]
+        outs.append((ids, len(prompt)))
+        prompt = prompt + ids + news[k]
+    return outs
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with launch(Topology(mode="collocated", replicas=1, model="tiny", dtype="float32")) as d:
+        yield conversation(d.url, "ref"), conversation(d.url, "ref-edited", edit_turn=3)
+
+
+@pytest.mark.parametrize("connector", ["shm", "tcp"])
+def test_turns_after_the_first_compute_only_their_new_tokens(reference, connector):
+    topo = Topology(mode="disagg", model="tiny", dtype="float32", connector=connector,
+                    bidirectional=True)
+    with launch(topo) as d:
+        pre = d.instance_urls["prefill"][0]
+        outs = conversation(d.url, "c1")
+        computed = _counter(pre, "engine:prefill_tokens_computed")
+        reused = _counter(pre, "engine:prefill_tokens_reused")
+        edited = conversation(d.url, "c2", edit_turn=3)
+        mismatch = _counter(pre, "engine:kv_reuse_mismatch_tokens")
+    assert outs == reference[0] and edited == reference[1]
+    first_prompt = outs[0][1]
+    # turn 1: the whole prompt; turns 2..N: the reply's last token (sampled, never computed
+    # by the decoder) and the new tokens
+    assert computed == first_prompt + (TURNS - 1) * (1 + NEW)
+    assert reused == sum(n for _, n in outs[1:]) - (TURNS - 1) * (1 + NEW)
+    assert mismatch > 0  # the edited turn reused only up to the edit
+
+
+def test_plain_pd_recomputes_every_turn_with_the_same_output(reference):
+    with launch(Topology(mode="disagg", model="tiny", dtype="float32")) as d:
+        pre = d.instance_urls["prefill"][0]
+        outs = conversation(d.url, "c1")
+        computed = _counter(pre, "engine:prefill_tokens_computed")
+    assert outs == reference[0]
+    assert computed > outs[0][1] + (TURNS - 1) * (1 + NEW)  # more than bidirectional's
