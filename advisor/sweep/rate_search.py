@@ -35,8 +35,9 @@ class SearchPlan:
     max_steps: int = 4  # doublings while building the grid; also the bracket's extension budget
     bisect_steps: int = 1
     # steps of 1/sqrt(2) below the grid when nothing meets: the first rate is sized near the
-    # knee, so a small step usually finds one that meets (low rates are slow to measure)
-    max_down: int = 2
+    # knee, so a small step usually finds one that meets; low rates are slow to measure (30
+    # requests at 0.3 req/s: 100 s), so one step, and the interval says the rest
+    max_down: int = 1
     min_ratio: float = 1.15  # stop bisecting when hi / lo is this close
     max_confirm: int = 2  # rates above the lowest miss, to find one that surely misses
 

@@ -44,11 +44,12 @@ def test_follower_replays_the_grid_then_extends_upward():
 
 
 def test_nothing_meets_steps_down_by_root_two_within_budget():
-    done = drive(capacity=0.3, grid=[0.5])
-    assert [o.rate for o in done] == [0.5, 0.3536, 0.25]  # two steps down, no bisection left
-    assert max_goodput_rate(done) == 0.25
-    assert [o.rate for o in drive(capacity=0.4, grid=[0.5])] == [0.5, 0.3536]
-    assert [o.rate for o in drive(capacity=0.0, grid=[0.5])] == [0.5, 0.3536, 0.25]
+    done = drive(capacity=0.4, grid=[0.5])
+    assert [o.rate for o in done] == [0.5, 0.3536]  # one step down: it meets there
+    assert max_goodput_rate(done) == 0.3536
+    two = drive(capacity=0.3, grid=[0.5], plan=SearchPlan(start=0.5, max_down=2))
+    assert [o.rate for o in two] == [0.5, 0.3536, 0.25]  # no bisection left after
+    assert [o.rate for o in drive(capacity=0.0, grid=[0.5])] == [0.5, 0.3536]
 
 
 def test_fixed_grid_measures_only_the_grid():
