@@ -244,7 +244,9 @@ def sweep(
     rates: str = typer.Option(None, help="a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)"),
     num_prompts: int = typer.Option(None, help="requests per rate (default: 30, or ~16 s of "
                                                "them if more, up to 100)"),
-    topologies: str = typer.Option("collocated:2,disagg:1p1d", help="collocated:N,disagg:XpYd"),
+    topologies: str = typer.Option(
+        None, help="collocated:N,disagg:XpYd[,disagg-bidi:XpYd] (default: collocated:2,"
+                   "disagg:1p1d; multi-turn presets add disagg-bidi:1p1d)"),
     connector: str = typer.Option("shm", help=f"disagg KV connector: {', '.join(CONNECTORS)}"),
     link_emulation: str = typer.Option(
         None,
@@ -370,12 +372,14 @@ def deploy(
     gpus: str = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: 0..N-1)"),
     format: str = typer.Option("sh", "--format", help="sh or json"),
     model: str = typer.Option(None, help="the model vLLM serves (default: the sweep's)"),
+    ucx_devices: str = typer.Option(None, help="RDMA devices, one per P/D instance in turn, "
+                                               "e.g. mlx5_0:1,mlx5_1:1 (UCX_NET_DEVICES)"),
 ) -> None:
     """Print the vLLM commands that run the measured placements (the advice marked)."""
     from advisor.decide.recommend import run_deploy
 
     with _user_errors():
-        run_deploy(run_dir, gpus, format, model)
+        run_deploy(run_dir, gpus, format, model, ucx_devices)
 
 
 if __name__ == "__main__":

@@ -56,8 +56,9 @@ def collocated(model: str, gpus: list[int]) -> Plan:
 
 
 def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1,
-                  bidirectional: bool = False, ucx_devices: str | None = None) -> Plan:
-    """`prefill` + `decode` instances, one GPU each (from `gpus`), and the toy proxy."""
+                  bidirectional: bool = False, ucx_devices: list[str] | None = None) -> Plan:
+    """`prefill` + `decode` instances, one GPU each (from `gpus`), and the toy proxy;
+    instance i uses `ucx_devices[i % len]` (its RDMA device) when given."""
     if prefill + decode > len(gpus):
         raise ValueError(f"{prefill}P{decode}D needs {prefill + decode} GPUs; "
                          f"{len(gpus)} given")
@@ -70,7 +71,7 @@ def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1
         env = {"CUDA_VISIBLE_DEVICES": str(gpu),
                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(SIDE_CHANNEL_PORT + i)}
         if ucx_devices:
-            env["UCX_NET_DEVICES"] = ucx_devices
+            env["UCX_NET_DEVICES"] = ucx_devices[i % len(ucx_devices)]
         port = FIRST_PORT + (0 if role == "prefill" else 100) + len(ports[role])
         ports[role].append(port)
         commands.append(Command(role, _serve(model, port, "--kv-transfer-config",
@@ -81,10 +82,10 @@ def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1
         "--prefiller-ports", *map(str, ports["prefill"]),
         "--decoder-hosts", *["localhost"] * decode,
         "--decoder-ports", *map(str, ports["decode"])]))
-    notes = [f"clients use http://localhost:{PROXY_PORT} (the proxy)",
-             "UCX_NET_DEVICES: set it to the RDMA device per instance (e.g. mlx5_0:1) when "
-             "the KV moves between hosts" if not ucx_devices else
-             f"UCX_NET_DEVICES={ucx_devices} on every instance"]
+    notes = [f"clients use http://localhost:{PROXY_PORT} (the proxy)"]
+    if not ucx_devices:
+        notes.append("UCX_NET_DEVICES: give each instance its RDMA device (advisor deploy "
+                     "--ucx-devices mlx5_0:1,mlx5_1:1) when the KV moves between hosts")
     if bidirectional:
         notes.append("kv_both on every instance: the prefiller pulls earlier turns' KV from "
                      "the decoder (bidirectional transfer); clients send a conversation_id")
@@ -129,7 +130,8 @@ ACTION_PLAN = {"disaggregate": "disaggregated",
 
 def section(rec: dict, collocated_name: str | None, disagg_name: str | None,
             model: str | None, gpus: list[int] | None = None,
-            frontend_cpu_ms: float | None = None, peak_rps: float | None = None) -> dict:
+            frontend_cpu_ms: float | None = None, peak_rps: float | None = None,
+            ucx_devices: list[str] | None = None) -> dict:
     """The `deploy` section of a recommendation: the commands for every placement the sweep
     measured (shaped as measured: `collocated-N`, `disagg-XpYd`), the recommended one named
     (None when the advice is not a placement, e.g. measure-first)."""
@@ -141,7 +143,8 @@ def section(rec: dict, collocated_name: str | None, disagg_name: str | None,
     action = rec.get("action")
     if disagg_name:
         plans.append(disaggregated(name, gpus, prefill, decode,
-                                   bidirectional=action == "disaggregate-bidirectional"))
+                                   bidirectional=action == "disaggregate-bidirectional",
+                                   ucx_devices=ucx_devices))
     if "split-render-tier" in (action, *rec.get("secondary_actions", ())):
         plans.append(render_split(name, gpus, frontend_cpu_ms, peak_rps))
     return {"model": name, "gpus": gpus, "recommended": ACTION_PLAN.get(action),
@@ -182,10 +185,12 @@ def as_shell(deploy: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def from_evidence(rec: dict, ev, model: str | None, gpus: list[int] | None = None) -> dict:
+def from_evidence(rec: dict, ev, model: str | None, gpus: list[int] | None = None,
+                  ucx_devices: list[str] | None = None) -> dict:
     """`section` for a sweep's evidence (advisor.rundata.evidence.Evidence)."""
     dis = ev.disaggregated
     peak = max([s.max_goodput_rps or 0.0 for s in (ev.collocated, dis) if s] or [0.0])
     return section(rec, ev.collocated.placement if ev.collocated else None,
                    dis.placement if dis else None, model, gpus,
-                   ev.frontend.cpu_ms_per_request if ev.frontend else None, peak or None)
+                   ev.frontend.cpu_ms_per_request if ev.frontend else None, peak or None,
+                   ucx_devices)

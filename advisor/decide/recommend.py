@@ -56,7 +56,7 @@ def _model_of(run_dir: RunDir) -> str | None:
 
 
 def run_deploy(source: str, gpus: str | None = None, fmt: str = "sh",
-               model: str | None = None) -> dict:
+               model: str | None = None, ucx_devices: str | None = None) -> dict:
     """Print the vLLM commands for a finished sweep's placements (the recommended one
     marked) as a shell script or JSON; UsageError naming the bad flag."""
     if fmt not in ("sh", "json"):
@@ -69,7 +69,8 @@ def run_deploy(source: str, gpus: str | None = None, fmt: str = "sh",
     ev = run_dir.read_evidence()
     rec = run_dir.read_recommendation()
     try:
-        out = deploy.from_evidence(rec, ev, model or _model_of(run_dir), ids)
+        out = deploy.from_evidence(rec, ev, model or _model_of(run_dir), ids,
+                                   ucx_devices.split(",") if ucx_devices else None)
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
     print(json.dumps(out, indent=2) if fmt == "json" else deploy.as_shell(out), end="")

@@ -58,7 +58,8 @@ def _typed(path: str, key: str, value, f: dataclasses.Field):
     ok = any(isinstance(value, _SCALARS[t]) and not (isinstance(value, bool) and t != "bool")
              for t in names)
     if not ok:
-        raise UsageError(f"--config {path}: {key} must be a {' or '.join(names)}, not {value!r}")
+        raise UsageError(f"--config {path}: {key} must be of type {' or '.join(names)}, "
+                         f"not {value!r}")
     return float(value) if names == ["float"] else value
 
 

@@ -33,10 +33,11 @@ def test_disaggregated_is_wired_as_the_guide_wires_it():
 
 
 def test_bidirectional_uses_kv_both_and_ucx_devices_when_given():
-    plan = deploy.disaggregated("m", [0, 1], bidirectional=True, ucx_devices="mlx5_0:1")
-    for c in plan.commands[:2]:
+    plan = deploy.disaggregated("m", [0, 1], bidirectional=True,
+                                ucx_devices=["mlx5_0:1", "mlx5_1:1"])
+    for c, dev in zip(plan.commands[:2], ["mlx5_0:1", "mlx5_1:1"]):
         assert json.loads(c.argv[c.argv.index("--kv-transfer-config") + 1])["kv_role"] == "kv_both"
-        assert c.env["UCX_NET_DEVICES"] == "mlx5_0:1"
+        assert c.env["UCX_NET_DEVICES"] == dev
     assert plan.placement == "disaggregated-bidirectional"
 
 
