@@ -13,10 +13,12 @@ import numpy as np  # noqa: E402
 from advisor.rundata.files import write_atomic  # noqa: E402
 from reports.model import ReportData  # noqa: E402
 
-COLORS = {"collocated": "#1f77b4", "disagg": "#d62728"}
+COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c"}
 
 
 def _color(data: ReportData, placement: str) -> str:
+    if placement.startswith("disagg-bidi"):
+        return COLORS["bidirectional"]
     return COLORS.get(data.kind(placement), COLORS["disagg"])
 
 

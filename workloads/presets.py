@@ -53,6 +53,8 @@ PRESETS: dict[str, tuple[str, SyntheticSpec]] = {
                                  output=LengthDist("uniform", 128, range_ratio=0.5),
                                  arrivals=Arrivals("poisson", 2.0))),
 }
+# the presets whose conversations have several turns (a sweep adds bidirectional P/D)
+MULTI_TURN = tuple(name for name, (_, spec) in PRESETS.items() if spec.turns > 1)
 
 
 def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,

@@ -8,7 +8,7 @@ SLO wins); the rules decide only when that comparison is missing or a tie.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from advisor.measure.confidence import requests_to_separate
 from advisor.measure.transfer import SLOW_MS
@@ -30,6 +30,7 @@ class Thresholds:
     low_concurrency: float = 1.0  # under one request in flight: nothing to interfere with
     bursty_cv: float = 2.0  # coefficient of variation of inter-arrival gaps (Poisson = 1)
     goodput_margin: float = 0.10  # measured goodputs within 10% of each other are a tie
+    late_turn_ttft_cut: float = 0.20  # bidirectional P/D must cut a late turn's TTFT this much
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Row:
         return "yes" if self.fired else f"undecided: {self.undecided}" if self.undecided else "no"
 
 
+GROWING = "chat / agent loops over a growing context"
 # When the measured comparison cannot decide, the first of these rows that fired does.
 RULE_ORDER = (
     "kv_transfer_slow",
@@ -91,15 +93,7 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
             },
         )
     )
-    rows.append(
-        Row(
-            "growing_context_loops",
-            "chat / agent loops over a growing context",
-            "disaggregate-bidirectional",
-            wl.multi_turn,
-            {"multi_turn": wl.multi_turn},
-        )
-    )
+    rows.append(_growing_context(ev, t))
     share = fe.cpu_share if fe else None
     rows.append(
         Row(
@@ -205,6 +199,45 @@ def unreachable(ev: Evidence) -> tuple[str, bool] | None:
     return f"{head}: {'; '.join(facts)}. To change: {change}", floor_missed
 
 
+def _growing_context(ev: Evidence, t: Thresholds) -> Row:
+    """Fires on measurement, never on the workload alone: bidirectional P/D sustains more
+    goodput than plain P/D, or cuts a late turn's median TTFT by `late_turn_ttft_cut`."""
+    wl, dis, bid, turns = ev.workload, ev.disaggregated, ev.bidirectional, ev.turns
+    evidence = {"multi_turn": wl.multi_turn}
+    thresholds = {"late_turn_ttft_cut": t.late_turn_ttft_cut, "goodput_margin": t.goodput_margin}
+    if bid is None or dis is None:
+        why = ("a multi-turn workload, but no bidirectional P/D was measured (sweep it with "
+               "disagg-bidi:XpYd)" if wl.multi_turn else None)
+        return Row("growing_context_loops", GROWING, "disaggregate-bidirectional", False,
+                   evidence, thresholds, undecided=why)
+    more = (bid.max_goodput_rps or 0) > (dis.max_goodput_rps or 0) * (1 + t.goodput_margin)
+    late = None
+    if turns and turns.bidirectional_ms is not None and turns.disaggregated_ms:
+        late = 1 - turns.bidirectional_ms / turns.disaggregated_ms
+        evidence.update({"turn": turns.turn, "at_rps": turns.rate_rps,
+                         "pd_median_ttft_ms": turns.disaggregated_ms,
+                         "bidirectional_median_ttft_ms": turns.bidirectional_ms,
+                         "collocated_median_ttft_ms": turns.collocated_ms,
+                         "late_turn_ttft_cut": late})
+    evidence.update(pd_max_goodput_rps=dis.max_goodput_rps,
+                    bidirectional_max_goodput_rps=bid.max_goodput_rps)
+    if wl.history_kept_share is not None:
+        evidence["history_kept_share"] = wl.history_kept_share
+    fired = wl.multi_turn and (more or (late is not None and late >= t.late_turn_ttft_cut))
+    return Row("growing_context_loops", GROWING, "disaggregate-bidirectional", bool(fired),
+               evidence, thresholds)
+
+
+def _history_warning(wl) -> str | None:
+    """The guide's silent-mismatch case, found before it costs anything."""
+    if not wl.multi_turn or wl.history_kept_share is None or wl.history_kept_share >= 1:
+        return None
+    return (f"the chat template drops {wl.history_dropped or 'part of the history'}: the next "
+            f"turn starts with only {wl.history_kept_share:.0%} of the previous turn's prompt "
+            "and reply, so bidirectional transfer can reuse only that much (compared by "
+            "token; the rest is recomputed, where an unchecked reuse would answer wrongly)")
+
+
 def _num(v: float | None) -> float:
     return float("inf") if v is None else v
 
@@ -222,6 +255,8 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     fired = {r.id: r for r in rows if r.fired}
     growing = "growing_context_loops" in fired
     split = "disaggregate-bidirectional" if growing else "disaggregate"
+    if growing and ev.bidirectional is not None:  # compare collocated with the split advised
+        ev = replace(ev, disaggregated=ev.bidirectional)
     action, why = None, []
     c = ev.collocated.max_goodput_rps
     d = ev.disaggregated.max_goodput_rps if ev.disaggregated else None
@@ -254,6 +289,8 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         else:
             action = split if row.action in DISAGGREGATE else row.action
             why.append(f"rule: {row.id} fired")
+    if (warning := _history_warning(ev.workload)) is not None:
+        why.append(warning)
     secondary = []
     if "frontend_cpu_heavy" in fired and action != "split-render-tier":
         secondary.append("split-render-tier")

@@ -72,6 +72,10 @@ class WorkloadEvidence:
     multi_turn: bool = False
     latency_sensitive: bool = True
     prefill_ms: float | None = None  # unloaded TTFT: about one prompt's prefill
+    # multi-turn: the share of turn k's prompt + reply that the chat template renders again
+    # at the start of turn k+1 (below 1: it drops something, e.g. earlier reasoning)
+    history_kept_share: float | None = None
+    history_dropped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,18 @@ class Calibration:
 
 
 @dataclass(frozen=True)
+class TurnEvidence:
+    """Median TTFT at one late turn of the conversations (the guide: measure it on turn
+    five), per placement, at the judged rate: context recomputed every turn shows here."""
+
+    turn: int
+    rate_rps: float
+    collocated_ms: float | None = None
+    disaggregated_ms: float | None = None
+    bidirectional_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class Evidence:
     slo: SloEvidence
     collocated: PlacementEvidence
@@ -140,6 +156,8 @@ class Evidence:
     frontend: FrontendEvidence | None = None
     calibration: Calibration | None = None
     judged_at: str | None = None  # which rate the placements are compared at, and why
+    bidirectional: PlacementEvidence | None = None  # P/D reusing earlier turns' KV
+    turns: TurnEvidence | None = None  # multi-turn runs: a late turn's TTFT per placement
 
     def to_json(self) -> dict:
         return to_json(self)

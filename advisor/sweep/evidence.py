@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import urllib.parse
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,12 +24,15 @@ from advisor.rundata.evidence import (
     KVTransferEvidence,
     PlacementEvidence,
     SloEvidence,
+    TurnEvidence,
     WorkloadEvidence,
 )
 from advisor.rundata.files import manifest
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.rate_search import Outcome, goodput_interval, max_goodput_rate
 from engine.model.dtype import DtypeChoice
+from engine.render.history import check_history
+from engine.render.tokenizer import TextTokenizer
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
@@ -79,7 +83,7 @@ def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tupl
 
 
 def _workload(run_dir: RunDir, name: str, rate: float, lowest: float,
-              calibration: Calibration | None) -> WorkloadEvidence:
+              calibration: Calibration | None, model: str | None) -> WorkloadEvidence:
     r = run_dir.read_run(name, rate, records=True)
     every = r.records
     recs = [x for x in every if x["ok"]]
@@ -102,6 +106,7 @@ def _workload(run_dir: RunDir, name: str, rate: float, lowest: float,
         multi_turn=r.described.multi_turn,
         latency_sensitive=True,
         prefill_ms=prefill,
+        **(_history(model) if r.described.multi_turn else {}),
     )
 
 
@@ -169,6 +174,30 @@ def _frontend(run_dir: RunDir, p, outcomes: list[Outcome]) -> FrontendEvidence |
     return FrontendEvidence(placement=p.name, undecided=f"no CPU counters at {where}")
 
 
+def _history(model: str | None) -> dict:
+    """Whether the model's chat template renders a turn's history as it was computed (the
+    bundled tokenizer's template, or the local model directory's)."""
+    local = model if model and Path(model).is_dir() else None
+    check = check_history(TextTokenizer.load(local))
+    return {"history_kept_share": check.share, "history_dropped": check.dropped}
+
+
+LATE_TURN = 5  # the guide: "measure TTFT on turn five"
+
+
+def _turns(run_dir: RunDir, rate: float, col, dis, bid) -> TurnEvidence | None:
+    """Each placement's median TTFT on turn five (or the last, if fewer) at `rate`."""
+    medians, turn = {}, None
+    for side, p in (("collocated", col), ("disaggregated", dis), ("bidirectional", bid)):
+        per_turn = run_dir.read_run(p.name, rate).get("per_turn") if p else None
+        if not per_turn:
+            continue
+        turn = min(LATE_TURN, max(t["turn"] for t in per_turn)) if turn is None else turn
+        at = next((t for t in per_turn if t["turn"] == turn), None)
+        medians[f"{side}_ms"] = at["median_ttft_ms"] if at else None
+    return TurnEvidence(turn=turn, rate_rps=rate, **medians) if medians else None
+
+
 def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
                    run_dir: RunDir, calibration: Calibration | None,
                    prompt_tokens: float | None) -> Evidence:
@@ -176,7 +205,8 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
     (the calibrated floor missed the SLO), the calibration and the sized prompt alone."""
     slos = opts.slos
     col = next((p for p in placements if p.kind == "collocated"), None)
-    dis = next((p for p in placements if p.kind == "disagg"), None)
+    dis = next((p for p in placements if p.kind == "disagg" and not p.bidirectional), None)
+    bid = next((p for p in placements if p.bidirectional), None)
     lead = col or dis
     slo = SloEvidence(**{f"{k}_ms": v for k, v in slos.items()}, attainment=opts.attainment)
     if not grid:
@@ -192,8 +222,12 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
         slo=slo,
         collocated=_side(run_dir, col.name, done[col.name], rate) if col else PlacementEvidence(),
         disaggregated=_side(run_dir, dis.name, done[dis.name], rate) if dis else None,
-        kv_transfer=_kv(opts, run_dir, dis, done[dis.name]) if dis else None,
-        workload=_workload(run_dir, lead.name, rate, lowest, calibration),
+        kv_transfer=_kv(opts, run_dir, dis or bid, done[(dis or bid).name]) if dis or bid
+        else None,
+        bidirectional=_side(run_dir, bid.name, done[bid.name], rate) if bid else None,
+        turns=_turns(run_dir, rate, col, dis, bid),
+        workload=_workload(run_dir, lead.name, rate, lowest, calibration,
+                           opts.model if opts.bundled else None),
         frontend=_frontend(run_dir, lead, done[lead.name]),
         calibration=calibration,
         judged_at=why,

@@ -11,10 +11,13 @@ from advisor.sweep.placements import Placement, parse_topologies
 from engine.core.config import DTYPES
 from engine.kv import connectors
 from engine.kv.links import parse_emulation
-from workloads.presets import PRESETS, preset
+from workloads.presets import MULTI_TURN, PRESETS, preset
 from workloads.spec import Workload
 
 DEFAULT_SLO = ("ttft:2000", "itl:50")
+DEFAULT_TOPOLOGIES = "collocated:2,disagg:1p1d"
+# a multi-turn preset also measures P/D with bidirectional transfer (the decision row needs it)
+MULTI_TURN_TOPOLOGIES = "collocated:2,disagg:1p1d,disagg-bidi:1p1d"
 MIN_REQUESTS, MAX_REQUESTS = 30, 100  # per rate, by default: p99 ITL and attainment need 30
 FALLBACK_START = 0.25  # req/s: the first rate when nothing was calibrated
 
@@ -34,7 +37,7 @@ class SweepOptions:
     bisect_steps: int = 1
     num_prompts: int | None = None  # None: MIN_REQUESTS, or `window_s` seconds' worth if more
     window_s: float = 16.0
-    topologies: str = "collocated:2,disagg:1p1d"
+    topologies: str | None = None  # None: DEFAULT_TOPOLOGIES, or MULTI_TURN_TOPOLOGIES
     connector: str = "shm"
     link_emulation: str | None = None
     collocated_url: str | None = None
@@ -60,6 +63,13 @@ class SweepOptions:
     def bundled(self) -> bool:
         """Whether the sweep starts the bundled engine (no deployment URLs given)."""
         return not (self.collocated_url or self.disagg_url)
+
+    @property
+    def placements(self) -> str:
+        """--topologies as given, else the default for the workload."""
+        if self.topologies:
+            return self.topologies
+        return MULTI_TURN_TOPOLOGIES if self.workload in MULTI_TURN else DEFAULT_TOPOLOGIES
 
     @property
     def slos(self) -> dict[str, float]:

@@ -21,6 +21,7 @@ class Placement:
     emulated: str | None = None  # link emulation on its KV transfers
     metrics: tuple[str, ...] = ()  # its instances' /metrics, as given
     cmd: str | None = None  # a shell command that starts the deployment at `url`
+    bidirectional: bool = False  # P/D whose prefillers reuse a conversation's earlier turns
 
     @property
     def flag(self) -> str:
@@ -49,22 +50,27 @@ def parse_topologies(opts) -> list[Placement]:
     except ValueError as e:
         raise UsageError(f"--model: {e}") from None
     out = []
-    for item in (t.strip() for t in opts.topologies.split(",") if t.strip()):
+    for item in (t.strip() for t in opts.placements.split(",") if t.strip()):
         kind, _, shape = item.partition(":")
         if kind == "collocated" and shape.isdigit() and int(shape) >= 1:
             topo = Topology(mode="collocated", replicas=int(shape), model=opts.model,
                             dtype=opts.dtype, device=opts.device)
             out.append(Placement(f"collocated-{shape}", kind, topo))
-        elif kind == "disagg" and (m := _DISAGG.match(shape)) and min(map(int, m.groups())) >= 1:
+        elif kind in ("disagg", "disagg-bidi") and (m := _DISAGG.match(shape)) \
+                and min(map(int, m.groups())) >= 1:
             extra = ("--kv-link-emulation", opts.link_emulation) if opts.link_emulation else ()
+            bidi = kind == "disagg-bidi"
             topo = Topology(mode="disagg", prefill=int(m.group(1)), decode=int(m.group(2)),
                             model=opts.model, connector=opts.connector, dtype=opts.dtype,
-                            device=opts.device, extra_args=extra)
-            out.append(Placement(f"disagg-{shape}", kind, topo, emulated=opts.link_emulation))
+                            device=opts.device, extra_args=extra, bidirectional=bidi)
+            out.append(Placement(f"{kind}-{shape}", "disagg", topo, emulated=opts.link_emulation,
+                                 bidirectional=bidi))
         else:
-            raise UsageError(f"--topologies item {item!r}: expected collocated:N or disagg:XpYd")
-    if not out or len({p.kind for p in out}) != len(out):
-        raise UsageError("--topologies: give at most one collocated and one disagg placement")
+            raise UsageError(f"--topologies item {item!r}: expected collocated:N, disagg:XpYd "
+                             "or disagg-bidi:XpYd")
+    if not out or len({(p.kind, p.bidirectional) for p in out}) != len(out):
+        raise UsageError("--topologies: give at most one collocated, one disagg and one "
+                         "disagg-bidi placement")
     for p in out:
         try:
             p.topology.validate()

@@ -22,6 +22,17 @@ def key(conversation_id: str) -> str:
     return PREFIX + conversation_id
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading token IDs `a` and `b` share: what of one turn's KV the next turn's
+    prompt can reuse (compared token by token, never assumed)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class KeptConversations:
     def __init__(self, ttl_s: float, max_blocks: int, free: Callable[[Request], None]):
         self.leases = KVLeases(ttl_s, free)

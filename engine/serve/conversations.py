@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from engine.core.kept import key
+from engine.core.kept import common_prefix, key
 from engine.core.kv_payload import KVLayout
 from engine.kv import connector
 from engine.kv.connector import KVConnector, PulledKV
@@ -33,16 +33,6 @@ def keep_as(kv: dict) -> str | None:
 def kept_header(source: KVSource, conversation_id: str) -> dict[str, str]:
     """The header naming where the next turn can pull this conversation's KV from."""
     return {KEPT_HEADER: json.dumps(source.transfer_params(key(conversation_id), []))}
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading token IDs `a` and `b` share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 async def pull_prefix(kv_connector: KVConnector, params: dict, layout: KVLayout,

@@ -69,7 +69,12 @@ def test_quiet_evidence_fires_nothing_and_stays_collocated():
     ("itl_p99_misses_slo", {"collocated__p99_itl_ms": 169}, {"disaggregate"}),
     ("long_prompts_high_concurrency",
      {"workload__mean_prompt_tokens": 8192, "workload__concurrency": 4}, {"disaggregate"}),
-    ("growing_context_loops", {"workload__multi_turn": True}, {"disaggregate-bidirectional"}),
+    ("growing_context_loops", {
+        "workload__multi_turn": True,
+        "disaggregated": {"p99_itl_ms": 30, "median_ttft_ms": 900, "max_goodput_rps": 1.0},
+        "bidirectional": {"p99_itl_ms": 30, "median_ttft_ms": 300, "max_goodput_rps": 1.0},
+        "turns": {"turn": 5, "rate_rps": 1.0, "disaggregated_ms": 900, "bidirectional_ms": 300}},
+     {"disaggregate-bidirectional"}),
     ("frontend_cpu_heavy", {"frontend": {"cpu_ms_per_request": 40, "cpu_share": 0.3}},
      {"split-render-tier"}),
     ("ttft_binding", {"collocated__p99_ttft_ms": 1900}, {"measure-first", "stay-collocated"}),
@@ -210,3 +215,30 @@ def test_confident_only_when_the_goodput_intervals_do_not_overlap():
     said = " ".join(noisy["reasons"])
     assert "within noise" in said and "[0.4 req/s, unbounded)" in said
     assert "requests per rate (now 30) would separate their attainments at 0.8 req/s" in said
+
+
+def test_growing_context_fires_on_measurement_not_on_the_workload_alone():
+    multi = with_(workload__multi_turn=True)
+    row = next(r for r in recommend(multi)["rows"] if r["id"] == "growing_context_loops")
+    assert not row["fired"] and row["verdict"].startswith("undecided: a multi-turn workload")
+    same = with_(workload__multi_turn=True,
+                 disaggregated={"p99_itl_ms": 30, "median_ttft_ms": 900, "max_goodput_rps": 1.0},
+                 bidirectional={"p99_itl_ms": 30, "median_ttft_ms": 850, "max_goodput_rps": 1.0},
+                 turns={"turn": 5, "rate_rps": 1.0, "disaggregated_ms": 900,
+                        "bidirectional_ms": 850})
+    rec = recommend(same)  # 6% faster on turn 5, the same goodput: not enough
+    row = next(r for r in rec["rows"] if r["id"] == "growing_context_loops")
+    assert not row["fired"] and row["evidence"]["late_turn_ttft_cut"] == pytest.approx(50 / 900)
+    more = copy.deepcopy(same)
+    more["bidirectional"]["max_goodput_rps"] = 1.5
+    assert "growing_context_loops" in fired(recommend(more))
+
+
+def test_a_template_that_drops_earlier_reasoning_is_warned_about():
+    ev = with_(workload__multi_turn=True, workload__history_kept_share=0.31,
+               workload__history_dropped="earlier reasoning (<think> blocks)")
+    rec = recommend(ev)
+    assert any("drops earlier reasoning" in r and "31%" in r for r in rec["reasons"])
+    assert not any("drops" in r for r in recommend(with_(workload__multi_turn=True,
+                                                         workload__history_kept_share=1.0))
+                   ["reasons"])

@@ -3,6 +3,7 @@
 collocated and to plain P/D, and a diverged history reuses only its matching part."""
 
 import json
+import time
 import urllib.request
 
 import pytest
@@ -80,3 +81,27 @@ def test_plain_pd_recomputes_every_turn_with_the_same_output(reference):
         computed = _counter(pre, "engine:prefill_tokens_computed")
     assert outs == reference[0]
     assert computed > outs[0][1] + (TURNS - 1) * (1 + NEW)  # more than bidirectional's
+
+
+def test_an_expired_lease_or_a_killed_decoder_between_turns_recomputes(reference):
+    """Turn 2 after the kept KV's lease ran out, and turn 3 after the decoder was killed:
+    the prefiller's pull fails, it computes everything, and the answers stay the same."""
+    topo = Topology(mode="disagg", model="tiny", dtype="float32", bidirectional=True,
+                    extra_args=("--decoder-kv-ttl", "0.3"))
+    with launch(topo) as d:
+        news = random_prompts(TURNS, (NEW, NEW), seed=0)
+        prompt = random_prompts(1, (40, 40), seed=100)[0]
+        outs = []
+        for k in range(3):
+            if k == 1:
+                time.sleep(1.0)  # past the 0.3 s lease
+            if k == 2:
+                decoder = next(c for c in d.children if c.name.startswith("decode"))
+                decoder.proc.kill()
+                decoder.proc.wait()
+            r = _post(d.url, {"model": "tiny", "prompt": prompt, "max_tokens": OUT,
+                              "temperature": 0, "ignore_eos": True}, "c1")
+            ids = r["choices"][0]["token_ids"]
+            outs.append((ids, len(prompt)))
+            prompt = prompt + ids + news[k]
+    assert outs == reference[0][:3]
