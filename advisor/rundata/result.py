@@ -12,6 +12,7 @@ from advisor.rundata.files import RunDataError, read_json_object, write_json, wr
 from advisor.rundata.typed import from_json
 
 RESULT, RECORDS = "result.json", "requests.jsonl"
+PER_TURN = "per_turn"  # multi-turn runs: a list of per-turn statistics (advisor.measure.stats)
 # What `advisor bench` adds about how it was run (vLLM's names), kept as they are.
 BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "base_url",
               "percentiles", "max_send_lateness_ms", "manifest")
@@ -97,7 +98,9 @@ class RunResult:
         bench = {k: data[k] for k in BENCH_KEYS if k in data}
         stats = {k: v for k, v in data.items() if k not in _DESCRIBED and k not in BENCH_KEYS}
         for k, v in stats.items():
-            if not (isinstance(v, (int, float, dict)) or v is None) or isinstance(v, bool):
+            if k == PER_TURN:
+                _check_per_turn(path, v)
+            elif not (isinstance(v, (int, float, dict)) or v is None) or isinstance(v, bool):
                 raise RunDataError(f"{path}: {k} must be a number, not {v!r}")
         for k in ("completed", "failed", "slo_attainment"):
             if not isinstance(stats.get(k), (int, float)):
@@ -107,6 +110,16 @@ class RunResult:
 
 
 _DESCRIBED = tuple(f.name for f in fields(_Described))
+
+
+def _check_per_turn(path: Path, v) -> None:
+    """per_turn: a list of objects of numbers (or null), each with its turn index."""
+    ok = isinstance(v, list) and all(
+        isinstance(t, dict) and isinstance(t.get("turn"), int) and all(
+            x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+            for x in t.values()) for t in v)
+    if not ok:
+        raise RunDataError(f"{path}: {PER_TURN} must be a list of per-turn statistics")
 
 
 def _records(path: Path, problems: list[str] | None) -> list[dict]:

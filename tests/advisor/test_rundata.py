@@ -51,6 +51,7 @@ def test_a_newer_format_is_refused_by_name(run):
     ("slo_attainment", "high", "slo_attainment must be a number"),
     ("num_prompts", 6.5, "num_prompts must be an integer"),
     ("kind", 3, "kind must be a string"),
+    ("per_turn", [{"turn": 1, "median_ttft_ms": "fast"}], "per_turn must be a list"),
 ])
 def test_a_damaged_result_names_its_file_and_field(run, field, value, needle):
     path = run.run_path("collocated-2", 2) / "result.json"
@@ -63,6 +64,8 @@ def test_a_damaged_result_names_its_file_and_field(run, field, value, needle):
 
 def test_written_runs_and_evidence_read_back_the_same(run, tmp_path):
     original = run.read_run("disagg-1p1d", 4, records=True)
+    original.stats["per_turn"] = [{"turn": 1, "requests": 3, "median_ttft_ms": 120.5,
+                                   "mean_kv_transfer_ms": None}]  # as a multi-turn run has
     copy = RunDir(tmp_path / "copy")
     copy.write_run(original)
     back = copy.read_run("disagg-1p1d", 4, records=True)
