@@ -43,8 +43,10 @@ class KeptConversations:
         """Hold finished `req`'s blocks as its conversation's latest turn (the one before is
         released). False, freeing them, when they alone exceed the budget."""
         k = key(conversation_id)
-        self.leases.release(k)
-        if len(req.block_ids) > self.max_blocks:
+        # NOTE: a previous turn being read (pulled) right now cannot be released; holding
+        # the new one over it would leak its blocks, so that one stays and this one goes
+        if (self.leases.get(k) is not None and not self.leases.release(k)) \
+                or len(req.block_ids) > self.max_blocks:
             self._free(req)
             return False
         self.leases.hold(req, k)

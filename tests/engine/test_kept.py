@@ -71,3 +71,15 @@ def test_keeping_stays_within_its_budget_and_never_starves_a_request():
     too_big = make_llm(role="decode", keep_conversations=True, decoder_kv_blocks=2)
     run(too_big, p[0], keep_as="x")  # 3 blocks over a budget of 2: not kept at all
     assert_no_leaks(too_big)
+
+
+def test_a_turn_finishing_while_the_previous_one_is_pulled_never_leaks_it():
+    decoder = make_llm(role="decode", keep_conversations=True)
+    eng = decoder.engine
+    p = random_prompts(2, (40, 40), seed=8)
+    run(decoder, p[0], keep_as="c")
+    with eng.kept.leases.reading("conv:c") as old:  # a pull of turn 1 in progress
+        run(decoder, p[1], keep_as="c")  # turn 2 finishes meanwhile: it is not kept
+        assert eng.kept.leases.get("conv:c") is old
+    eng.expire_leases(now=eng.kept.leases.expires_at("conv:c") + 1)
+    assert_no_leaks(decoder)
