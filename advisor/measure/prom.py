@@ -157,10 +157,6 @@ def parse_frontend(text: str) -> FrontendTotals | None:
     return frontend_of(read(text))
 
 
-def parse_transfer(text: str) -> TransferTotals:
-    return transfer_of(read(text))
-
-
 def scrape_text(urls: list[str], timeout_s: float = 5.0) -> str:
     """The /metrics text of every URL (each a /metrics endpoint), concatenated."""
     texts = []
@@ -168,11 +164,6 @@ def scrape_text(urls: list[str], timeout_s: float = 5.0) -> str:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
             texts.append(r.read().decode())
     return "\n".join(texts)
-
-
-def scrape_transfer(urls: list[str], timeout_s: float = 5.0) -> TransferTotals:
-    """Scrape each `url` (a /metrics endpoint) and sum what they report."""
-    return parse_transfer(scrape_text(urls, timeout_s))
 
 
 def kv_blocks_in_use(text: str) -> float:
