@@ -122,8 +122,9 @@ class Proxy:
             if self.bidirectional and cid:  # the decoder keeps this turn for the next
                 body = {**body, "kv_transfer_params": {
                     **(body.get("kv_transfer_params") or {}), "keep_as": cid}}
-        # NOTE: a second try when the instance picked refused the connection or went down
-        # before anything reached the client (it is out of the rotation by then)
+        # NOTE: a second try when the instance picked refused or reset the connection (a
+        # process being killed resets it before it refuses) or went down before anything
+        # reached the client (it is out of the rotation by then)
         for _ in range(2):
             base, leg, leg_headers = self._decoder(body, headers)
             if base is None:
@@ -131,7 +132,7 @@ class Proxy:
             try:
                 async with self.liveness.guard(base):
                     return await self._forward(request, base + path, leg, leg_headers)
-            except aiohttp.ClientConnectorError:
+            except aiohttp.ClientOSError:
                 self.liveness.refused(base)
             except UpstreamDown as e:
                 resp = request.get("streaming")
@@ -185,8 +186,8 @@ class Proxy:
     async def _forward(self, request, url: str, body: dict, headers: dict) -> web.StreamResponse:
         try:
             upstream = await self.session.post(url, json=body, headers=headers)
-        except aiohttp.ClientConnectorError:
-            raise  # nothing listens there: the caller tries another instance
+        except aiohttp.ClientOSError:
+            raise  # nothing listens there (or it is dying): the caller tries another instance
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return _err(f"decode instance unreachable: {e}", 502)
         async with upstream:
