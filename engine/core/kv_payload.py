@@ -29,9 +29,10 @@ class KVLayout:
 class KVPayload:
     """A request's prompt KV as one contiguous buffer plus metadata.
 
-    `kv` is token-major and independent of either side's block size:
-    kv: [num_layers, 2, num_tokens, num_kv_heads, head_dim]
-    `token_ids` are the tokens the KV was computed for; an importer compares
+    `kv` is token-major and independent of either side's block size; it holds the tokens
+    from `start` on (an importer that asked for a tail already holds the ones before):
+    kv: [num_layers, 2, num_tokens - start, num_kv_heads, head_dim]
+    `token_ids` are all the tokens the KV was computed for; an importer compares
     them with its prompt, so a diverged prompt can never reuse wrong KV.
     """
 
@@ -40,6 +41,7 @@ class KVPayload:
     token_ids: list[int]
     kv: torch.Tensor
     block_size: int
+    start: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -53,7 +55,8 @@ class KVPayload:
         """Raise ValueError when this payload cannot serve as KV for `prompt_token_ids` here."""
         if self.layout != layout:
             raise ValueError(f"KV layout mismatch: payload {self.layout}, engine {layout}")
-        expected = (layout.num_layers, 2, self.num_tokens, layout.num_kv_heads, layout.head_dim)
+        expected = (layout.num_layers, 2, self.num_tokens - self.start, layout.num_kv_heads,
+                    layout.head_dim)
         if tuple(self.kv.shape) != expected:
             raise ValueError(f"KV tensor shape {tuple(self.kv.shape)} != {expected}")
         # NOTE: KV for a prefix is fine (the rest is computed here), for other tokens never
@@ -61,6 +64,9 @@ class KVPayload:
             raise ValueError("KV was computed for different tokens than this prompt")
 
     def prefix(self, num_tokens: int) -> KVPayload:
-        """This payload cut to its first `num_tokens` tokens (a view, no copy)."""
+        """This payload cut to its first `num_tokens` tokens, at least `start` (a view)."""
+        if num_tokens < self.start:
+            raise ValueError(f"a prefix of {num_tokens} tokens ends before this payload's "
+                             f"first token {self.start}")
         return KVPayload(self.request_id, self.layout, self.token_ids[:num_tokens],
-                         self.kv[:, :, :num_tokens], self.block_size)
+                         self.kv[:, :, :num_tokens - self.start], self.block_size, self.start)

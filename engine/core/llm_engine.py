@@ -127,6 +127,12 @@ class LLMEngine:
         self.scheduler.add(req)
         return request_id
 
+    def cached_prefix_len(self, prompt_token_ids: list[int]) -> int:
+        """Tokens of `prompt_token_ids` the prefix cache holds now: a hint for a pull that
+        need not move them (any thread; the scheduler checks again when it admits)."""
+        return len(self.block_manager.get_computed_blocks(prompt_token_ids)) \
+            * self.block_manager.block_size
+
     def _check_import(self, kv: KVPayload, prompt: list[int]) -> KVPayload | None:
         try:
             kv.check_compatible(self.runner.layout, prompt)

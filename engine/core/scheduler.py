@@ -123,10 +123,20 @@ class Scheduler:
     def _admit_import(self, req: Request, budget: int) -> int:
         # NOTE: the imported KV covers the prompt (from a prefiller) or a prefix of it (an
         # earlier turn, from a decoder); at least the last prompt token is computed here,
-        # so this engine samples the next token itself.
-        have = min(req.pending_kv.num_tokens, req.num_tokens - 1)
+        # so this engine samples the next token itself. A payload from `start` on leans on
+        # this engine's prefix cache for the tokens before: when the cache no longer holds
+        # them (evicted since the pull asked), the payload is dropped and all is computed.
+        kv = req.pending_kv
+        have = min(kv.num_tokens, req.num_tokens - 1)
+        local: list[int] = []
+        if kv.start:
+            local = self.bm.get_computed_blocks(req.all_token_ids)[: kv.start // self.bm.block_size]
+            if kv.start % self.bm.block_size or len(local) * self.bm.block_size < kv.start \
+                    or have <= kv.start:
+                req.pending_kv = None
+                return self._admit_fresh(req, budget)
         n = self._chunk(req.num_tokens - have, budget)
-        if n == 0 or not self.bm.allocate(req, have + n):
+        if n == 0 or not self.bm.allocate(req, have + n, local):
             return 0
         req.num_computed_tokens = have
         req.num_cached_tokens = have

@@ -126,15 +126,18 @@ class KVConnector(ABC):
         pool buffer that holds it (None when it lives elsewhere)."""
 
     def pull(self, params: dict, layout: KVLayout, device: torch.device = torch.device("cpu"),
-             prompt: list[int] | None = None) -> PulledKV:
+             prompt: list[int] | None = None, have: int = 0) -> PulledKV:
         """Blocking pull of the request `params` name, for an engine with `layout` on `device`;
         with `prompt`, KV computed for other tokens is refused before anything is allocated.
-        Raises FrameError/OSError/ValueError on failure."""
+        `have`: tokens this engine already holds, so only the KV after them (from a whole
+        block of the source's, see KVPayload.start) need come. Raises
+        FrameError/OSError/ValueError on failure."""
         rid = params["remote_request_id"]
         start = time.monotonic()
         with connect(params) as sock:
             sock.sendall(frame.encode({"op": "pull", "request_id": rid, "mode": self.name,
-                                       "token": params.get("remote_request_token")}))
+                                       "token": params.get("remote_request_token"),
+                                       "from": have}))
             header = frame.read(sock)
             if "error" in header:
                 raise frame.FrameError(f"prefill side refused the pull: {header['error']}")
@@ -145,11 +148,14 @@ class KVConnector(ABC):
             if prompt is not None and header["token_ids"] != prompt:
                 raise frame.ForeignKV("the KV offered was computed for other tokens than this "
                                       "request's prompt")
+            if header.get("start", 0) > have:
+                raise frame.FrameError("the source skipped KV this engine does not hold")
             kv, buf = self.receive(sock, header, shape, dtype, device)
-        payload = KVPayload(rid, layout, header["token_ids"], kv, header.get("block_size", 0))
+        payload = KVPayload(rid, layout, header["token_ids"], kv, header.get("block_size", 0),
+                            header.get("start", 0))
         return PulledKV(payload, TransferRecord(nbytes, start, time.monotonic(), self.name), buf)
 
     async def pull_async(self, params: dict, layout: KVLayout, device: torch.device,
-                         prompt: list[int] | None = None) -> PulledKV:
+                         prompt: list[int] | None = None, have: int = 0) -> PulledKV:
         """`pull` on a worker thread, so the event loop keeps serving."""
-        return await asyncio.to_thread(self.pull, params, layout, device, prompt)
+        return await asyncio.to_thread(self.pull, params, layout, device, prompt, have)

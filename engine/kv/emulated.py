@@ -35,10 +35,10 @@ class EmulatedLink(KVConnector):
         return self.inner.receive(sock, header, shape, dtype, device)
 
     async def pull_async(self, params: dict, layout: KVLayout, device: torch.device,
-                         prompt: list[int] | None = None) -> PulledKV:
+                         prompt: list[int] | None = None, have: int = 0) -> PulledKV:
         # NOTE: the wait is on the event loop, not a worker thread: slow emulated
         # transfers must not use up the thread pool that real pulls run on.
-        pulled = await self.inner.pull_async(params, layout, device, prompt)
+        pulled = await self.inner.pull_async(params, layout, device, prompt, have)
         rec = pulled.record
         await asyncio.sleep(
             rec.start + self.emulation.transfer_seconds(rec.nbytes) - time.monotonic()

@@ -95,7 +95,10 @@ def read(sock: socket.socket, max_bytes: int = MAX_HEADER_BYTES) -> dict:
 
 
 def check_kv_header(h: dict) -> tuple[tuple[int, ...], str, int]:
-    """Validate a KV header's dtype, shape and byte count; returns (shape, dtype, nbytes)."""
+    """Validate a KV header's dtype, shape and byte count; returns (shape, dtype, nbytes).
+
+    The KV holds the tokens from the header's `start` (default 0) to the end of its
+    `token_ids`."""
     dtype, shape, nbytes = h.get("dtype"), h.get("shape"), h.get("nbytes")
     if dtype not in DTYPE_BYTES:
         raise FrameError(f"unknown dtype {dtype!r}")
@@ -107,8 +110,10 @@ def check_kv_header(h: dict) -> tuple[tuple[int, ...], str, int]:
         expected *= d
     if nbytes != expected or not 0 <= nbytes <= MAX_PAYLOAD_BYTES:
         raise FrameError(f"byte count {nbytes!r} does not match shape {shape} of {dtype}")
-    tokens = h.get("token_ids")
-    if not (isinstance(tokens, list) and len(tokens) == shape[2]
+    tokens, start = h.get("token_ids"), h.get("start", 0)
+    if not (isinstance(start, int) and not isinstance(start, bool) and start >= 0):
+        raise FrameError(f"bad start {start!r}")
+    if not (isinstance(tokens, list) and len(tokens) == start + shape[2]
             and all(isinstance(t, int) for t in tokens)):
         raise FrameError("token_ids missing or not matching the shape")
     return tuple(shape), dtype, nbytes

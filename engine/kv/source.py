@@ -40,11 +40,15 @@ class _Server(socketserver.ThreadingTCPServer):
     request_queue_size = 128  # the default 5 makes a burst of decoders wait on SYN retries
 
 
-def kv_header(request_id: str, layout: KVLayout, token_ids: list[int], **extra) -> dict:
-    """The header that describes a request's KV: [layers, 2, tokens, kv_heads, head_dim]."""
-    shape = [layout.num_layers, 2, len(token_ids), layout.num_kv_heads, layout.head_dim]
+def kv_header(request_id: str, layout: KVLayout, token_ids: list[int], start: int = 0,
+              **extra) -> dict:
+    """The header that describes a request's KV from token `start` on:
+    [layers, 2, tokens - start, kv_heads, head_dim]."""
+    n = len(token_ids) - start
+    shape = [layout.num_layers, 2, n, layout.num_kv_heads, layout.head_dim]
     return {"request_id": request_id, "dtype": layout.dtype, "shape": shape,
-            "nbytes": layout.bytes_per_token * len(token_ids), "token_ids": token_ids, **extra}
+            "nbytes": layout.bytes_per_token * n, "token_ids": token_ids, "start": start,
+            **extra}
 
 
 class KVSource:
@@ -116,7 +120,7 @@ class KVSource:
                 self.release(rid)
                 sock.sendall(frame.encode({"ok": True}))
             elif req.get("op") == "pull":
-                self._serve_pull(sock, rid, self._connector(req.get("mode")))
+                self._serve_pull(sock, rid, self._connector(req.get("mode")), req.get("from"))
             else:
                 raise frame.FrameError(f"unknown op {req.get('op')!r}")
         except (KeyError, frame.FrameError, OSError) as e:
@@ -125,8 +129,14 @@ class KVSource:
             except OSError:
                 pass
 
-    def _serve_pull(self, sock, rid: str, connector: KVConnector) -> None:
+    def _serve_pull(self, sock, rid: str, connector: KVConnector, want_from=None) -> None:
         block_ids, tokens = self.lend(rid)
-        where = connector.describe(self.cache, block_ids)
-        sock.sendall(frame.encode(kv_header(rid, self.layout, tokens, **where)))
-        connector.send(sock, self.cache, block_ids, len(tokens))
+        # A puller that holds a prefix asks for the rest: from a whole block of ours,
+        # never past the end (token_ids still name every token, for its comparison).
+        bs = self.cache.block_size
+        skip = 0
+        if isinstance(want_from, int) and not isinstance(want_from, bool) and want_from > 0:
+            skip = min(want_from, len(tokens)) // bs
+        where = connector.describe(self.cache, block_ids[skip:])
+        sock.sendall(frame.encode(kv_header(rid, self.layout, tokens, skip * bs, **where)))
+        connector.send(sock, self.cache, block_ids[skip:], len(tokens) - skip * bs)

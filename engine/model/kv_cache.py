@@ -99,11 +99,13 @@ class KVCache:
         """A request's first `num_tokens` tokens as kv: [layers, 2, num_tokens, kvh, hd]."""
         return gather_blocks(self.data, block_ids, num_tokens, out)
 
-    def import_(self, block_ids: list[int], kv: torch.Tensor) -> None:
-        """Write kv: [layers, 2, T, kvh, hd] into the first T slots of `block_ids`."""
+    def import_(self, block_ids: list[int], kv: torch.Tensor, start: int = 0) -> None:
+        """Write kv: [layers, 2, T, kvh, hd] into the slots of tokens start..start+T-1 of
+        `block_ids`."""
         num_tokens = kv.shape[2]
         bs = self.block_size
-        slots = torch.tensor([block_ids[t // bs] * bs + t % bs for t in range(num_tokens)],
+        slots = torch.tensor([block_ids[t // bs] * bs + t % bs
+                              for t in range(start, start + num_tokens)],
                              device=self.data.device)
         flat = self.data.view(*self.data.shape[:2], -1, *self.data.shape[-2:])
         flat[:, :, slots] = kv.to(device=self.data.device, dtype=self.data.dtype)

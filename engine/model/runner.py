@@ -76,7 +76,7 @@ class ModelRunner:
         """Run the scheduled tokens; return request id -> sampled token for every
         request whose computed tokens reach its tokens this step."""
         for req in out.kv_imports:
-            self.cache.import_(req.block_ids, req.pending_kv.kv)
+            self.cache.import_(req.block_ids, req.pending_kv.kv, req.pending_kv.start)
             req.pending_kv = None
         entries = sorted(out.scheduled, key=lambda e: e[1] != 1)  # single-token queries first
         ids, pos, meta, sample_rows, sample_reqs = self._prepare(entries)

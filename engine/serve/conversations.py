@@ -36,18 +36,22 @@ def kept_header(source: KVSource, conversation_id: str) -> dict[str, str]:
 
 
 async def pull_prefix(kv_connector: KVConnector, params: dict, layout: KVLayout,
-                      device: torch.device, prompt: list[int],
-                      pull_hosts: tuple[str, ...]) -> tuple[PulledKV | None, int]:
+                      device: torch.device, prompt: list[int], pull_hosts: tuple[str, ...],
+                      have: int = 0) -> tuple[PulledKV | None, int]:
     """(the kept KV that `params` name, cut to the prefix whose tokens match `prompt`, and
     the number of tokens that diverged); (None, 0) when nothing can be reused (lease
     expired, decoder gone, nothing matches): the prefiller then computes it all, never
-    fails. The decoder's copy is released once pulled."""
+    fails. The decoder's copy is released once pulled.
+
+    `have`: prompt tokens this prefiller's prefix cache holds; only the KV after them
+    moves (plain P/D with affinity already keeps the earlier prompts: what the decoder
+    adds is the reply)."""
     try:
         connector.check_params(params, pull_hosts)
     except ValueError:
         return None, 0  # NOTE: never connect where a malformed or foreign params point
     try:
-        pulled = await kv_connector.pull_async(params, layout, device, None)
+        pulled = await kv_connector.pull_async(params, layout, device, None, have)
     except (FrameError, OSError, ValueError):
         return None, 0
     finally:  # the next turn's decoder keeps its own copy: this one can go now
@@ -55,7 +59,7 @@ async def pull_prefix(kv_connector: KVConnector, params: dict, layout: KVLayout,
     tokens = pulled.payload.token_ids
     m = common_prefix(tokens, prompt)
     mismatch = min(len(tokens), len(prompt)) - m
-    if m == 0:
+    if m <= pulled.payload.start:  # nothing beyond what this prefiller holds
         pulled.close(imported=False)
         return None, mismatch
     pulled.payload = pulled.payload.prefix(m)

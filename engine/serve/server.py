@@ -157,7 +157,7 @@ class EngineServer:
         if self.role == "prefill" and isinstance(kv.get("reuse"), dict):  # an earlier turn's KV
             reverse, mismatch = await conversations.pull_prefix(
                 self.connector, kv["reuse"], self.runner.layout, self.runner.device, prompt,
-                self.pull_hosts)
+                self.pull_hosts, self.engine.cached_prefix_len(prompt))
             self.metrics.kv_reuse_mismatch.inc(mismatch)
         if self.role == "decode" and connector.can_pull(kv):
             try:

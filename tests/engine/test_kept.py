@@ -43,6 +43,30 @@ def test_a_kept_turn_serves_the_next_turns_prefix_token_identically(diverge_at):
     assert reused.num_cached_tokens == m
 
 
+@pytest.mark.parametrize("evicted", [False, True], ids=["cached", "evicted-meanwhile"])
+def test_a_tail_payload_completes_the_prefix_cache_token_identically(evicted):
+    """What a prefiller gets when it asks only for what its prefix cache lacks: KV from a
+    whole block on, the tokens before taken from its own cache; if that cache lost them
+    before the request was admitted, the payload is dropped and all is computed."""
+    decoder = make_llm(role="decode", keep_conversations=True)
+    prompt1 = random_prompts(1, (50, 50), seed=3)[0]
+    reply1 = run(decoder, prompt1, keep_as="c").token_ids
+    kept = decoder.engine.export_kv("conv:c")
+    prompt2 = prompt1 + reply1 + random_prompts(1, (30, 30), seed=4)[0]
+    prefiller = make_llm(role="both", num_kv_blocks=12)
+    run(prefiller, prompt1)  # its prefix cache: prompt 1's full blocks
+    bs = prefiller.engine.block_manager.block_size
+    have = prefiller.engine.cached_prefix_len(prompt2)
+    assert have == len(prompt1) // bs * bs
+    if evicted:  # another request takes the whole pool meanwhile
+        run(prefiller, random_prompts(1, (12 * bs - 8, 12 * bs - 8), seed=9)[0])
+    tail = kept.prefix(len(kept.token_ids))
+    tail.kv, tail.start = tail.kv[:, :, have:], have
+    out = run(prefiller, prompt2, kv=tail)
+    assert out.token_ids == run(make_llm(), prompt2).token_ids
+    assert out.num_cached_tokens == (0 if evicted else len(kept.token_ids))
+
+
 def test_the_next_turn_replaces_the_kept_one_and_the_lease_frees_it():
     decoder = make_llm(role="decode", keep_conversations=True, decoder_kv_ttl=480.0)
     eng = decoder.engine

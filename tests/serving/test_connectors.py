@@ -71,6 +71,22 @@ def test_pulled_kv_equals_the_engines_export(name):
         eng.runner.cache.close()
 
 
+@pytest.mark.parametrize("have,start", [(16, 16), (21, 16), (200, 48)])
+@pytest.mark.parametrize("name", ["shm", "tcp"])
+def test_a_puller_holding_a_prefix_gets_only_the_rest_from_a_whole_block(name, prefilled,
+                                                                         have, start):
+    eng, source, rid = prefilled  # 55 tokens in blocks of 8
+    expected = eng.export_kv(rid)
+    got = connectors.get(name).pull(source.transfer_params(rid, []), eng.runner.layout,
+                                    eng.runner.device, have=have)
+    assert got.payload.start == start and got.payload.token_ids == expected.token_ids
+    assert torch.equal(got.payload.kv, expected.kv[:, :, start:])
+    assert got.record.nbytes == eng.runner.layout.bytes_per_token * (55 - start)
+    got.payload.check_compatible(eng.runner.layout, expected.token_ids)
+    assert torch.equal(got.payload.prefix(50).kv, expected.kv[:, :, start:50])
+    got.close()
+
+
 @pytest.mark.parametrize("name", ON_THIS_HOST)
 def test_an_emulated_link_wraps_any_connector_and_only_stretches_its_time(name, prefilled):
     eng, source, rid = prefilled
