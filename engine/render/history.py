@@ -17,6 +17,7 @@ REPLY = ("<think>\nThe user asks about France. Paris has been the seat of the ki
          "the government for centuries.\n</think>\n\nParis: the seat of the crown and then of "
          "the state since the Middle Ages.")
 FOLLOW_UP = "And of Italy?"
+REASONING = REPLY.split("</think>")[0].removeprefix("<think>").strip()
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ def check_history(tok: TextTokenizer) -> HistoryCheck:
     dropped = None
     if kept < len(computed):
         text = tok.render_chat(second)
-        dropped = ("earlier reasoning (<think> blocks)" if "<think>" not in text
+        # NOTE: the rendered text may still hold "<think>" (a generation prompt with an empty
+        # block, as Qwen3 writes without thinking): what counts is the reasoning itself
+        dropped = ("earlier reasoning (<think> blocks)" if REASONING not in text
                    else "part of the earlier reply")
     return HistoryCheck(kept, len(computed), dropped)
