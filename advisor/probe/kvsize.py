@@ -1,4 +1,5 @@
-"""KV-cache arithmetic: bytes per token, a prompt's KV, and its time on a link."""
+"""KV-cache arithmetic: bytes per token (and per request, for hybrid SSM models), a
+prompt's KV, and its time on a link."""
 
 from __future__ import annotations
 
@@ -6,51 +7,54 @@ import json
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
-from engine.core.config import DTYPE_BYTES, load_model_config
+from advisor.probe.shapes import ModelShape, shape_of
+from engine.core.config import DTYPE_BYTES
 from engine.kv.links import parse_link
 
 
 @dataclass(frozen=True)
 class KVSize:
-    model: str
-    bytes_per_token: int
+    shape: ModelShape
     tokens: int
-    layers: int
-    kv_heads: int
-    head_dim: int
     dtype: str
 
     @property
+    def bytes_per_token(self) -> int:
+        return self.shape.kv_bytes_per_token(self.dtype)
+
+    @property
     def total_bytes(self) -> int:
-        return self.bytes_per_token * self.tokens
+        return self.shape.kv_bytes(self.tokens, self.dtype)
 
     def seconds_on(self, bytes_per_s: float) -> float:
         return self.total_bytes / bytes_per_s
 
+    def formula(self) -> str:
+        """How the bytes per token (and per request) come about, for people to check."""
+        s, b = self.shape, DTYPE_BYTES[self.dtype]
+        if s.kind == "mla":
+            return (f"{s.kv_layers} layers x {s.latent_dim} latent (kv_lora_rank + "
+                    f"qk_rope_head_dim) x {b} B = {self.bytes_per_token} B/token (MLA: no "
+                    "separate K and V)")
+        head = (f"{s.kv_layers} attention layers" if s.kind == "hybrid" else f"{s.kv_layers} "
+                "layers") + f" x 2 x {s.kv_heads} KV heads x {s.head_dim} x {b} B = " \
+            f"{self.bytes_per_token} B/token ({self.bytes_per_token / 1024:g} KiB)"
+        if s.kind == "hybrid":
+            head += (f", plus {s.layers - s.kv_layers} SSM layers' state: "
+                     f"{s.state_bytes(self.dtype) / 1e6:.2f} MB per request, whatever its length")
+        return head
+
 
 def kv_size(model: str, tokens: int, dtype: str = "bfloat16") -> KVSize:
-    """KV of `tokens` tokens: layers x 2 (K, V) x KV heads x head_dim x dtype bytes each.
-
-    MLA (DeepSeek-style latent KV) and hybrid SSM models keep other state, so
-    they are refused rather than guessed.
-    """
+    """KV of `tokens` tokens of `model`, by its layout (advisor.probe.shapes)."""
     if tokens < 0:
         raise UsageError(f"--tokens must be >= 0, not {tokens}")
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}")
     try:
-        cfg = load_model_config(model)
+        return KVSize(shape_of(model), tokens, dtype)
     except ValueError as e:
         raise UsageError(f"--model {model}: {e}") from None
-    return KVSize(
-        model,
-        cfg.kv_bytes_per_token(dtype),
-        tokens,
-        cfg.num_hidden_layers,
-        cfg.num_key_value_heads,
-        cfg.head_dim,
-        dtype,
-    )
 
 
 def run_kv_size(
@@ -64,13 +68,18 @@ def run_kv_size(
 
         for name, lk in host_links().items():
             rates[f"measured {name}"] = lk["gbps"] * 1e9
+    shape = size.shape
     result = {
         "model": model,
         "dtype": dtype,
-        "layers": size.layers,
-        "kv_heads": size.kv_heads,
-        "head_dim": size.head_dim,
+        "layout": shape.kind,
+        "layers": shape.layers,
+        "kv_layers": shape.kv_layers,
+        "kv_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "latent_dim": shape.latent_dim or None,
         "bytes_per_token": size.bytes_per_token,
+        "state_bytes_per_request": shape.state_bytes(dtype),
         "tokens": tokens,
         "total_bytes": size.total_bytes,
         "links": [
@@ -80,11 +89,7 @@ def run_kv_size(
     if as_json:
         print(json.dumps(result, indent=2))
     else:
-        print(
-            f"{model}: {size.layers} layers x 2 x {size.kv_heads} KV heads x {size.head_dim} "
-            f"x {DTYPE_BYTES[dtype]} B = {size.bytes_per_token} B/token "
-            f"({size.bytes_per_token / 1024:g} KiB)"
-        )
+        print(f"{model}: {size.formula()}")
         print(f"{tokens} tokens: {size.total_bytes / 1e6:.1f} MB of KV")
         for lk in result["links"]:
             print(f"  on {lk['link']}: {lk['ms']:.1f} ms (no overhead)")

@@ -61,13 +61,49 @@ def test_kv_arithmetic_matches_the_guide():
     assert parse_link("25GBps") == 25e9 and parse_link("pcie4") == 32e9
 
 
-@pytest.mark.parametrize("config,needle", [
-    ({"kv_lora_rank": 512, "num_hidden_layers": 2}, "MLA"),
-    ({"model_type": "jamba", "mamba_d_state": 16}, "hybrid SSM"),
-])
-def test_mla_and_hybrid_ssm_are_stated_not_guessed(tmp_path, config, needle):
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(UsageError, match=needle):
+def test_mla_kv_is_one_latent_per_layer_and_token():
+    # DeepSeek-V3: 61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes, no K/V pair
+    size = kv_size("deepseek-v3", 8192)
+    assert size.bytes_per_token == 61 * 576 * 2 == 70272
+    assert size.total_bytes == 8192 * 70272
+    assert "MLA" in size.formula()
+
+
+def test_a_hybrid_model_has_kv_for_its_attention_layers_and_a_fixed_state():
+    # Qwen3-Next-80B-A3B: 48 layers, every 4th attends (12), 2 KV heads x 256
+    size = kv_size("qwen3-next-80b-a3b", 1000)
+    assert size.bytes_per_token == 12 * 2 * 2 * 256 * 2 == 24576
+    # 36 Gated DeltaNet layers: 32 value heads x 128 x 128, plus a conv state of
+    # (4 - 1) x (2 x 16 x 128 + 32 x 128)
+    state = 36 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2
+    assert size.shape.state_bytes("bfloat16") == state == 39_518_208
+    assert size.total_bytes == 1000 * 24576 + state
+    assert kv_size("qwen3-next-80b-a3b", 2000).total_bytes - size.total_bytes == 1000 * 24576
+
+
+def test_mla_and_nemotron_h_configs_are_read_from_a_directory(tmp_path):
+    mla = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+           "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "kv_lora_rank": 64,
+           "vocab_size": 1000, "n_routed_experts": 8, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps(mla))
+    assert kv_size(str(tmp_path), 10).bytes_per_token == 4 * (64 + 16) * 2
+    nemotron = {"hybrid_override_pattern": "M-M*-M*-", "hidden_size": 512,
+                "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+                "mamba_num_heads": 16, "mamba_head_dim": 32, "ssm_state_size": 64,
+                "n_groups": 2, "conv_kernel": 4, "intermediate_size": 1024, "vocab_size": 1000,
+                "num_hidden_layers": 8}
+    (tmp_path / "config.json").write_text(json.dumps(nemotron))
+    size = kv_size(str(tmp_path), 10, "float32")
+    assert size.bytes_per_token == 2 * 2 * 2 * 64 * 4  # two attention layers
+    per_mamba = 16 * 32 * 64 + 3 * (16 * 32 + 2 * 2 * 64)
+    assert size.shape.state_bytes("float32") == 3 * per_mamba * 4
+
+
+def test_layouts_still_unknown_are_stated_not_guessed(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "jamba",
+                                                      "mamba_d_state": 16}))
+    with pytest.raises(UsageError, match="hybrid SSM"):
         kv_size(str(tmp_path), 10)
 
 

@@ -1,0 +1,183 @@
+"""Model shapes for sizing and planning: weights, compute per token, and what the KV cache
+holds per token and per request, for the three layouts P/D has to move:
+
+- grouped-query attention (Llama, Qwen): layers x 2 (K, V) x KV heads x head_dim;
+- MLA (DeepSeek-V3): one latent per layer and token, kv_lora_rank + qk_rope_head_dim
+  wide, no factor 2 (K and V are rebuilt from it);
+- hybrid attention/SSM (Qwen3-Next, Nemotron-H): the attention layers' KV per token, plus
+  a fixed state per request for the linear-attention or Mamba layers.
+
+The bundled engine's presets and any local HF `config.json` are read; two presets the
+engine cannot run (`deepseek-v3`, `qwen3-next-80b-a3b`) exist only here, for sizing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.core.config import DTYPE_BYTES, PRESETS, ModelConfig
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    params: float  # every parameter (read once per step from memory)
+    active_params: float  # the ones a token computes with (MoE: its experts)
+    max_context: int
+    kind: str = "gqa"  # gqa | mla | hybrid
+    attention_layers: int | None = None  # layers with a per-token KV cache (default: all)
+    latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim
+    state_elements: int = 0  # hybrid: fixed per-request state, summed over the SSM layers
+
+    @property
+    def kv_layers(self) -> int:
+        return self.layers if self.attention_layers is None else self.attention_layers
+
+    def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
+        b = DTYPE_BYTES[dtype]
+        if self.kind == "mla":
+            return self.kv_layers * self.latent_dim * b
+        return self.kv_layers * 2 * self.kv_heads * self.head_dim * b
+
+    def state_bytes(self, dtype: str = "bfloat16") -> int:
+        """Per request, whatever its length (hybrid SSM layers' recurrent and conv state)."""
+        return self.state_elements * DTYPE_BYTES[dtype]
+
+    def kv_bytes(self, tokens: int, dtype: str = "bfloat16") -> int:
+        """What a `tokens`-token prompt's cache holds, and what P/D moves for it."""
+        return tokens * self.kv_bytes_per_token(dtype) + self.state_bytes(dtype)
+
+    def weight_bytes(self, dtype: str = "bfloat16") -> float:
+        return self.params * DTYPE_BYTES[dtype]
+
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs of one query token attending to one context token, over all layers
+        (QK^T and PV: 2 x 2 x heads x head_dim each attention layer)."""
+        return 4.0 * self.kv_layers * self.heads * self.head_dim
+
+
+def _dense_params(c: ModelConfig) -> float:
+    attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
+    mlp = 3 * c.hidden_size * c.intermediate_size
+    embed = c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
+    return float(c.num_hidden_layers * (attn + mlp) + embed)
+
+
+def from_config(c: ModelConfig) -> ModelShape:
+    """A dense grouped-query model the engine runs (a preset or a Llama/Qwen config.json)."""
+    p = _dense_params(c)
+    return ModelShape(c.name, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                      c.num_key_value_heads, c.head_dim, p, p, c.max_position_embeddings)
+
+
+def _mla(name: str, d: dict, params: float, active: float) -> ModelShape:
+    return ModelShape(name, d["num_hidden_layers"], d["hidden_size"], d["num_attention_heads"],
+                      d["num_attention_heads"], d.get("qk_nope_head_dim", 128)
+                      + d["qk_rope_head_dim"], params, active,
+                      d.get("max_position_embeddings", 4096), kind="mla",
+                      latent_dim=d["kv_lora_rank"] + d["qk_rope_head_dim"])
+
+
+def _qwen3_next(name: str, d: dict, params: float, active: float) -> ModelShape:
+    """Every `full_attention_interval`-th layer attends; the others are Gated DeltaNet with
+    a recurrent state (value heads x key dim x value dim) and a short conv state."""
+    layers, every = d["num_hidden_layers"], d.get("full_attention_interval", 4)
+    attention = layers // every
+    kh, vh = d["linear_num_key_heads"], d["linear_num_value_heads"]
+    kd, vd = d["linear_key_head_dim"], d["linear_value_head_dim"]
+    conv_dim = 2 * kh * kd + vh * vd
+    per_layer = vh * kd * vd + (d.get("linear_conv_kernel_dim", 4) - 1) * conv_dim
+    return ModelShape(name, layers, d["hidden_size"], d["num_attention_heads"],
+                      d["num_key_value_heads"], d["head_dim"], params, active,
+                      d.get("max_position_embeddings", 4096), kind="hybrid",
+                      attention_layers=attention, state_elements=(layers - attention) * per_layer)
+
+
+def _nemotron_h(name: str, d: dict, params: float, active: float) -> ModelShape:
+    """`hybrid_override_pattern`: M = Mamba2 layer (state heads x head_dim x d_state, plus
+    conv state), * = attention layer, - = MLP only."""
+    pattern = d["hybrid_override_pattern"]
+    mamba, attention = pattern.count("M"), pattern.count("*")
+    heads, hd, state = d["mamba_num_heads"], d["mamba_head_dim"], d["ssm_state_size"]
+    conv_dim = heads * hd + 2 * d.get("n_groups", 1) * state
+    per_layer = heads * hd * state + (d.get("conv_kernel", 4) - 1) * conv_dim
+    return ModelShape(name, len(pattern), d["hidden_size"], d["num_attention_heads"],
+                      d["num_key_value_heads"], d.get("head_dim") or d["hidden_size"]
+                      // d["num_attention_heads"], params, active,
+                      d.get("max_position_embeddings", 4096), kind="hybrid",
+                      attention_layers=attention, state_elements=mamba * per_layer)
+
+
+# Shapes from the published config.json files; parameter counts as the model cards give them.
+SHAPE_ONLY = {
+    "deepseek-v3": _mla("deepseek-v3", {
+        "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "kv_lora_rank": 512,
+        "max_position_embeddings": 163840}, 671e9, 37e9),
+    "qwen3-next-80b-a3b": _qwen3_next("qwen3-next-80b-a3b", {
+        "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "head_dim": 256, "full_attention_interval": 4,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "max_position_embeddings": 262144}, 80e9, 3e9),
+}
+NAMES = (*PRESETS, *SHAPE_ONLY)
+
+
+def _moe_params(d: dict) -> tuple[float, float]:
+    """(total, active) parameters of a config.json, estimated from its shapes: attention as
+    four hidden x hidden projections, MLPs (dense or routed experts plus shared ones) as
+    three matrices each, and the embeddings."""
+    h, layers = d["hidden_size"], d["num_hidden_layers"]
+    experts = d.get("n_routed_experts") or d.get("num_experts") or 0
+    inter = d.get("moe_intermediate_size") or d.get("intermediate_size", 4 * h)
+    shared = d.get("n_shared_experts") or (1 if d.get("shared_expert_intermediate_size") else 0)
+    topk = d.get("num_experts_per_tok") or 1
+    embed = 2 * d.get("vocab_size", 0) * h
+    if not experts:
+        per = 4 * h * h + 3 * h * d.get("intermediate_size", 4 * h)
+        return float(layers * per + embed), float(layers * per + embed)
+    total = layers * (4 * h * h + 3 * h * inter * (experts + shared)) + embed
+    active = layers * (4 * h * h + 3 * h * inter * (topk + shared)) + embed
+    return float(total), float(active)
+
+
+def from_hf_dict(d: dict, name: str) -> ModelShape:
+    """Any config.json: MLA and the hybrid layouts here, the rest as the engine reads it."""
+    if "kv_lora_rank" in d:
+        return _mla(name, d, *_moe_params(d))
+    if "linear_num_value_heads" in d:
+        return _qwen3_next(name, d, *_moe_params(d))
+    if "hybrid_override_pattern" in d:
+        return _nemotron_h(name, d, *_moe_params(d))
+    from engine.core.config import config_from_hf_dict
+
+    return from_config(config_from_hf_dict(d, name))
+
+
+def shape_of(model: str) -> ModelShape:
+    """A preset (the engine's or a shape-only one) or a local directory / config.json.
+    ValueError naming what is wrong."""
+    if model in PRESETS:
+        return from_config(PRESETS[model])
+    if model in SHAPE_ONLY:
+        return SHAPE_ONLY[model]
+    path = Path(model)
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        raise ValueError(f"unknown model {model!r}: not a preset ({', '.join(NAMES)}) nor a "
+                         "local directory with config.json")
+    try:
+        d = json.loads(path.read_text())
+        return from_hf_dict(d, model)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    except KeyError as e:
+        raise ValueError(f"{path} lacks field {e.args[0]!r}") from None
