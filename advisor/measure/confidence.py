@@ -32,11 +32,42 @@ def intervals(good: list[bool], ttft_ms: list[float | None],
         out["median_ttft_ms"] = _bounds(np.nanmedian(ttft, axis=1))
     gaps = [np.asarray(g, float) for g in itl_ms]
     if any(g.size for g in gaps):
-        p99 = [np.percentile(np.concatenate([gaps[i] for i in row]), 99) if
-               any(gaps[i].size for i in row) else np.nan for row in picks]
-        out["p99_itl_ms"] = _bounds(np.array(p99))
+        out["p99_itl_ms"] = _bounds(_pooled_p99(gaps, picks))
     else:
         out["p99_itl_ms"] = None
+    return out
+
+
+TAIL = 0.02  # the share of all gaps, largest first, that resamples' p99 is looked up in
+
+
+def _pooled_p99(gaps: list[np.ndarray], picks: np.ndarray) -> np.ndarray:
+    """np.percentile(99) of each resample's pooled gaps, without pooling them: a resample
+    holds request i's gaps count_i times, so its p99 is found by rank among the largest
+    gaps weighted by those counts (all gaps only when a resample's 1% reaches past them).
+
+    gaps: one array per request; picks: [resamples, requests] request indices."""
+    sizes = np.array([g.size for g in gaps])
+    owner = np.repeat(np.arange(len(gaps)), sizes)  # [all gaps] its request
+    flat = np.concatenate(gaps)
+    order = np.argsort(flat)[::-1]  # largest first
+    keep = order[: max(1, int(np.ceil(TAIL * flat.size)))]
+    counts = np.stack([np.bincount(row, minlength=len(gaps)) for row in picks])  # [R, n]
+    weights = counts[:, owner[keep]].cumsum(axis=1)  # [R, kept] multiplicity, running
+    total = counts @ sizes  # [R] pooled gaps per resample
+    out = np.full(len(picks), np.nan)
+    for r, n in enumerate(total):
+        if n == 0:
+            continue
+        h = (n - 1) * 0.99
+        lo = int(np.floor(h))
+        top = n - 1 - lo  # 0-based positions from the largest of the ranks lo and lo + 1
+        if top < weights[r, -1]:
+            a = flat[keep[np.searchsorted(weights[r], top, side="right")]]
+            b = flat[keep[np.searchsorted(weights[r], top - 1, side="right")]] if top else a
+            out[r] = a + (h - lo) * (b - a)
+        else:  # the tail kept is too short for this resample: pool it
+            out[r] = np.percentile(np.repeat(flat, counts[r][owner]), 99)
     return out
 
 

@@ -14,6 +14,7 @@ Definitions (the README repeats them, with where they differ from `vllm bench se
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,9 +66,16 @@ class RequestLatency:
     itls: list[float]
     tpot: float | None
 
-    @property
+    @functools.cached_property
     def p99_itl(self) -> float:
-        return float(np.percentile(self.itls, 99)) if self.itls else 0.0
+        """np.percentile(itls, 99) (linear), by hand: np.percentile's own overhead per call
+        outweighed the work for a request's few hundred gaps."""
+        if not self.itls:
+            return 0.0
+        s = sorted(self.itls)
+        h = (len(s) - 1) * 0.99
+        lo = int(h)
+        return s[lo] + (h - lo) * (s[min(lo + 1, len(s) - 1)] - s[lo])
 
 
 def latency(r: RequestRecord) -> RequestLatency | None:
@@ -75,7 +83,8 @@ def latency(r: RequestRecord) -> RequestLatency | None:
         return None
     ttft, e2el = r.chunks[0] - r.sent, r.chunks[-1] - r.sent
     tpot = (e2el - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
-    return RequestLatency(ttft, e2el, list(np.diff(r.chunks)), tpot)
+    c = r.chunks
+    return RequestLatency(ttft, e2el, [b - a for a, b in zip(c, c[1:])], tpot)
 
 
 def is_good(lat: RequestLatency | None, slos: dict[str, float]) -> bool:
