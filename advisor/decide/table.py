@@ -258,6 +258,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     if growing and ev.bidirectional is not None:  # compare collocated with the split advised
         ev = replace(ev, disaggregated=ev.bidirectional)
     action, why = None, []
+    seen = "simulated" if ev.simulated else "measured"
     c = ev.collocated.max_goodput_rps
     d = ev.disaggregated.max_goodput_rps if ev.disaggregated else None
     comparison = None
@@ -267,18 +268,23 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         why.append(blocked[0])
         if blocked[1]:
             rows, fired = [], {}
+        elif "kv_transfer_slow" in fired:  # the guide: fix a slow transfer before anything
+            action = "fix-transfer"
+            slow = fired["kv_transfer_slow"].evidence["kv_transfer_mean_ms"]
+            why.append(f"the KV transfer is slow ({_ms(slow)} per transfer): fix it before "
+                       "anything else, then measure again")
     elif c is not None and d is not None:
         comparison = _comparison(ev, c, d)
         if d > c * (1 + t.goodput_margin) and d > 0:
             action = split
-            why.append(f"measured: disaggregated sustains {d:.3g} req/s at the SLO against "
+            why.append(f"{seen}: disaggregated sustains {d:.3g} req/s at the SLO against "
                        f"{c:.3g} collocated ({_by(d, c)})")
         elif c > d * (1 + t.goodput_margin) and c > 0:
             action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
-            why.append(f"measured: collocated sustains {c:.3g} req/s at the SLO against "
+            why.append(f"{seen}: collocated sustains {c:.3g} req/s at the SLO against "
                        f"{d:.3g} disaggregated ({_by(c, d)})")
         else:
-            why.append(f"measured goodputs are within {t.goodput_margin:.0%} "
+            why.append(f"{seen} goodputs are within {t.goodput_margin:.0%} "
                        f"({c:.3g} vs {d:.3g} req/s): the rules decide")
         why.append(comparison["confidence"])
     if action is None:
@@ -296,6 +302,8 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         secondary.append("split-render-tier")
     if "kv_transfer_slow" in fired and action in (*DISAGGREGATE, "measure-first"):
         secondary.append("fix-transfer")  # the guide: fix a slow transfer before anything else
+    if blocked and action == "fix-transfer":
+        secondary.append("measure-first")  # nothing met the SLO: measure once it is fixed
     return {
         "action": action,
         "reasons": why,
@@ -305,6 +313,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         "thresholds": asdict(t),
         "judged_at": ev.judged_at,
         "calibration": ev.calibration.summary() if ev.calibration else None,
+        "simulated": ev.simulated,
     }
 
 

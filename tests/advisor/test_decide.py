@@ -167,13 +167,17 @@ def test_when_no_placement_meets_the_slo_at_any_rate_it_says_why_not_0_vs_0():
     ev["collocated"].update(max_goodput_rps=0.0, p99_itl_ms=169)
     ev["disaggregated"].update(max_goodput_rps=0.0, median_ttft_ms=2200)
     rec = recommend(ev)
-    assert rec["action"] == "measure-first"
+    # the guide: a slow transfer is fixed before anything else; nothing met the SLO, so
+    # measure again once it is
+    assert rec["action"] == "fix-transfer" and rec["secondary_actions"] == ["measure-first"]
     reason = " ".join(rec["reasons"])
     assert reason.startswith("neither placement meets the SLO at any rate tried")
+    assert "the KV transfer is slow (1.3 s per transfer)" in reason
     # collocated misses ITL by 3.4x; disaggregated only TTFT, by 1.1x: the closer one binds
     assert "ttft:2000 is binding, median TTFT was 2.2 s at best" in reason
     assert "0 vs 0" not in reason and "lower rates (--start-rate)" in reason
-    assert rec["secondary_actions"] == ["fix-transfer"]  # the 1.3 s transfer: fix it first
+    ev["kv_transfer"] = None  # without the slow transfer: measure-first, as nothing met it
+    assert recommend(ev)["action"] == "measure-first"
     ev["collocated"]["max_goodput_rps"] = 0.2  # one placement meets it somewhere: decided
     assert recommend(ev)["action"] != "measure-first"
 
