@@ -41,6 +41,8 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
 def print_recommendation(rec: dict, out: Console | None = None) -> None:
     """The action first, then why, then every decision-table row with its numbers."""
     out = out or Console()
+    if rec.get("simulated"):
+        out.print(f"[bold]SIMULATED, not measured[/]: {rec['simulated']}")
     out.print(f"[bold]recommendation: {rec['action']}[/]")
     for reason in rec["reasons"]:
         out.print(f"  {reason}")

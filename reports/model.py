@@ -53,7 +53,14 @@ class ReportData:
     @property
     def title(self) -> str:
         cfg = (self.manifest or {}).get("config") or {}
-        return f"{cfg.get('workload', 'workload')} on {cfg.get('model', 'a model')}"
+        title = f"{cfg.get('workload', 'workload')} on {cfg.get('model', 'a model')}"
+        return f"SIMULATED: {title}" if self.simulated else title
+
+    @property
+    def simulated(self) -> str | None:
+        """What predicted these results, when they were simulated rather than measured."""
+        return (self.manifest or {}).get("simulated") or next(
+            (r.described.simulated for r in self.runs if r.described.simulated), None)
 
 
 def _optional(read, name: str, run_dir: RunDir, problems: list[str]):
@@ -132,7 +139,8 @@ def setup(data: ReportData) -> list[tuple[str, str]]:
     m = data.manifest or {}
     cfg, host, probe = m.get("config") or {}, m.get("host") or {}, m.get("probe") or {}
     links, ran, sized = probe.get("links") or {}, m.get("dtype") or {}, m.get("sizing") or {}
-    items = [
+    items = [("simulated", data.simulated)] if data.simulated else []
+    items += [
         ("model", f"{cfg.get('model')} ({ran.get('ran', cfg.get('dtype'))}, {cfg.get('device')})"),
         ("dtype", f"{ran.get('ran')}: {ran.get('reason')}" if ran else cfg.get("dtype")),
         (

@@ -47,24 +47,31 @@ def _serve(model: str, port: int, *extra: str) -> list[str]:
     return ["vllm", "serve", model, "--port", str(port), "--no-enable-prefix-caching", *extra]
 
 
-def collocated(model: str, gpus: list[int]) -> Plan:
-    """One server, data parallel over `gpus` (the guide's collocated baseline)."""
+def _tp(tp: int) -> tuple[str, ...]:
+    return ("--tensor-parallel-size", str(tp)) if tp > 1 else ()
+
+
+def collocated(model: str, gpus: list[int], tp: int = 1) -> Plan:
+    """One server, data parallel over `gpus` (the guide's collocated baseline), each rank
+    `tp` GPUs wide."""
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
     return Plan("collocated", [Command("collocated", _serve(
-        model, 8000, "--data-parallel-size", str(len(gpus))), env)],
+        model, 8000, "--data-parallel-size", str(len(gpus) // tp), *_tp(tp)), env)],
         ["one API server; its data-parallel ranks share the requests"])
 
 
 def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1,
-                  bidirectional: bool = False, ucx_devices: list[str] | None = None) -> Plan:
-    """`prefill` + `decode` instances, one GPU each (from `gpus`), and the toy proxy;
+                  bidirectional: bool = False, ucx_devices: list[str] | None = None,
+                  tp: int = 1) -> Plan:
+    """`prefill` + `decode` instances, `tp` GPUs each (from `gpus`), and the toy proxy;
     instance i uses `ucx_devices[i % len]` (its RDMA device) when given."""
-    if prefill + decode > len(gpus):
-        raise ValueError(f"{prefill}P{decode}D needs {prefill + decode} GPUs; "
+    if (prefill + decode) * tp > len(gpus):
+        raise ValueError(f"{prefill}P{decode}D needs {(prefill + decode) * tp} GPUs; "
                          f"{len(gpus)} given")
     commands, ports = [], {"prefill": [], "decode": []}
     roles = ["prefill"] * prefill + ["decode"] * decode
-    for i, (role, gpu) in enumerate(zip(roles, gpus, strict=False)):
+    ranks = [",".join(map(str, gpus[i * tp:(i + 1) * tp])) for i in range(len(roles))]
+    for i, (role, gpu) in enumerate(zip(roles, ranks, strict=False)):
         kv_role = "kv_both" if bidirectional else (
             "kv_producer" if role == "prefill" else "kv_consumer")
         config = {"kv_connector": "NixlConnector", "kv_role": kv_role}
@@ -74,7 +81,7 @@ def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1
             env["UCX_NET_DEVICES"] = ucx_devices[i % len(ucx_devices)]
         port = FIRST_PORT + (0 if role == "prefill" else 100) + len(ports[role])
         ports[role].append(port)
-        commands.append(Command(role, _serve(model, port, "--kv-transfer-config",
+        commands.append(Command(role, _serve(model, port, *_tp(tp), "--kv-transfer-config",
                                              json.dumps(config, separators=(",", ":"))), env))
     commands.append(Command("proxy", [
         "python", PROXY, "--port", str(PROXY_PORT),
@@ -122,7 +129,9 @@ def render_split(model: str, gpus: list[int], frontend_cpu_ms: float | None,
 # presets that mimic a published model: the name vLLM loads it by
 HF_NAMES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
             "qwen3-0.6b": "Qwen/Qwen3-0.6B", "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
-            "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct"}
+            "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+            "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+            "qwen3-next-80b-a3b": "Qwen/Qwen3-Next-80B-A3B-Instruct"}
 ACTION_PLAN = {"disaggregate": "disaggregated",
                "disaggregate-bidirectional": "disaggregated-bidirectional",
                "stay-collocated": "collocated", "split-render-tier": "render-split"}
@@ -131,20 +140,20 @@ ACTION_PLAN = {"disaggregate": "disaggregated",
 def section(rec: dict, collocated_name: str | None, disagg_name: str | None,
             model: str | None, gpus: list[int] | None = None,
             frontend_cpu_ms: float | None = None, peak_rps: float | None = None,
-            ucx_devices: list[str] | None = None) -> dict:
+            ucx_devices: list[str] | None = None, tp: int = 1) -> dict:
     """The `deploy` section of a recommendation: the commands for every placement the sweep
     measured (shaped as measured: `collocated-N`, `disagg-XpYd`), the recommended one named
     (None when the advice is not a placement, e.g. measure-first)."""
     prefill, decode = _shape(disagg_name)
     replicas = _replicas(collocated_name)
-    gpus = gpus or list(range(max(replicas or 0, prefill + decode)))
+    gpus = gpus or list(range(max(replicas or 0, prefill + decode) * tp))
     name, notes = _model_name(model)
-    plans = [collocated(name, gpus)] if collocated_name else []
+    plans = [collocated(name, gpus, tp)] if collocated_name else []
     action = rec.get("action")
     if disagg_name:
         plans.append(disaggregated(name, gpus, prefill, decode,
                                    bidirectional=action == "disaggregate-bidirectional",
-                                   ucx_devices=ucx_devices))
+                                   ucx_devices=ucx_devices, tp=tp))
     if "split-render-tier" in (action, *rec.get("secondary_actions", ())):
         plans.append(render_split(name, gpus, frontend_cpu_ms, peak_rps))
     return {"model": name, "gpus": gpus, "recommended": ACTION_PLAN.get(action),
@@ -186,11 +195,11 @@ def as_shell(deploy: dict) -> str:
 
 
 def from_evidence(rec: dict, ev, model: str | None, gpus: list[int] | None = None,
-                  ucx_devices: list[str] | None = None) -> dict:
+                  ucx_devices: list[str] | None = None, tp: int = 1) -> dict:
     """`section` for a sweep's evidence (advisor.rundata.evidence.Evidence)."""
     dis = ev.disaggregated
     peak = max([s.max_goodput_rps or 0.0 for s in (ev.collocated, dis) if s] or [0.0])
     return section(rec, ev.collocated.placement if ev.collocated else None,
                    dis.placement if dis else None, model, gpus,
                    ev.frontend.cpu_ms_per_request if ev.frontend else None, peak or None,
-                   ucx_devices)
+                   ucx_devices, tp)

@@ -158,6 +158,7 @@ class Evidence:
     judged_at: str | None = None  # which rate the placements are compared at, and why
     bidirectional: PlacementEvidence | None = None  # P/D reusing earlier turns' KV
     turns: TurnEvidence | None = None  # multi-turn runs: a late turn's TTFT per placement
+    simulated: str | None = None  # predicted, not measured: by what (advisor plan)
 
     def to_json(self) -> dict:
         return to_json(self)

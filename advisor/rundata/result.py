@@ -33,6 +33,7 @@ class _Described:
     arrival_offsets: list = field(default_factory=list)  # each conversation's start, s
     frontend_cpu: dict | None = None  # front-end CPU seconds during the run (render, derender)
     metrics: dict | None = None  # what the instances' counters did in the run (prom.Sample)
+    simulated: str | None = None  # not measured: what predicted it (advisor plan)
 
 
 @dataclass

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from advisor.rundata.result import RunResult
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,13 @@ def _on_lattice(rate: float, start: float) -> bool:
     """Grid and bracket rates are start x 2^k; bisection rates fall between."""
     k = math.log2(rate / start)
     return abs(k - round(k)) < 1e-9
+
+
+def outcome_of(result: RunResult, rate: float, target: float, collapsed: bool) -> Outcome:
+    """A run's outcome against the attainment `target`, by its value and its interval."""
+    ci = (result.get("ci95") or {}).get("slo_attainment")
+    return Outcome(rate, result.get("slo_attainment") >= target, collapsed,
+                   sure_meets=bool(ci) and ci[0] >= target, sure_misses=bool(ci) and ci[1] < target)
 
 
 def max_goodput_rate(done: list[Outcome]) -> float:

@@ -34,7 +34,14 @@ from advisor.sweep.options import (
     seed_for,
 )
 from advisor.sweep.placements import Placement
-from advisor.sweep.rate_search import Outcome, SearchPlan, grid_of, next_rate, replay_grid
+from advisor.sweep.rate_search import (
+    Outcome,
+    SearchPlan,
+    grid_of,
+    next_rate,
+    outcome_of,
+    replay_grid,
+)
 from engine.core.config import DTYPES, load_model_config
 from engine.model.dtype import DtypeChoice
 from engine.model.dtype import resolve as resolve_dtype
@@ -172,7 +179,7 @@ class _Sweep:
                 # fallen apart: p99 ITL far past its SLO, or most requests failing outright
                 collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * slos["itl"] \
                     or result.get("failed") > result.described.num_prompts / 2
-                outcomes.append(_outcome(result, rate, self.opts.attainment, collapsed))
+                outcomes.append(outcome_of(result, rate, self.opts.attainment, collapsed))
                 self.bars.advance(self.task)
         if self.grid is None:
             self.grid = grid_of(outcomes, self.plan)
@@ -267,14 +274,6 @@ def _collocated(opts: SweepOptions) -> int:
     deployment's own replicas are unknown here)."""
     tops = [q.topology for q in opts.validate() if q.kind == "collocated" and q.topology]
     return tops[0].replicas if tops else 1
-
-
-def _outcome(result: RunResult, rate: float, target: float, collapsed: bool) -> Outcome:
-    ci = (result.get("ci95") or {}).get("slo_attainment")
-    return Outcome(rate, result.get("slo_attainment") >= target, collapsed,
-                   sure_meets=bool(ci) and ci[0] >= target, sure_misses=bool(ci) and ci[1] < target)
-
-
 
 
 def _sample(urls: list[str]) -> Sample | None:

@@ -1,0 +1,85 @@
+"""The placements a plan compares on a set of GPUs, and each one as a simulated system.
+
+Collocated: the GPUs as data-parallel replicas. Disaggregated: every xPyD split. Both use
+the smallest tensor-parallel size the model fits at (weights within 90% of the memory,
+room for KV left), the same in every tier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.plan.hardware import GPU, LINKS, Link
+from advisor.plan.simulate import EngineSpec, System
+from advisor.plan.steptime import RooflineStep
+from advisor.probe.shapes import ModelShape
+
+MEMORY_USE = 0.9  # vLLM's default gpu_memory_utilization
+MIN_KV_SHARE = 0.1  # of an instance's usable memory, left for KV at the least
+ACTIVATIONS_GB = 2.0  # per GPU: activations, CUDA graphs and the allocator's slack
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str  # collocated-N or disagg-XpYd, as the sweep names placements
+    kind: str  # collocated | disagg
+    tp: int
+    replicas: int = 0  # collocated
+    prefill: int = 0  # disagg
+    decode: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * (self.replicas or self.prefill + self.decode)
+
+
+def kv_tokens(shape: ModelShape, g: GPU, tp: int, dtype: str = "bfloat16") -> int:
+    """KV capacity of one instance of `tp` GPUs: what the weights leave of the memory."""
+    usable = tp * (g.memory_gb * MEMORY_USE - ACTIVATIONS_GB) * 1e9
+    return int((usable - shape.weight_bytes(dtype)) / shape.kv_bytes_per_token(dtype))
+
+
+def min_tp(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") -> int:
+    """The smallest power-of-two TP within `gpus` the model fits at. ValueError saying how
+    much memory is missing when it fits nowhere."""
+    tp = 1
+    while tp <= gpus:
+        usable = tp * (g.memory_gb * MEMORY_USE - ACTIVATIONS_GB) * 1e9
+        if shape.weight_bytes(dtype) <= usable * (1 - MIN_KV_SHARE):
+            return tp
+        tp *= 2
+    need = shape.weight_bytes(dtype) / (1 - MIN_KV_SHARE) / 1e9
+    have = gpus * (g.memory_gb * MEMORY_USE - ACTIVATIONS_GB)
+    raise ValueError(f"{shape.name} needs about {need:.0f} GB for its weights ({dtype}) and "
+                     f"some KV; {gpus} x {g.name} give {have:.0f} GB usable: {need - have:.0f} "
+                     "GB missing")
+
+
+def candidates(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") -> list[Candidate]:
+    """Every placement of `shape` on `gpus` GPUs: collocated first, then each xPyD split."""
+    tp = min_tp(shape, g, gpus, dtype)
+    n = gpus // tp
+    out = [Candidate(f"collocated-{n}", "collocated", tp, replicas=n)]
+    out += [Candidate(f"disagg-{x}p{n - x}d", "disagg", tp, prefill=x, decode=n - x)
+            for x in range(1, n)]
+    return out
+
+
+def engine_defaults(g: GPU) -> tuple[int, int]:
+    """vLLM's defaults for an online server: (max_num_batched_tokens, max_num_seqs), larger
+    on GPUs of 70 GB or more."""
+    return (8192, 1024) if g.memory_gb >= 70 else (2048, 256)
+
+
+def system(c: Candidate, shape: ModelShape, g: GPU, kv_link: Link, dtype: str = "bfloat16",
+           max_batched_tokens: int | None = None, chunked: bool = True) -> System:
+    """Candidate `c` as a simulated system (roofline step times on `g`)."""
+    tokens, seqs = engine_defaults(g)
+    fabric = LINKS.get(g.fabric)
+    engine = EngineSpec(RooflineStep(shape, g, c.tp, fabric, dtype),
+                        kv_tokens(shape, g, c.tp, dtype), max_batched_tokens or tokens,
+                        seqs, chunked)
+    if c.kind == "collocated":
+        return System(decode=(engine,) * c.replicas)
+    return System(decode=(engine,) * c.decode, prefill=(engine,) * c.prefill, link=kv_link,
+                  kv_bytes=lambda t: shape.kv_bytes(t, dtype))

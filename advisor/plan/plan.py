@@ -1,0 +1,217 @@
+"""`advisor plan`: predict every placement of a model on GPUs we cannot run here, by
+simulation, and decide as a sweep would.
+
+Each placement (collocated replicas, every xPyD split, at the smallest TP the model fits)
+runs the workload at a grid of rates through the simulator (advisor.plan.simulate) with
+roofline step times for the GPU; its max goodput at the SLO ranks it (per GPU); the best
+collocated and the best disaggregated go through the decision table. The run directory
+has a sweep's files, every figure labelled as simulated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+from advisor import console
+from advisor.errors import UsageError
+from advisor.measure.stats import parse_slos
+from advisor.plan import candidates as cands
+from advisor.plan import hardware, runs
+from advisor.plan.steptime import Step, prefill_step
+from advisor.probe.shapes import shape_of
+from advisor.rundata.evidence import Calibration
+from advisor.rundata.files import manifest
+from advisor.rundata.rundir import RunDir
+from advisor.sweep.options import seed_for
+from advisor.sweep.placements import Placement
+from advisor.sweep.rate_search import goodput_interval, max_goodput_rate
+from workloads.presets import preset_spec
+
+RATES = 10  # grid points when no --rates are given
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanOptions:
+    model: str = "qwen2.5-7b"
+    gpu: str = "l40s"
+    gpus: int = 2
+    link: str | None = None  # None: the GPUs' own fabric
+    p2p: bool = True
+    workload: str = "long-prompt"
+    slo: tuple[str, ...] = ("ttft:2000", "itl:50")
+    attainment: float = 0.9
+    rates: tuple[float, ...] = ()
+    num_prompts: int = 1000
+    seed: int = 0
+    out: str | None = None
+    dtype: str = "bfloat16"
+    max_num_batched_tokens: int | None = None
+    operating_rate: float | None = None
+    as_json: bool = False
+    # what the evidence builder asks of a sweep's options
+    bundled: bool = False
+    connector: str | None = None
+    device: str = "cuda"
+
+    @property
+    def slos(self) -> dict[str, float]:
+        return parse_slos(list(self.slo))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    shape: object
+    gpu: hardware.GPU
+    link: hardware.Link
+    spec: object
+    candidates: list
+
+
+def _setup(o: PlanOptions) -> _Setup:
+    """Everything the options name, checked: UsageError naming the flag otherwise."""
+    if "ttft" not in o.slos or "itl" not in o.slos:
+        raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+    if o.gpus < 1 or o.num_prompts < 10 or any(r <= 0 for r in o.rates):
+        raise UsageError("--gpus must be >= 1, --num-prompts >= 10 and every --rates > 0")
+    try:
+        shape = shape_of(o.model)
+    except ValueError as e:
+        raise UsageError(f"--model: {e}") from None
+    try:
+        g = hardware.gpu(o.gpu)
+        lk = hardware.link(o.link, o.p2p, g)
+        spec = preset_spec(o.workload)
+    except ValueError as e:
+        raise UsageError(str(e) if str(e).startswith("--") else f"--workload: {e}") from None
+    if spec.turns > 1:
+        raise UsageError(f"--workload {o.workload}: multi-turn workloads are not simulated "
+                         "(turn k's prompt depends on turn k-1's reply); measure them")
+    try:
+        found = cands.candidates(shape, g, o.gpus, o.dtype)
+    except ValueError as e:
+        raise UsageError(f"--model {o.model} on --gpus {o.gpus} --gpu {o.gpu}: {e}") from None
+    return _Setup(shape, g, lk, spec, found)
+
+
+def label(s: _Setup) -> str:
+    p2p = "" if s.link.name != "host-staged" else " (no P2P)"
+    return (f"simulated by advisor plan: {s.shape.name} on {s.gpu.name}, KV over "
+            f"{s.link.name}{p2p} ({s.link.source}); step times from the GPU's datasheet")
+
+
+def unloaded(s: _Setup, o: PlanOptions) -> Calibration:
+    """What one request alone gets on a collocated instance, as a sweep's calibration."""
+    system = cands.system(s.candidates[0], s.shape, s.gpu, s.link, o.dtype,
+                          o.max_num_batched_tokens)
+    engine = system.decode[0]
+    mean = float(np.mean(s.spec.input.sample(200, np.random.default_rng(o.seed))))
+    prompts = [max(1, round(mean * f)) for f in (0.25, 0.5, 1.0)]
+    ttft = []
+    for p in prompts:  # the prompt's chunks one after another, plus the front's hop
+        done, ms = 0, system.front_ms
+        while done < p:
+            n = min(engine.max_batched_tokens, p - done)
+            ms += engine.step.ms(prefill_step(n, done))
+            done += n
+        ttft.append(ms)
+    steps = [engine.step.ms(Step(decodes=b, pairs=b * mean, kv_read_tokens=b * mean))
+             for b in (1, 8)]
+    slope, base = np.polyfit(prompts, ttft, 1)
+    return Calibration(prompts, ttft, [1, 8], steps, max(float(slope), 1e-9), float(base),
+                       o.dtype, f"{s.candidates[0].name} (simulated)")
+
+
+def grid(s: _Setup, o: PlanOptions, cal: Calibration) -> list[float]:
+    """--rates, else RATES rates up to about twice what the GPUs could prefill back to back
+    (no placement sustains more), from a fiftieth of it (where decodes rarely meet a
+    prefill)."""
+    if o.rates:
+        return sorted(o.rates)
+    top = 2 * o.gpus / (cal.ttft_ms[-1] / 1000)
+    return [float(f"{r:.3g}") for r in np.geomspace(top / 50, top, RATES)]
+
+
+def run_plan(o: PlanOptions, argv: list[str] | None = None) -> dict:
+    """Simulate, rank and decide; the recommendation (with `ranking` and `simulated`)."""
+    s = _setup(o)
+    what = label(s)
+    cal = unloaded(s, o)
+    run_dir = RunDir.create(o.out or "results", f"plan-{o.workload}")
+    config = {k: v for k, v in dataclasses.asdict(o).items() if k != "as_json"}
+    run_dir.write_manifest({**manifest(o.seed, config, argv), "simulated": what,
+                            "plan": {"gpu": dataclasses.asdict(s.gpu),
+                                     "link": dataclasses.asdict(s.link),
+                                     "candidates": [dataclasses.asdict(c) for c in s.candidates]}})
+    prompt = float(np.mean(s.spec.input.sample(200, np.random.default_rng(o.seed))))
+    rates = grid(s, o, cal)
+    placements = [Placement(c.name, c.kind) for c in s.candidates]
+    done = {p.name: [] for p in placements}
+    transfers = {p.name: [] for p in placements}
+    missed = [m for m, v in cal.floors(prompt).items() if v > o.slos[m]]
+    if missed:  # as the sweep: the floor misses the SLO, nothing to search
+        rates = []
+    for c, p in zip(s.candidates, placements):
+        system = cands.system(c, s.shape, s.gpu, s.link, o.dtype, o.max_num_batched_tokens)
+        for rate in rates:
+            reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
+            sim = runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
+                           {"preset": o.workload, "simulated": True})
+            run_dir.write_run(sim.result)
+            done[p.name].append(sim.outcome)
+            transfers[p.name].append(sim.sim)
+    ranking = _ranking(s, placements, done)
+    shown = _best(placements, ranking)
+    dis = next((p for p in shown if p.kind == "disagg"), None)
+    kv = runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(o.dtype),
+                          s.link.name) if dis else None
+    rec = runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what, o.model,
+                      {"ranking": ranking, "tp": s.candidates[0].tp})
+    if o.as_json:
+        print(json.dumps(rec, indent=2, default=str))
+    else:
+        _print_ranking(ranking)
+        console.print_recommendation(rec)
+        print(f"run directory: {run_dir}: report.html, report.md, evidence.json, "
+              "recommendation.json (every figure simulated)")
+    return rec
+
+
+def _ranking(s: _Setup, placements: list[Placement], done: dict) -> list[dict]:
+    """Placements by max goodput per GPU, best first."""
+    out = []
+    for c, p in zip(s.candidates, placements):
+        if not done[p.name]:
+            continue
+        best = max_goodput_rate(done[p.name])
+        lo, hi = goodput_interval(done[p.name])
+        out.append({"placement": p.name, "kind": p.kind, "tp": c.tp, "gpus": c.gpus,
+                    "max_goodput_rps": best, "goodput_per_gpu": best / c.gpus,
+                    "interval_rps": [lo, hi]})
+    return sorted(out, key=lambda r: -r["goodput_per_gpu"])
+
+
+def _best(placements: list[Placement], ranking: list[dict]) -> list[Placement]:
+    """The best collocated and the best disaggregated placement (collocated first)."""
+    by_name = {p.name: p for p in placements}
+    out = []
+    for kind in ("collocated", "disagg"):
+        top = next((r["placement"] for r in ranking if r["kind"] == kind), None)
+        top = top or next((p.name for p in placements if p.kind == kind), None)
+        if top:
+            out.append(by_name[top])
+    return out
+
+
+def _print_ranking(ranking: list[dict]) -> None:
+    if not ranking:
+        return
+    print("placements by max goodput per GPU (simulated):")
+    for r in ranking:
+        hi = r["interval_rps"][1]
+        print(f"  {r['placement']:>16} (TP {r['tp']}, {r['gpus']} GPUs): "
+              f"{r['max_goodput_rps']:.3g} req/s, {r['goodput_per_gpu']:.3g} per GPU "
+              f"(between {r['interval_rps'][0]:.3g} and "
+              f"{'?' if hi is None else f'{hi:.3g}'})")

@@ -1,0 +1,102 @@
+"""Simulated runs as a sweep's runs: requests in, `RunResult`s and `Outcome`s out, and the
+decision and the files at the end, written by the same code as a measured sweep's.
+
+Every result, the evidence, the recommendation and the manifest carry a `simulated`
+label saying what predicted them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from advisor.decide import deploy
+from advisor.decide.table import recommend
+from advisor.measure.prom import TransferTotals
+from advisor.measure.run import record_row
+from advisor.measure.stats import parse_percentiles, summarize
+from advisor.measure.transfer import verdict
+from advisor.plan.simulate import Outcome, SimRequest, System, simulate
+from advisor.report import run_report
+from advisor.rundata.evidence import Calibration, FrontendEvidence, KVTransferEvidence
+from advisor.rundata.result import RunResult
+from advisor.rundata.rundir import RunDir
+from advisor.sweep.evidence import build_evidence, write_summary
+from advisor.sweep.placements import Placement
+from advisor.sweep.rate_search import Outcome as RateOutcome
+from advisor.sweep.rate_search import outcome_of
+from workloads.spec import SyntheticSpec
+
+PERCENTILES = parse_percentiles("50,90,99")
+COLLAPSE = 2.0  # as the sweep: p99 ITL at twice its SLO has fallen apart
+
+
+def requests(spec: SyntheticSpec, rate: float, n: int, seed: int) -> list[SimRequest]:
+    """`n` requests of a single-turn spec at `rate` (its arrival process), lengths only."""
+    rng = np.random.default_rng(seed)
+    arrivals = dataclasses.replace(spec.arrivals, rate=rate).times(n, rng)
+    ins, outs = spec.input.sample(n, rng), spec.output.sample(n, rng)
+    return [SimRequest(float(a), int(i), int(o)) for a, i, o in zip(arrivals, ins, outs)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulated:
+    """One simulated run, ready to write, and the transfers it predicted."""
+
+    result: RunResult
+    outcome: RateOutcome
+    sim: Outcome
+
+
+def run(system: System, reqs: list[SimRequest], placement: Placement, rate: float,
+        slos: dict[str, float], attainment: float, label: str, workload: str,
+        params: dict) -> Simulated:
+    """Simulate `reqs` on `system` as `placement` at `rate`; the result a sweep would write."""
+    sim = simulate(system, reqs)
+    rows = [record_row(r, sim.start) for r in sim.records]
+    result = RunResult.of(
+        summarize(sim.records, sim.duration, slos, PERCENTILES), rows,
+        topology=placement.name, kind=placement.kind, request_rate=rate,
+        num_prompts=len(reqs), workload=workload, workload_params=params,
+        arrival_offsets=[r.arrival - reqs[0].arrival for r in reqs], simulated=label)
+    collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * slos["itl"] \
+        or result.get("failed") > len(reqs) / 2
+    return Simulated(result, outcome_of(result, rate, attainment, collapsed), sim)
+
+
+def kv_evidence(sims: list[Outcome], bytes_per_token: int, link: str) -> KVTransferEvidence | None:
+    """The predicted transfers of a disaggregated placement's runs, with the guide's verdict
+    (held to the fast links' floor unless the link is TCP)."""
+    times = [t for s in sims for t in s.transfers_s]
+    if not times:
+        return None
+    edges = sorted({0.001 * 2 ** k for k in range(16)})
+    totals = TransferTotals(len(times), sum(times), sum(s.transfer_bytes for s in sims),
+                            {le: float(np.sum(np.array(times) <= le)) for le in edges},
+                            "simulated")
+    v = verdict(totals, "tcp" if link.startswith("tcp") else "fast")
+    return KVTransferEvidence(mean_ms=v["mean_ms"], p90_ms=v["p90_ms"], gbps=v["gbps"],
+                              transfers=float(len(times)), bytes_per_token=bytes_per_token,
+                              connector="simulated", link=v["link"], verdict=v["verdict"],
+                              p2p=link)
+
+
+def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement],
+           done: dict[str, list[RateOutcome]], grid: list[float], calibration: Calibration,
+           prompt: float, kv: KVTransferEvidence | None, label: str, model: str,
+           extra: dict) -> dict:
+    """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
+    commands, summary.csv and the report, written to `run_dir`; the recommendation."""
+    ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
+    front = FrontendEvidence(placement=shown[0].name,
+                             undecided="simulated: the front end's CPU is not modelled")
+    ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label)
+    run_dir.write_evidence(ev)
+    rec = recommend(ev)
+    rec["deploy"] = deploy.from_evidence(rec, ev, model, tp=extra.pop("tp", 1))
+    rec.update(extra)
+    run_dir.write_recommendation(rec)
+    write_summary(run_dir, every, done)
+    run_report(str(run_dir))
+    return rec

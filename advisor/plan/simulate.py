@@ -1,0 +1,279 @@
+"""A discrete-event simulation of a serving system: requests arrive, engines step, KV moves.
+
+Each engine runs the bundled engine's (and vLLM's) policy: every step first gives each
+running request its next token, then fills the token budget with prompt chunks, oldest
+first (chunked prefill; without it a prompt waits until it fits whole); at most
+`max_num_seqs` requests at once; KV capacity in tokens. A step lasts what its step model
+says. Collocated: replicas behind round robin. P/D: the proxy picks a prefiller and a
+decoder round robin; the prefiller computes the prompt and samples one token, the KV then
+crosses the link (transfers into one decoder queue on its link, one at a time), and the
+decoder computes the last prompt token in its next step, which gives the first token.
+
+# NOTE: a request's KV is reserved whole (prompt and output) when its prefill starts:
+# a full cache makes requests queue, never preempts one (vLLM would preempt and recompute).
+# A running request gets a token at every step of its engine until done, so its tokens are
+# a run of consecutive steps: records are sliced from the engine's step end times. Steps
+# with nothing to prefill are planned as one run up to the next request's last token (an
+# arrival cuts the run at the step in progress), so the simulation costs O(requests)
+# events, not O(steps).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from advisor.measure.client import RequestRecord
+from advisor.plan.hardware import Link
+from advisor.plan.steptime import Step
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    arrival: float  # seconds from t=0
+    prompt: int
+    output: int
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    step: object  # a step model: .ms(Step) -> milliseconds
+    kv_tokens: int  # KV capacity
+    max_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    chunked_prefill: bool = True
+
+
+@dataclass(frozen=True)
+class System:
+    """Collocated: `prefill` empty, `decode` the replicas. P/D: both tiers and the link."""
+
+    decode: tuple[EngineSpec, ...]
+    prefill: tuple[EngineSpec, ...] = ()
+    link: Link | None = None
+    kv_bytes: object = None  # prompt tokens -> bytes moved (P/D)
+    front_ms: float = 1.0  # client -> engine, per request (HTTP, parsing)
+    proxy_ms: float = 1.0  # the P/D proxy's extra hop, per request
+
+
+@dataclass
+class _Job:
+    req: int
+    remaining: int  # prompt tokens still to compute here
+    before: int  # context already in the cache ahead of them
+    out: int  # tokens this engine produces (a prefiller: 1, then the KV leaves)
+    reserve: int  # KV tokens held while here
+
+
+@dataclass
+class _Engine:
+    spec: EngineSpec
+    role: str  # both | prefill | decode
+    waiting: deque = field(default_factory=deque)
+    prefilling: list = field(default_factory=list)
+    running: int = 0
+    context: float = 0.0  # running requests' context, summed
+    kv_used: int = 0
+    busy: bool = False
+    step_ends: list = field(default_factory=list)
+    finishing: dict = field(default_factory=dict)  # step index -> jobs done after it
+    chunks: list = field(default_factory=list)  # this step's (job, tokens)
+    first_step: int = 0  # of the steps in progress (a run of decode-only steps, or one)
+    generation: int = 0  # bumped when a run is cut: its planned end event is stale
+
+
+@dataclass
+class Outcome:
+    """What the simulation gives back: one client record per request, and the transfers."""
+
+    records: list[RequestRecord]
+    transfers_s: list[float]
+    transfer_bytes: float
+    duration: float
+    start: float  # the first arrival on the records' clock
+
+
+# NOTE: the records' clock starts here, not at 0: a RequestRecord's 0 means "never sent"
+EPOCH = 1.0
+
+
+def simulate(system: System, requests: list[SimRequest]) -> Outcome:
+    """Every request served (or refused) on `system`; records as the client keeps them."""
+    shifted = [SimRequest(r.arrival + EPOCH, r.prompt, r.output) for r in requests]
+    return _Sim(system, shifted).run()
+
+
+class _Sim:
+    def __init__(self, system: System, requests: list[SimRequest]):
+        self.sys, self.reqs = system, requests
+        self.decoders = [_Engine(s, "decode" if system.prefill else "both") for s in system.decode]
+        self.prefillers = [_Engine(s, "prefill") for s in system.prefill]
+        self.events: list = []
+        self.seq = itertools.count()
+        self.first: dict[int, tuple[_Engine, int]] = {}  # request -> (engine, first step)
+        self.link_free = [0.0] * len(self.decoders)
+        self.transfers: dict[int, float] = {}
+        self.moved = 0.0  # KV bytes sent
+        self.failed: dict[int, str] = {}
+        self.target: dict[int, int] = {}  # request -> its decoder
+
+    def _at(self, t: float, fn, *args) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), fn, args))
+
+    def run(self) -> Outcome:
+        pd = bool(self.prefillers)
+        hop = (self.sys.front_ms + (self.sys.proxy_ms if pd else 0.0)) / 1000
+        for i, r in enumerate(self.reqs):
+            d = i % len(self.decoders)
+            self.target[i] = d
+            if pd:
+                e = self.prefillers[i % len(self.prefillers)]
+                job = _Job(i, r.prompt, 0, 1, r.prompt)
+            else:
+                e, job = self.decoders[d], _Job(i, r.prompt, 0, r.output, r.prompt + r.output)
+            self._at(r.arrival + hop, self._arrive, e, job)
+        while self.events:
+            t, _, fn, args = heapq.heappop(self.events)
+            fn(t, *args)
+        return self._outcome()
+
+    # ---- engines ------------------------------------------------------------------------------
+    def _arrive(self, t: float, e: _Engine, job: _Job) -> None:
+        if job.reserve > e.spec.kv_tokens or (
+                not e.spec.chunked_prefill and job.remaining > e.spec.max_batched_tokens):
+            self.failed[job.req] = "does not fit the engine's KV cache or token budget"
+            return
+        e.waiting.append(job)
+        if e.busy and not e.chunks:
+            self._cut(t, e)
+        self._start(t, e)
+
+    def _start(self, t: float, e: _Engine) -> None:
+        if e.busy:
+            return
+        spec = e.spec
+        budget = spec.max_batched_tokens - e.running
+        chunks, pairs, read = [], e.context, e.context
+        for job in e.prefilling:  # prompts already started go first
+            n = self._chunk(spec, job, budget)
+            if n == 0:
+                break
+            chunks.append((job, n))
+            budget -= n
+        while e.waiting and budget > 0 and e.running + len(e.prefilling) < spec.max_num_seqs:
+            job = e.waiting[0]
+            n = self._chunk(spec, job, budget)
+            if n == 0 or e.kv_used + job.reserve > spec.kv_tokens:
+                break
+            e.waiting.popleft()
+            e.prefilling.append(job)
+            e.kv_used += job.reserve
+            chunks.append((job, n))
+            budget -= n
+        if not chunks and not e.running:
+            return
+        e.busy, e.chunks, e.first_step = True, chunks, len(e.step_ends)
+        if not chunks:  # decodes only until the next request's last token, or an arrival
+            m = min(e.finishing) - e.first_step + 1
+            grown = e.context + e.running * np.arange(m)  # [m] context at each step
+            ms = spec.step.ms(Step(e.running, 0, grown, grown))
+            e.step_ends.extend((t + np.cumsum(ms) / 1000).tolist())
+        else:
+            tokens = 0
+            for job, n in chunks:
+                tokens += n
+                pairs += n * (job.before + (n + 1) / 2)
+                read += job.before + n
+            ms = spec.step.ms(Step(e.running, tokens, pairs, read))
+            e.step_ends.append(t + float(ms) / 1000)
+        self._at(e.step_ends[-1], self._step_done, e, e.generation)
+
+    def _cut(self, t: float, e: _Engine) -> None:
+        """A job arrived while `e` runs planned decode-only steps: stop after the step in
+        progress at `t`, so the next one can take it."""
+        last = len(e.step_ends) - 1
+        j = bisect.bisect_left(e.step_ends, t, e.first_step, last)
+        if j < last:
+            del e.step_ends[j + 1:]
+            e.generation += 1
+            self._at(e.step_ends[j], self._step_done, e, e.generation)
+
+    @staticmethod
+    def _chunk(spec: EngineSpec, job: _Job, budget: int) -> int:
+        if spec.chunked_prefill:
+            return min(job.remaining, budget)
+        return job.remaining if job.remaining <= budget else 0
+
+    def _step_done(self, t: float, e: _Engine, generation: int) -> None:
+        if generation != e.generation:
+            return  # a run that was cut short ends at its new last step instead
+        k = len(e.step_ends) - 1
+        e.context += e.running * (k - e.first_step + 1)
+        for job in e.finishing.pop(k, ()):
+            e.running -= 1
+            e.context -= job.before + job.out
+            e.kv_used -= job.reserve
+        for job, n in e.chunks:
+            job.remaining -= n
+            job.before += n
+            if job.remaining:
+                continue
+            e.prefilling.remove(job)
+            if e.role == "prefill":
+                self._send(t, e, job)
+                continue
+            self.first[job.req] = (e, k)
+            if job.out == 1:
+                e.kv_used -= job.reserve
+            else:  # decodes from the next step on; its last token comes at step k + out - 1
+                e.running += 1
+                e.context += job.before + 1
+                e.finishing.setdefault(k + job.out - 1, []).append(job)
+        e.busy, e.chunks = False, []
+        self._start(t, e)
+
+    # ---- P/D ----------------------------------------------------------------------------------
+    def _send(self, t: float, e: _Engine, job: _Job) -> None:
+        """The prompt's KV crosses to the request's decoder (after the proxy's hop), queued
+        behind earlier transfers into that decoder; the prefiller frees it when done."""
+        d = self.target[job.req]
+        nbytes = self.sys.kv_bytes(job.before)
+        start = max(t + self.sys.proxy_ms / 1000, self.link_free[d])
+        end = start + self.sys.link.seconds(nbytes)
+        self.moved += nbytes
+        self.link_free[d] = end
+        self.transfers[job.req] = end - start
+        r = self.reqs[job.req]
+        self._at(end, self._transferred, e, job, self.decoders[d],
+                 _Job(job.req, 1, r.prompt - 1, r.output, r.prompt + r.output))
+
+    def _transferred(self, t: float, pre: _Engine, job: _Job, dec: _Engine, nxt: _Job) -> None:
+        pre.kv_used -= job.reserve
+        self._start(t, pre)
+        self._arrive(t, dec, nxt)
+
+    # ---- records ------------------------------------------------------------------------------
+    def _outcome(self) -> Outcome:
+        records, last = [], 0.0
+        for i, r in enumerate(self.reqs):
+            rec = RequestRecord(i, f"sim-{i}", 0, False, r.arrival, r.arrival, r.arrival,
+                                prompt_tokens=r.prompt, token_source="usage")
+            if i in self.first:
+                e, k = self.first[i]
+                rec.chunks = e.step_ends[k:k + r.output]
+                rec.end, rec.status, rec.output_tokens = rec.chunks[-1], 200, r.output
+                if i in self.transfers:
+                    rec.kv_transfer_ms = self.transfers[i] * 1000
+                last = max(last, rec.end)
+            else:
+                rec.status, rec.error = 503, self.failed.get(i, "never served")
+                rec.end = r.arrival
+            records.append(rec)
+        start = min((r.arrival for r in self.reqs), default=0.0)
+        return Outcome(records, list(self.transfers.values()), self.moved,
+                       max(last - start, 0.0), start)

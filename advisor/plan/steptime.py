@@ -1,0 +1,112 @@
+"""How long one engine step takes: the batch's decode tokens and prefill chunks in, ms out.
+
+Two models behind one interface:
+- `FittedStep`, fitted to measured unloaded timings (advisor.sweep.calibrate): prefill as
+  a + b x T + c x pairs (T tokens, `pairs` = query tokens x context each attends), decode
+  as d + e x batch + c x pairs; a mixed step pays the larger fixed cost once.
+- `RooflineStep`, from a GPU's datasheet: the slower of reading the weights and the KV
+  read once, and the step's FLOPs, each at a fixed efficiency, plus a fixed overhead and,
+  with tensor parallelism, two all-reduces per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from advisor.plan.hardware import GPU, Link
+from advisor.probe.shapes import ModelShape
+from advisor.rundata.evidence import Calibration
+
+# NOTE: one pair of efficiencies for every GPU, chosen as typical of serving engines
+# (decode GEMVs reach ~80% of HBM bandwidth, large prefill GEMMs ~60% of dense peak), never
+# fitted to a measurement the planner is checked against.
+BANDWIDTH_EFFICIENCY = 0.8
+COMPUTE_EFFICIENCY = 0.6
+STEP_OVERHEAD_MS = 1.5  # scheduling, sampling, launches per step (CUDA graphs on)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step's work. `pairs` and `kv_read_tokens` may be arrays (a run of decode-only
+    steps at once): every model's `ms` then gives an array."""
+
+    decodes: int = 0  # single-token queries
+    prefill_tokens: int = 0
+    pairs: float = 0.0  # sum over query tokens of the context tokens each attends to
+    kv_read_tokens: float = 0.0  # context tokens whose KV the step reads
+
+
+def prefill_step(tokens: int, context_before: int = 0) -> Step:
+    """A chunk of `tokens` prompt tokens after `context_before` cached ones."""
+    return Step(prefill_tokens=tokens, pairs=tokens * (context_before + (tokens + 1) / 2),
+                kv_read_tokens=context_before + tokens)
+
+
+@dataclass(frozen=True)
+class FittedStep:
+    prefill_base_ms: float
+    prefill_ms_per_token: float
+    decode_base_ms: float
+    decode_ms_per_token: float
+    ms_per_pair: float
+    source: str
+
+    def ms(self, s: Step) -> float:
+        base = max(self.prefill_base_ms if s.prefill_tokens else 0.0,
+                   self.decode_base_ms if s.decodes else 0.0)
+        return (base + self.prefill_ms_per_token * s.prefill_tokens
+                + self.decode_ms_per_token * s.decodes + self.ms_per_pair * s.pairs)
+
+
+def fit(cal: Calibration, decode_context: float = 28.0) -> FittedStep:
+    """Fit to a calibration: its unloaded TTFTs give the prefill line and the attention
+    term; its decode steps (at `decode_context` tokens of context: the calibration's 16-token
+    prompts, halfway through its 24 steps) give the decode line. Coefficients >= 0."""
+    rows = [[1.0, t, prefill_step(t).pairs] for t in cal.prompt_tokens]
+    if len(rows) >= 3:
+        (a, b, c), _ = nnls(np.array(rows), np.array(cal.ttft_ms, dtype=float))
+    else:  # too few lengths for the attention term: the calibration's own line
+        a, b, c = cal.prefill_base_ms, cal.prefill_ms_per_token, 0.0
+    x = np.array([[1.0, n] for n in cal.batches])
+    y = np.array(cal.step_ms, dtype=float) - c * np.array(cal.batches) * decode_context
+    (d, e), _ = nnls(x, np.maximum(y, 0.0))
+    return FittedStep(float(a), float(b), float(d), float(e), float(c),
+                      f"fitted to the calibration on {cal.placement} ({cal.dtype})")
+
+
+@dataclass(frozen=True)
+class RooflineStep:
+    shape: ModelShape
+    gpu: GPU
+    tp: int = 1
+    fabric: Link | None = None  # between the TP ranks
+    dtype: str = "bfloat16"
+
+    @property
+    def source(self) -> str:
+        return (f"roofline: {self.gpu.name} x{self.tp} ({self.gpu.source}), "
+                f"{BANDWIDTH_EFFICIENCY:.0%} of bandwidth, {COMPUTE_EFFICIENCY:.0%} of "
+                f"bf16 peak, {STEP_OVERHEAD_MS} ms per step")
+
+    def ms(self, s: Step) -> float:
+        sh, tokens = self.shape, s.decodes + s.prefill_tokens
+        # NOTE: a hybrid model reads each running request's SSM state once per step too
+        states = s.decodes + (1 if s.prefill_tokens else 0)
+        read = (sh.weight_bytes(self.dtype) + s.kv_read_tokens * sh.kv_bytes_per_token(self.dtype)
+                + states * sh.state_bytes(self.dtype))
+        memory_s = read / self.tp / (self.gpu.hbm_gbps * 1e9 * BANDWIDTH_EFFICIENCY)
+        flops = 2 * sh.active_params * tokens + sh.attention_flops_per_pair() * s.pairs
+        compute_s = flops / self.tp / (self.gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY)
+        return STEP_OVERHEAD_MS + 1000 * (np.maximum(memory_s, compute_s)
+                                           + self._allreduce_s(tokens))
+
+    def _allreduce_s(self, tokens: int) -> float:
+        """Two ring all-reduces of the step's activations per layer."""
+        if self.tp == 1 or self.fabric is None:
+            return 0.0
+        nbytes = tokens * self.shape.hidden * 2 * 2 * (self.tp - 1) / self.tp
+        per = self.fabric.latency_ms / 1000 + nbytes / (self.fabric.gbps * 1e9)
+        return 2 * self.shape.layers * per

@@ -1,0 +1,166 @@
+"""`advisor plan`: placements on GPUs we lack, the guide's L40S case predicted (transfer,
+tails, the advice with and without P2P), bad input, labels, and `--calibrate` re-predicting
+a sweep whose timing is known."""
+
+import json
+
+import pytest
+
+from advisor.errors import UsageError
+from advisor.plan import candidates, hardware, runs
+from advisor.plan.calibrated import PROXY_MS, run_calibrated
+from advisor.plan.plan import PlanOptions, run_plan
+from advisor.plan.simulate import EngineSpec, System
+from advisor.plan.steptime import FittedStep, Step, prefill_step
+from advisor.probe.shapes import shape_of
+from advisor.rundata.evidence import Calibration, Evidence, KVTransferEvidence, PlacementEvidence
+from advisor.rundata.evidence import SloEvidence, WorkloadEvidence
+from advisor.rundata.rundir import RunDir
+from advisor.sweep.placements import Placement
+from tests.cli import advisor
+from workloads.presets import preset_spec
+
+GUIDE = dict(model="qwen2.5-7b", gpu="l40s", gpus=2, link="pcie4", workload="long-prompt",
+             rates=(0.2, 0.4, 0.6, 1.0, 2.0), num_prompts=300)
+
+
+def test_placements_are_every_split_at_the_smallest_tp_that_fits():
+    h100 = hardware.gpu("h100-sxm")
+    names = [c.name for c in candidates.candidates(shape_of("llama-3.1-8b"), h100, 4)]
+    assert names == ["collocated-4", "disagg-1p3d", "disagg-2p2d", "disagg-3p1d"]
+    big = candidates.candidates(shape_of("llama-3.1-70b"), h100, 4)  # 141 GB of weights
+    assert {c.tp for c in big} == {4} and [c.name for c in big] == ["collocated-1"]
+    with pytest.raises(ValueError, match=r"GB missing"):
+        candidates.candidates(shape_of("llama-3.1-70b"), hardware.gpu("l40s"), 2)
+
+
+def test_links_name_their_source_and_no_p2p_stages_through_the_host():
+    g = hardware.gpu("l40s")
+    assert hardware.link("pcie4", True, g).gbps == 25
+    staged = hardware.link("pcie4", False, g)
+    assert staged.name == "host-staged" and "1.3 s" in staged.source
+    assert staged.seconds(470e6) == pytest.approx(1.35, abs=0.1)
+    assert hardware.link("25GBps", True, g).gbps == 25
+    assert hardware.link(None, True, hardware.gpu("h100-sxm")).name == "nvlink"
+    with pytest.raises(ValueError, match="--link 'pcie9'"):
+        hardware.link("pcie9", True, g)
+
+
+@pytest.fixture(scope="module")
+def guide_no_p2p(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan")
+    return run_plan(PlanOptions(**GUIDE, p2p=False, out=str(out))), out
+
+
+def _series(out, name: str) -> dict:
+    (run_dir,) = out.iterdir()
+    return {json.loads(p.read_text())["request_rate"]: json.loads(p.read_text())
+            for p in (run_dir / "runs" / name).glob("rate-*/result.json")}
+
+
+def test_the_guides_l40s_case_without_p2p_is_fix_the_transfer(guide_no_p2p):
+    rec, out = guide_no_p2p
+    assert rec["action"] == "fix-transfer" and rec["simulated"]
+    col, pd = _series(out, "collocated-2"), _series(out, "disagg-1p1d")
+    # collocated p99 ITL jumps from about its median to several times it by 0.6 req/s
+    assert col[0.2]["p99_itl_ms"] < 1.5 * col[0.2]["p50_itl_ms"]
+    assert col[0.6]["p99_itl_ms"] > 4 * col[0.6]["p50_itl_ms"]
+    # P/D's tail stays under 2.5x its median up to 2 req/s
+    assert all(r["p99_itl_ms"] < 2.5 * r["p50_itl_ms"] for r in pd.values())
+    # ~470 MB over the host-staged path: 1-2 s; P/D median TTFT 1.5-3 s at low rates
+    (run_dir,) = out.iterdir()
+    ev = json.loads((run_dir / "evidence.json").read_text())
+    assert 1000 <= ev["kv_transfer"]["mean_ms"] <= 2000
+    assert 1500 <= pd[0.2]["median_ttft_ms"] <= 3000
+    assert ev["simulated"] and all(r["simulated"] for r in pd.values())
+
+
+def test_with_p2p_the_same_case_is_disaggregate(tmp_path):
+    rec = run_plan(PlanOptions(**GUIDE, p2p=True, out=str(tmp_path)))
+    assert rec["action"] == "disaggregate"
+    assert rec["ranking"][0]["placement"] == "disagg-1p1d"
+    assert rec["reasons"][0].startswith("simulated: disaggregated sustains")
+    assert "--kv-transfer-config" in json.dumps(rec["deploy"])
+
+
+def test_every_report_and_file_says_simulated(guide_no_p2p):
+    _, out = guide_no_p2p
+    (run_dir,) = out.iterdir()
+    md = (run_dir / "report.md").read_text()
+    assert "SIMULATED" in md and "host-staged" in md
+    assert "SIMULATED" in (run_dir / "report.html").read_text()
+    assert json.loads((run_dir / "manifest.json").read_text())["simulated"]
+    assert (run_dir / "summary.csv").read_text().count("\n") == 1 + 2 * len(GUIDE["rates"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args,needle", [
+    (["--gpu", "v100"], "--gpu 'v100': expected one of l40s"),
+    (["--link", "carrier-pigeon"], "--link 'carrier-pigeon'"),
+    (["--model", "llama-3.1-70b"], "GB missing"),
+    (["--p2p", "maybe"], "--p2p must be yes or no"),
+    (["--workload", "chat-multiturn"], "multi-turn workloads are not simulated"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
+    r = advisor("plan", "--out", str(tmp_path), *args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_an_slo_below_the_unloaded_floor_is_measure_first_with_the_floor(tmp_path):
+    rec = run_plan(PlanOptions(**{**GUIDE, "slo": ("ttft:100", "itl:50")}, out=str(tmp_path)))
+    assert rec["action"] == "measure-first"
+    assert "ttft:100 is binding, unloaded TTFT is" in rec["reasons"][0]
+    (run_dir,) = tmp_path.iterdir()
+    assert not (run_dir / "runs").exists()
+
+
+# ---- --calibrate: a "measured" sweep made by a known engine is predicted back ---------------
+TRUTH = FittedStep(20.0, 0.15, 18.0, 0.6, 2e-5, "truth")
+
+
+def _measured_sweep(parent) -> RunDir:
+    """A run directory as the bundled sweep writes it, whose engine is TRUTH exactly."""
+    run_dir = RunDir.create(parent, "long-prompt")
+    prompts = [64, 256, 1024]
+    cal = Calibration(prompts, [TRUTH.ms(prefill_step(p)) for p in prompts], [1, 8],
+                      [TRUTH.ms(Step(decodes=b, pairs=b * 28, kv_read_tokens=b * 28))
+                       for b in (1, 8)], 0.15, 20.0, "bfloat16", "collocated-2")
+    run_dir.write_manifest({"config": {"model": "small", "workload": "long-prompt",
+                                       "slo": ["ttft:2000", "itl:100"], "seed": 0},
+                            "dtype": {"ran": "bfloat16"}, "calibration": cal.to_json()})
+    shape = shape_of("small")
+    engine = EngineSpec(TRUTH, 10**6)
+    kv = lambda t: shape.kv_bytes(t)  # noqa: E731
+    link = hardware.Link("measured", 0.5, 0.0, 0.0, "test")
+    spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
+    slos = {"ttft": 2000.0, "itl": 100.0}
+    for p, system in ((Placement("collocated-2", "collocated"),
+                       System((engine, engine), front_ms=0.0)),
+                      (Placement("disagg-1p1d", "disagg"),
+                       System((engine,), (engine,), link, kv, 0.0, PROXY_MS))):
+        for rate in (1.0, 3.0, 6.0):
+            sim = runs.run(system, runs.requests(spec, rate, 200, int(rate)), p, rate, slos, 0.9,
+                           "truth", "long-prompt", {})
+            run_dir.write_run(sim.result)
+    run_dir.write_evidence(Evidence(
+        slo=SloEvidence(2000, 100), collocated=PlacementEvidence(), workload=WorkloadEvidence(
+            500, 1.0), kv_transfer=KVTransferEvidence(mean_ms=1.0, gbps=0.5, connector="shm")))
+    return run_dir
+
+
+def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
+    measured = _measured_sweep(tmp_path / "measured")
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True)
+    assert rec["simulated"].startswith("simulated by advisor plan --calibrate")
+    assert len(rec["compare"]) == 6
+    for row in rec["compare"]:
+        for k in ("median_ttft_ms", "p99_itl_ms"):
+            assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.02), row
+
+
+def test_calibrate_needs_a_bundled_sweeps_calibration(tmp_path):
+    run_dir = RunDir.create(tmp_path, "x")
+    run_dir.write_manifest({"config": {}})
+    with pytest.raises(UsageError, match="no calibration"):
+        run_calibrated(str(run_dir.path), None, str(tmp_path), as_json=True)

@@ -1,0 +1,128 @@
+"""The planner's simulator against ground truth: a lone request's timeline from its step
+model, queueing as M/D/1 theory has it, transfers sharing a link, a full KV cache making
+requests wait, and the roofline and fitted step models against hand arithmetic."""
+
+import numpy as np
+import pytest
+
+from advisor.plan import hardware
+from advisor.plan.simulate import EngineSpec, SimRequest, System, simulate
+from advisor.plan.steptime import FittedStep, RooflineStep, Step, fit, prefill_step
+from advisor.probe.shapes import shape_of
+from advisor.rundata.evidence import Calibration
+
+FLAT = FittedStep(prefill_base_ms=10.0, prefill_ms_per_token=0.1, decode_base_ms=5.0,
+                  decode_ms_per_token=1.0, ms_per_pair=0.0, source="test")
+LINK = hardware.Link("test", 1.0, 0.0, 0.0, "test")  # 1 GB/s, nothing else
+
+
+def engine(step=FLAT, kv_tokens=10**6, budget=2048, chunked=True) -> EngineSpec:
+    return EngineSpec(step, kv_tokens, budget, 256, chunked)
+
+
+def gaps_ms(rec) -> np.ndarray:
+    return np.diff(rec.chunks) * 1000
+
+
+def test_a_lone_request_takes_its_prefill_then_one_decode_step_per_token():
+    (rec,) = simulate(System((engine(),), front_ms=2.0), [SimRequest(0.0, 100, 5)]).records
+    assert rec.ok and rec.output_tokens == len(rec.chunks) == 5
+    assert (rec.chunks[0] - rec.sent) * 1000 == pytest.approx(2.0 + 10 + 0.1 * 100)
+    assert gaps_ms(rec) == pytest.approx([5.0 + 1.0] * 4)  # batch 1: base + one token
+
+
+def test_chunked_prefill_stalls_running_decodes_for_the_chunk():
+    # request 0 decodes alone; request 1's 1000-token prompt comes in two 512-token chunks
+    reqs = [SimRequest(0.0, 10, 40), SimRequest(0.05, 1000, 2)]
+    recs = simulate(System((engine(budget=512),), front_ms=0.0), reqs).records
+    g = gaps_ms(recs[0])
+    # the larger fixed cost once, the chunk's prompt tokens, one decode: 511 then 489 tokens
+    chunks = [10 + 0.1 * 511 + 1.0, 10 + 0.1 * 489 + 1.0]
+    stalled = int(np.argmax(g))
+    assert g[stalled:stalled + 3] == pytest.approx([*chunks, 5 + 2.0])  # then a batch of 2
+    assert np.median(g) == pytest.approx(6.0)
+
+
+def test_prefill_queueing_matches_m_d_1_theory():
+    """A prefiller serving one prompt per step (deterministic S) under Poisson arrivals:
+    mean wait lambda S^2 / (2 (1 - rho)) (Pollaczek-Khinchine)."""
+    s_ms = 10 + 0.1 * 400  # 50 ms per prompt
+    lam = 12.0  # rho 0.6
+    rng = np.random.default_rng(1)
+    arrivals = np.cumsum(rng.exponential(1 / lam, 20000))
+    reqs = [SimRequest(float(a), 400, 1) for a in arrivals]
+    pre = engine(budget=400, chunked=False)
+    system = System(decode=(engine(),), prefill=(pre,), link=LINK, kv_bytes=lambda t: 0,
+                    front_ms=0.0, proxy_ms=0.0)
+    out = simulate(system, reqs)
+    ttft = np.array([(r.chunks[0] - r.sent) * 1000 for r in out.records])
+    # TTFT = wait + service + the decoder's step computing the last prompt token
+    decoder_step = 10 + 0.1
+    expected_wait = lam * (s_ms / 1000) ** 2 / (2 * (1 - lam * s_ms / 1000)) * 1000
+    got_wait = ttft.mean() - s_ms - decoder_step
+    assert got_wait == pytest.approx(expected_wait, rel=0.08)
+
+
+def test_transfers_into_one_decoder_queue_on_its_link():
+    # two prompts finish prefill on two prefillers at the same moment; 100 MB each at 1 GB/s
+    reqs = [SimRequest(0.0, 100, 2), SimRequest(0.0, 100, 2)]
+    system = System(decode=(engine(),), prefill=(engine(), engine()), link=LINK,
+                    kv_bytes=lambda t: 100e6, front_ms=0.0, proxy_ms=0.0)
+    out = simulate(system, reqs)
+    assert sorted(out.transfers_s) == pytest.approx([0.1, 0.1])
+    firsts = sorted(r.chunks[0] for r in out.records)
+    assert firsts[1] - firsts[0] == pytest.approx(0.1, abs=0.01)  # the second waited
+    assert out.transfer_bytes == 200e6
+
+
+def test_a_full_kv_cache_makes_the_next_request_wait_never_fail():
+    reqs = [SimRequest(0.0, 100, 50), SimRequest(0.001, 100, 50)]
+    recs = simulate(System((engine(kv_tokens=200),), front_ms=0.0), reqs).records
+    assert all(r.ok for r in recs)
+    assert recs[1].chunks[0] >= recs[0].chunks[-1]  # admitted once the first freed its KV
+    (too_big,) = simulate(System((engine(kv_tokens=100),)), [SimRequest(0.0, 100, 50)]).records
+    assert not too_big.ok and "KV" in too_big.error
+
+
+def test_arrivals_cut_a_run_of_decode_steps_exactly_where_a_step_ends():
+    """Decode-only steps are planned ahead; later arrivals must still join at the next step
+    boundary, and every request gets exactly its tokens, in order."""
+    rng = np.random.default_rng(3)
+    reqs = [SimRequest(float(a), int(p), int(o)) for a, p, o in zip(
+        np.cumsum(rng.exponential(0.05, 300)), rng.integers(10, 300, 300),
+        rng.integers(1, 80, 300))]
+    out = simulate(System((engine(), engine()), front_ms=0.0), reqs)
+    for r, q in zip(out.records, reqs):
+        assert r.ok and len(r.chunks) == q.output
+        assert all(b > a for a, b in zip(r.chunks, r.chunks[1:]))
+        assert r.chunks[0] > r.sent
+    # batch sizes only change at a request's first or last token: every gap is a whole step
+    gaps = np.concatenate([gaps_ms(r) for r in out.records if len(r.chunks) > 1])
+    assert gaps.min() >= 6.0 - 1e-6
+
+
+def test_roofline_decode_is_the_weight_read_and_prefill_the_flops():
+    shape, g = shape_of("qwen2.5-7b"), hardware.gpu("L40S")
+    step = RooflineStep(shape, g)
+    weights = shape.weight_bytes()
+    assert weights == pytest.approx(15.23e9, rel=0.01)  # 7.6B parameters in bf16
+    read_ms = weights / (864e9 * 0.8) * 1000
+    assert step.ms(Step(decodes=1)) == pytest.approx(1.5 + read_ms, rel=1e-6)
+    flops = 2 * shape.active_params * 8192 + shape.attention_flops_per_pair() * 8192 * 8193 / 2
+    pre = step.ms(prefill_step(8192))
+    assert pre == pytest.approx(1.5 + flops / (362e12 * 0.6) * 1000, rel=1e-6)
+    # a decode step's time stays near the weight read up to large batches (memory-bound)
+    assert step.ms(Step(decodes=32, pairs=32 * 1000, kv_read_tokens=32 * 1000)) < 1.2 * step.ms(
+        Step(decodes=1))
+
+
+def test_fit_recovers_a_known_engine_from_its_calibration():
+    truth = FittedStep(20.0, 0.15, 18.0, 0.6, 2e-5, "truth")
+    prompts = [64, 256, 1024]
+    cal = Calibration(prompts, [truth.ms(prefill_step(p)) for p in prompts], [1, 8],
+                      [truth.ms(Step(decodes=b, pairs=b * 28, kv_read_tokens=b * 28))
+                       for b in (1, 8)], 0.15, 20.0, "bfloat16", "collocated-2")
+    got = fit(cal)
+    for name in ("prefill_base_ms", "prefill_ms_per_token", "decode_base_ms",
+                 "decode_ms_per_token", "ms_per_pair"):
+        assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-3), name
