@@ -97,6 +97,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     rec["deploy"] = deploy.from_evidence(rec, ev, model, tp=extra.pop("tp", 1))
     rec.update(extra)
     run_dir.write_recommendation(rec)
+    rec["run_dir"] = str(run_dir)
     write_summary(run_dir, every, done)
     run_report(str(run_dir))
     return rec

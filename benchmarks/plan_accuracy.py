@@ -1,0 +1,122 @@
+"""The planner against measurements on this machine, and its speed.
+
+1. Runs the default `advisor sweep` (long-prompt) and a short-chat sweep of the bundled
+   engine (or takes run directories already made: --fit-run, --other-run).
+2. Fits the simulator to the default sweep (`advisor plan --calibrate`) and predicts both
+   sweeps' runs, request for request; the short-chat one was not used to fit.
+3. Prints predicted beside measured median TTFT and p99 ITL per placement and rate, the
+   ratio, whether it is within 20% (goal: at each rate below collapse), and each side's
+   max-goodput ordering of the placements (goal: the same).
+4. Times one placement's rate sweep in the simulator (10 rates x 1,000 requests of the
+   guide's L40S case) against its goal of 2 s on one core.
+
+Usage: python benchmarks/plan_accuracy.py [--fit-run DIR] [--other-run DIR] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from advisor.plan import candidates, hardware, runs
+from advisor.plan.calibrated import run_calibrated
+from advisor.plan.simulate import simulate
+from advisor.probe.shapes import shape_of
+from advisor.rundata.rundir import RunDir
+from workloads.presets import preset_spec
+
+WITHIN = 0.2
+COLLAPSE_ITL = 2.0  # p99 ITL at twice its SLO: collapsed (as the sweep says)
+
+
+def sweep(workload: str, out: Path) -> str:
+    before = set(out.glob("*")) if out.exists() else set()
+    subprocess.run([sys.executable, "-m", "advisor.cli", "sweep", "--workload", workload,
+                    "--out", str(out)], check=True)
+    (new,) = set(out.glob("*")) - before
+    return str(new)
+
+
+def ordering(run_dir: str) -> list[str]:
+    """Placements by max goodput, best first, as a run directory's runs say."""
+    rd = RunDir(run_dir)
+    ev = rd.read_evidence()
+    best = {}
+    for side in (ev.collocated, ev.disaggregated):
+        if side is not None and side.placement:
+            best[side.placement] = side.max_goodput_rps or 0.0
+    return sorted(best, key=lambda p: -best[p])
+
+
+def table(title: str, rec: dict, itl_slo: float) -> tuple[int, int]:
+    """Print predicted against measured; (rows within 20% on both, rows below collapse)."""
+    print(f"\n{title}")
+    print(f"  {'placement':>14} {'rate':>6}  {'median TTFT ms: pred / meas':>30}  "
+          f"{'p99 ITL ms: pred / meas':>28}")
+    ok = counted = 0
+    for r in rec["compare"]:
+        cells, good = [], True
+        for k in ("median_ttft_ms", "p99_itl_ms"):
+            p, m = r[f"predicted_{k}"], r[f"measured_{k}"]
+            ratio = p / m if m else float("nan")
+            good &= abs(ratio - 1) <= WITHIN
+            cells.append(f"{p:9.1f} / {m:9.1f} ({ratio:4.2f})")
+        collapsed = (r["measured_p99_itl_ms"] or 0) > COLLAPSE_ITL * itl_slo
+        if not collapsed:
+            counted += 1
+            ok += good
+        mark = "collapsed" if collapsed else ("within 20%" if good else "off")
+        print(f"  {r['placement']:>14} {r['rate']:6.3g}  {cells[0]:>30}  {cells[1]:>28}  {mark}")
+    return ok, counted
+
+
+def speed() -> float:
+    """Seconds to simulate 10 rates x 1,000 requests of collocated-2 (L40S, qwen2.5-7b)."""
+    shape, g = shape_of("qwen2.5-7b"), hardware.gpu("l40s")
+    c = candidates.candidates(shape, g, 2)[0]
+    system = candidates.system(c, shape, g, hardware.link("pcie4", True, g))
+    spec = preset_spec("long-prompt")
+    reqs = [runs.requests(spec, 0.1 * 1.3 ** i, 1000, i) for i in range(10)]
+    t = time.process_time()
+    for r in reqs:
+        simulate(system, r)
+    return time.process_time() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fit-run", help="a default sweep's run directory (else one is run)")
+    ap.add_argument("--other-run", help="a short-chat sweep's run directory (else one is run)")
+    ap.add_argument("--out", default="results/plan-accuracy")
+    a = ap.parse_args()
+    out = Path(a.out)
+    fit_run = a.fit_run or sweep("long-prompt", out / "measured")
+    other = a.other_run or sweep("short-chat", out / "measured")
+    itl = {}
+    for run in (fit_run, other):
+        ev = RunDir(run).read_evidence()
+        itl[run] = ev.slo.itl_ms
+    results = {}
+    for title, replay in (("fitted to and predicting the default sweep", None),
+                          ("fitted to the default sweep, predicting short-chat (not fitted)",
+                           other)):
+        rec = run_calibrated(fit_run, replay, str(out / "predicted"), as_json=False)
+        results[title] = (rec, replay or fit_run)
+    print("\n==== plan accuracy: the bundled engine on this machine (say which CPU: lscpu) ====")
+    for title, (rec, measured) in results.items():
+        ok, counted = table(title, rec, itl[measured])
+        print(f"  within 20% on both below collapse: {ok} of {counted} rows")
+        m_order, p_order = ordering(measured), ordering(rec["run_dir"])
+        print(f"  max-goodput ordering: measured {m_order}, predicted {p_order}: "
+              f"{'same' if m_order == p_order else 'DIFFERENT'}")
+    s = speed()
+    print(f"\nsimulator: 10 rates x 1,000 requests of one placement in {s:.2f} s of CPU "
+          f"(goal 2 s: {2 / s:.1f}x faster than needed)")
+
+
+if __name__ == "__main__":
+    main()
