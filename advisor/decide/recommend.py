@@ -68,9 +68,12 @@ def run_deploy(source: str, gpus: str | None = None, fmt: str = "sh",
     run_dir = RunDir.existing(source)
     ev = run_dir.read_evidence()
     rec = run_dir.read_recommendation()
+    # a plan's placements may need tensor parallelism (its manifest says how much)
+    planned = (run_dir.read_manifest().get("plan") or {}).get("candidates") or [{}]
     try:
         out = deploy.from_evidence(rec, ev, model or _model_of(run_dir), ids,
-                                   ucx_devices.split(",") if ucx_devices else None)
+                                   ucx_devices.split(",") if ucx_devices else None,
+                                   planned[0].get("tp", 1))
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
     print(json.dumps(out, indent=2) if fmt == "json" else deploy.as_shell(out), end="")

@@ -72,3 +72,16 @@ def test_the_section_marks_the_recommended_plan_and_names_a_published_model():
     assert first["recommended"] is None and first["model"] == "MODEL" and first["notes"]
     script = deploy.as_shell(s)
     assert script.count(" &\n") == 2  # prefiller and decoder in the background, proxy last
+
+
+def test_tensor_parallel_instances_take_that_many_gpus_each():
+    plan = deploy.disaggregated("M", [0, 1, 2, 3], 1, 1, tp=2)
+    pre, dec = plan.commands[0], plan.commands[1]
+    assert pre.env["CUDA_VISIBLE_DEVICES"] == "0,1" and dec.env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert "--tensor-parallel-size 2" in pre.shell() and "--tensor-parallel-size 2" in dec.shell()
+    col = deploy.collocated("M", [0, 1, 2, 3], tp=2).commands[0].shell()
+    assert "--data-parallel-size 2" in col and "--tensor-parallel-size 2" in col
+    with pytest.raises(ValueError, match="needs 4 GPUs"):
+        deploy.disaggregated("M", [0, 1, 2], 1, 1, tp=2)
+    section = deploy.section({"action": "disaggregate"}, "collocated-1", "disagg-1p1d", "M", tp=2)
+    assert section["gpus"] == [0, 1, 2, 3]
