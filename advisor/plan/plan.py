@@ -145,7 +145,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> dict:
                             "plan": {"gpu": dataclasses.asdict(s.gpu),
                                      "link": dataclasses.asdict(s.link),
                                      "candidates": [dataclasses.asdict(c) for c in s.candidates]}})
-    prompt = float(np.mean(s.spec.input.sample(200, np.random.default_rng(o.seed))))
+    prompt = float(cal.prompt_tokens[-1])  # the workload's mean prompt
     rates = grid(s, o, cal)
     placements = [Placement(c.name, c.kind) for c in s.candidates]
     done = {p.name: [] for p in placements}

@@ -13,8 +13,14 @@ from advisor.plan.plan import PlanOptions, run_plan
 from advisor.plan.simulate import EngineSpec, System
 from advisor.plan.steptime import FittedStep, Step, prefill_step
 from advisor.probe.shapes import shape_of
-from advisor.rundata.evidence import Calibration, Evidence, KVTransferEvidence, PlacementEvidence
-from advisor.rundata.evidence import SloEvidence, WorkloadEvidence
+from advisor.rundata.evidence import (
+    Calibration,
+    Evidence,
+    KVTransferEvidence,
+    PlacementEvidence,
+    SloEvidence,
+    WorkloadEvidence,
+)
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.placements import Placement
 from tests.cli import advisor
