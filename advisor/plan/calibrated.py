@@ -61,8 +61,7 @@ def _link(run_dir: RunDir) -> Link:
                 f"{run_dir.name}: {kv.mean_ms:.1f} ms per transfer at {kv.gbps:.2f} GB/s")
 
 
-def _system(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
-            proxy_ms: float = PROXY_MS) -> System:
+def _system(name: str, engine: EngineSpec, link: Link | None, kv_bytes) -> System:
     """A bundled-engine placement by its sweep name: collocated-N or disagg-XpYd."""
     kind, _, shape = name.partition("-")
     if kind == "collocated" and shape.isdigit():
@@ -70,7 +69,7 @@ def _system(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
     p, _, d = shape.removesuffix("d").partition("p")
     if kind == "disagg" and p.isdigit() and d.isdigit():
         return System(decode=(engine,) * int(d), prefill=(engine,) * int(p), link=link,
-                      kv_bytes=kv_bytes, front_ms=0.0, proxy_ms=proxy_ms)
+                      kv_bytes=kv_bytes, front_ms=0.0, proxy_ms=PROXY_MS)
     raise UsageError(f"placement {name!r} cannot be simulated (collocated-N and disagg-XpYd "
                      "can)")
 
