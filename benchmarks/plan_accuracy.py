@@ -40,15 +40,15 @@ def sweep(workload: str, out: Path) -> str:
     return str(new)
 
 
-def ordering(run_dir: str) -> list[str]:
-    """Placements by max goodput, best first, as a run directory's runs say."""
-    rd = RunDir(run_dir)
-    ev = rd.read_evidence()
-    best = {}
-    for side in (ev.collocated, ev.disaggregated):
-        if side is not None and side.placement:
-            best[side.placement] = side.max_goodput_rps or 0.0
-    return sorted(best, key=lambda p: -best[p])
+def ordering(run_dir: str) -> str:
+    """Placements by max goodput, best first ('=' between a tie), as a run directory says."""
+    ev = RunDir(run_dir).read_evidence()
+    best = sorted(((s.max_goodput_rps or 0.0, s.placement) for s in (ev.collocated,
+                   ev.disaggregated) if s is not None and s.placement), reverse=True)
+    out = f"{best[0][1]} {best[0][0]:.3g}"
+    for (g0, _), (g, name) in zip(best, best[1:]):
+        out += f" {'=' if g == g0 else '>'} {name} {g:.3g}"
+    return out
 
 
 def table(title: str, rec: dict, itl_slo: float) -> tuple[int, int]:
@@ -111,8 +111,7 @@ def main() -> None:
         ok, counted = table(title, rec, itl[measured])
         print(f"  within 20% on both below collapse: {ok} of {counted} rows")
         m_order, p_order = ordering(measured), ordering(rec["run_dir"])
-        print(f"  max-goodput ordering: measured {m_order}, predicted {p_order}: "
-              f"{'same' if m_order == p_order else 'DIFFERENT'}")
+        print(f"  max-goodput ordering (req/s): measured {m_order}; predicted {p_order}")
     s = speed()
     print(f"\nsimulator: 10 rates x 1,000 requests of one placement in {s:.2f} s of CPU "
           f"(goal 2 s: {2 / s:.1f}x faster than needed)")

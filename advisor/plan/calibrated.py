@@ -90,44 +90,59 @@ def _scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
         decode_ms_per_token=s.decode_ms_per_token * decode))
 
 
-def _medians(system: System, run) -> tuple[float, float]:
-    """(median TTFT, median ITL) in ms of `run`'s requests simulated on `system`."""
+def _figures(system: System, run) -> tuple[float, float, float]:
+    """(median TTFT, median ITL, p99 ITL) in ms of `run`'s requests simulated on `system`."""
     sim = simulate(system, _requests(run))
     stats = summarize(sim.records, sim.duration, {"ttft": 1e9, "itl": 1e9}, runs.PERCENTILES)
-    return max(stats["median_ttft_ms"], 1e-9), max(stats["p50_itl_ms"], 1e-9)
+    return (max(stats["median_ttft_ms"], 1e-9), max(stats["p50_itl_ms"], 1e-9),
+            max(stats["p99_itl_ms"], 1e-9))
+
+
+Z99 = 2.326  # the standard normal's 99th percentile: a lognormal's p99/p50 is exp(Z99 sigma)
 
 
 def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link,
                 kv_bytes) -> tuple[dict[str, System], str]:
-    """Each placement in `names` as a system fitted to its lowest measured rate (in
-    `measured`): decode steps scaled to its median ITL, and what its median TTFT has beyond
-    the calibrated prefill as a fixed latency per request (HTTP, the proxy's legs).
+    """Each placement in `names` as a system fitted to the lowest rate measured (in
+    `measured`): prefill steps scaled to collocated's median TTFT there, each placement's
+    decode steps to its own median ITL, step jitter to its p99 ITL, and what P/D's median
+    TTFT has beyond that as a fixed latency per request (the proxy's HTTP legs).
 
-    # NOTE: the calibration times one engine alone. In the runs every step is slower (the
-    # client, the proxy and the other instances share the cores): a cost per step, so the
-    # decode steps are scaled. The extra TTFT is not prefill compute: a prefiller sustains
-    # more prompts per second than scaled prefill steps would allow.
+    # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
+    # proxy and the other instances share this machine's cores: every step is slower, and
+    # its time varies (the p99 gap of an unloaded run is well above its median here).
     """
     lowest = {}
     for r in measured:
         if r.placement not in lowest or r.rate < lowest[r.placement].rate:
             lowest[r.placement] = r
+    pre = 1.0
+    col = next((r for r in lowest.values() if r.kind == "collocated"), None)
+    if col is not None:
+        ttft, _, _ = _figures(_system(col.placement, engine, link, kv_bytes), col)
+        pre = (col.get("median_ttft_ms") or ttft) / ttft
     systems, notes = {}, []
     for name in names:
         low = lowest.get(name)
+        scaled = _scaled(engine, pre, 1.0)
         if low is None:
-            systems[name] = _system(name, engine, link, kv_bytes)
-            notes.append(f"{name}: not measured there, as calibrated")
+            systems[name] = _system(name, scaled, link, kv_bytes)
+            notes.append(f"{name}: prefill x{pre:.2f}, not measured there")
             continue
-        _, itl = _medians(_system(name, engine, link, kv_bytes), low)
+        _, itl, _ = _figures(_system(name, scaled, link, kv_bytes), low)
         dec = (low.get("p50_itl_ms") or itl) / itl
-        scaled = _scaled(engine, 1.0, dec)
-        ttft, _ = _medians(_system(name, scaled, link, kv_bytes), low)
-        extra = max(0.0, (low.get("median_ttft_ms") or ttft) - ttft)
+        scaled = _scaled(engine, pre, dec)
+        ttft, itl, p99 = _figures(_system(name, scaled, link, kv_bytes), low)
+        spread = (low.get("p99_itl_ms") or p99) / (low.get("p50_itl_ms") or itl)
+        jitter = max(0.0, float(np.log(spread / (p99 / itl)))) / Z99
+        scaled = dataclasses.replace(scaled, jitter=jitter)
+        extra = max(0.0, (low.get("median_ttft_ms") or ttft) - ttft) if low.kind == "disagg" \
+            else 0.0
         systems[name] = dataclasses.replace(_system(name, scaled, link, kv_bytes),
                                             front_ms=extra)
-        notes.append(f"{name}: decode x{dec:.2f}, +{extra:.0f} ms per request "
-                     f"(at {low.rate:g} req/s)")
+        notes.append(f"{name}: prefill x{pre:.2f}, decode x{dec:.2f}, jitter {jitter:.2f}"
+                     + (f", +{extra:.0f} ms per request" if extra else "")
+                     + f" (at {low.rate:g} req/s)")
     return systems, "; ".join(notes)
 
 

@@ -47,6 +47,12 @@ class EngineSpec:
     max_batched_tokens: int = 2048
     max_num_seqs: int = 256
     chunked_prefill: bool = True
+    # each step's time times a lognormal factor of median 1 and this sigma (0: exact): a
+    # machine's own noise (OS, other processes), fitted where there is a measurement
+    jitter: float = 0.0
+
+
+JITTER_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,7 @@ def simulate(system: System, requests: list[SimRequest]) -> Outcome:
 class _Sim:
     def __init__(self, system: System, requests: list[SimRequest]):
         self.sys, self.reqs = system, requests
+        self.rng = np.random.default_rng(JITTER_SEED)
         self.decoders = [_Engine(s, "decode" if system.prefill else "both") for s in system.decode]
         self.prefillers = [_Engine(s, "prefill") for s in system.prefill]
         self.events: list = []
@@ -181,7 +188,7 @@ class _Sim:
         if not chunks:  # decodes only until the next request's last token, or an arrival
             m = min(e.finishing) - e.first_step + 1
             grown = e.context + e.running * np.arange(m)  # [m] context at each step
-            ms = spec.step.ms(Step(e.running, 0, grown, grown))
+            ms = spec.step.ms(Step(e.running, 0, grown, grown)) * self._noise(spec, m)
             e.step_ends.extend((t + np.cumsum(ms) / 1000).tolist())
         else:
             tokens = 0
@@ -189,9 +196,13 @@ class _Sim:
                 tokens += n
                 pairs += n * (job.before + (n + 1) / 2)
                 read += job.before + n
-            ms = spec.step.ms(Step(e.running, tokens, pairs, read))
+            ms = spec.step.ms(Step(e.running, tokens, pairs, read)) * self._noise(spec, 1)[0]
             e.step_ends.append(t + float(ms) / 1000)
         self._at(e.step_ends[-1], self._step_done, e, e.generation)
+
+    def _noise(self, spec: EngineSpec, m: int) -> np.ndarray:
+        """[m] factors for m steps' times (ones without jitter)."""
+        return self.rng.lognormal(0.0, spec.jitter, m) if spec.jitter else np.ones(m)
 
     def _cut(self, t: float, e: _Engine) -> None:
         """A job arrived while `e` runs planned decode-only steps: stop after the step in

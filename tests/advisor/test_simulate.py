@@ -126,3 +126,14 @@ def test_fit_recovers_a_known_engine_from_its_calibration():
     for name in ("prefill_base_ms", "prefill_ms_per_token", "decode_base_ms",
                  "decode_ms_per_token", "ms_per_pair"):
         assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-3), name
+
+
+def test_step_jitter_spreads_gaps_as_a_lognormal_of_that_sigma():
+    # one long request alone: its gaps are the decode step times a lognormal factor
+    jittery = EngineSpec(FLAT, 10**6, jitter=0.2)
+    (rec,) = simulate(System((jittery,), front_ms=0.0), [SimRequest(0.0, 10, 20001)]).records
+    g = gaps_ms(rec)
+    assert np.median(g) == pytest.approx(6.0, rel=0.02)
+    assert np.percentile(g, 99) / np.median(g) == pytest.approx(np.exp(2.326 * 0.2), rel=0.03)
+    again = simulate(System((jittery,), front_ms=0.0), [SimRequest(0.0, 10, 20001)]).records
+    assert again[0].chunks == rec.chunks  # seeded: the same run twice
