@@ -1,14 +1,15 @@
 """Front-end CPU: render-server throughput, and streaming derender cost per chunk as outputs grow.
 
 1. Render over HTTP: a render server pinned to one core, driven by a client on the other
-   core(s) with requests in flight, each a distinct ~9k-token chat prompt: requests/s, and
-   the server's CPU over the run (<= 1 core). The guide's vLLM render server: 73 req/s on a
-   little over one core; goal >= 150. The bundled tokenizer (512 tokens) packs fewer
-   characters into a token than Qwen's, so a second run uses ~36k characters, about what
-   9k Qwen2.5 tokens of English span.
-2. Streaming derender: CPU per chunk (one token each, reasoning and a tool call in the
-   output) at 1k, 8k and 32k generated tokens, and the 32k / 1k ratio (goal <= 2; a
-   replay-the-history derender grows with n).
+   core(s) with requests in flight, each a distinct chat prompt of ~36k characters of
+   English words (what ~9k Qwen2.5 tokens span): requests/s on that core, tokens/s, and
+   the server's CPU over the run (<= 1 core). The guide's vLLM render server: 73 req/s on
+   a little over one core; goal >= 150. Run for a preset with the realistic tokenizer
+   (`qwen2.5-7b`: 32k-token BPE, scripts/make_tokenizer.py) and for `small` (512 tokens,
+   ~2.5x the tokens for the same text).
+2. Streaming derender on the realistic tokenizer: CPU per chunk (one token each,
+   reasoning and a tool call in the output) at 1k, 8k and 32k generated tokens, and the
+   32k / 1k ratio (goal <= 2; a replay-the-history derender grows with n).
 
 Usage: python benchmarks/render_bench.py [--seconds 5]
 """
@@ -26,6 +27,7 @@ import aiohttp
 
 from advisor.measure.client import WORDS
 from advisor.measure.prom import parse_frontend, scrape_text
+from engine.core.config import load_model_config
 from engine.render.derender import StreamState, derender_chunk
 from engine.render.tokenizer import TextTokenizer
 from engine.serve.launch import serve_module
@@ -33,7 +35,8 @@ from engine.serve.launch import serve_module
 RENDER = "/v1/chat/completions/render"
 
 
-def chat_body(tokenizer: TextTokenizer, seed: int, tokens: int = 0, chars: int = 0) -> dict:
+def chat_body(tokenizer: TextTokenizer, seed: int, tokens: int = 0, chars: int = 0,
+              model: str = "small") -> dict:
     """A 6-message chat of random common words, of about `tokens` tokens or `chars` characters."""
     rng = random.Random(seed)
     words: list[str] = []
@@ -41,7 +44,7 @@ def chat_body(tokenizer: TextTokenizer, seed: int, tokens: int = 0, chars: int =
         words += rng.choices(WORDS, k=500)
     n = len(words) // 6
     return {
-        "model": "small",
+        "model": model,
         "max_tokens": 256,
         "messages": [
             {
@@ -77,15 +80,18 @@ async def drive(url: str, bodies: list[bytes], seconds: float, in_flight: int) -
     return done, tokens
 
 
-def render_throughput(
-    tokenizer: TextTokenizer, seconds: float, **size
-) -> tuple[float, float, int, int]:
+def tokenizer_of(model: str) -> TextTokenizer:
+    """The tokenizer the servers use for a preset (by its vocabulary)."""
+    return TextTokenizer.load(vocab_size=load_model_config(model).vocab_size)
+
+
+def render_throughput(model: str, seconds: float, **size) -> tuple[float, float, int, int]:
     """(requests/s, server cores used, prompt tokens, prompt characters) over HTTP."""
-    bodies = [chat_body(tokenizer, seed, **size) for seed in range(24)]
+    bodies = [chat_body(tokenizer_of(model), seed, model=model, **size) for seed in range(24)]
     chars = sum(len(m["content"]) for m in bodies[0]["messages"])
     raw = [json.dumps(b).encode() for b in bodies]
     cores = sorted(os.sched_getaffinity(0))
-    with serve_module("engine.serve.render_server", ["--model", "small"], cores=cores[:1]) as url:
+    with serve_module("engine.serve.render_server", ["--model", model], cores=cores[:1]) as url:
         os.sched_setaffinity(0, cores[1:] or cores)
         asyncio.run(drive(url, raw, 1.0, 4))  # warm-up
         cpu0, t0 = server_cpu_s(url), time.monotonic()
@@ -118,14 +124,15 @@ def main() -> None:
     )
     ap.add_argument("--seconds", type=float, default=5.0, help="length of the render run")
     args = ap.parse_args()
-    tok = TextTokenizer.load()
-    for size in ({"tokens": 9000}, {"chars": 36000}):
-        rate, used, n, chars = render_throughput(tok, args.seconds, **size)
+    for model in ("qwen2.5-7b", "small"):
+        rate, used, n, chars = render_throughput(model, args.seconds, chars=36000)
         print(
-            f"render over HTTP: {n}-token chat prompts ({chars} characters), {rate:.0f} req/s "
-            f"with the server on one core ({used:.2f} cores busy): {rate / 150:.2f} of the "
-            f"150 req/s goal (vLLM per the guide: 73)"
+            f"render over HTTP ({model}'s tokenizer): {n}-token chat prompts ({chars} "
+            f"characters, {chars / n:.2f} per token), {rate:.0f} req/s on one core "
+            f"({used:.2f} cores busy), {rate * n / 1000:.0f}k tokens/s: {rate / 150:.2f} of "
+            f"the 150 req/s goal (vLLM per the guide: 73)"
         )
+    tok = tokenizer_of("qwen2.5-7b")
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])
     text = (
         "<think>"

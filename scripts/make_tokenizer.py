@@ -1,38 +1,84 @@
-"""Build the engine's default tokenizer from text this repository holds.
+"""Build the engine's tokenizers, deterministically, from text that lies on any machine.
 
-A byte-level BPE over the repo's Markdown and Python files, 512 tokens, so it
-fits every preset's vocabulary (the smallest, `tiny`, has 512). Deterministic:
-same files, same tokenizer. Writes engine/render/data/tokenizer.json.
+- `small` (engine/render/data/tokenizer.json): byte-level BPE of 512 tokens over this
+  repository's Markdown and Python, so it fits every preset's vocabulary (`tiny` has 512);
+  the tests' and the CPU demo models' tokenizer.
+- `realistic` (engine/render/data/tokenizer-32k.json): byte-level BPE of 32,768 tokens
+  over the Python standard library's sources and docstrings (the interpreter's own) and the
+  license and copyright texts Debian ships (/usr/share/common-licenses,
+  /usr/share/doc/*/copyright), with chat, reasoning and tool-call special tokens. It packs
+  English prose about as densely as a real model's tokenizer; presets that mimic real
+  models (vocabularies of 32,768 or more) use it.
 
-Usage: python scripts/make_tokenizer.py
+The same inputs give the same file: files are read in sorted order, training runs on one
+thread. The file is committed: another machine's standard library would give another one.
+
+Usage: python scripts/make_tokenizer.py [small|realistic]
 """
 
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+os.environ.setdefault("RAYON_NUM_THREADS", "1")  # NOTE: before tokenizers starts its pool
 
-from engine.render.tokenizer import SPECIAL_TOKENS
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+
+from engine.render.tokenizer import (  # noqa: E402
+    DEFAULT_TOKENIZER,
+    REALISTIC_TOKENIZER,
+    REALISTIC_VOCAB,
+    SPECIAL_TOKENS,
+    THINK_AND_TOOL_TOKENS,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def corpus() -> list[str]:
-    files = sorted(p for ext in ("*.md", "*.py") for p in ROOT.rglob(ext)
-                   if not any(part.startswith(".") for part in p.relative_to(ROOT).parts))
-    return [p.read_text(encoding="utf-8") for p in files]
+def repo_corpus() -> list[Path]:
+    return sorted(p for ext in ("*.md", "*.py") for p in ROOT.rglob(ext)
+                  if not any(part.startswith(".") for part in p.relative_to(ROOT).parts))
 
 
-def main() -> None:
+def machine_corpus() -> list[Path]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    code = sorted(p for p in stdlib.rglob("*.py")
+                  if not {"site-packages", "test", "tests", "idlelib"} & set(p.parts))
+    licenses = sorted(Path("/usr/share/common-licenses").glob("*"))
+    copyrights = sorted(Path("/usr/share/doc").glob("*/copyright"))
+    return code + [p for p in licenses + copyrights if p.is_file()]
+
+
+def texts(paths: list[Path]):
+    for p in paths:
+        yield p.read_text(encoding="utf-8", errors="replace")
+
+
+def train(paths: list[Path], vocab: int, special: list[str]) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    out = ROOT / "engine" / "render" / "data" / "tokenizer.json"
+    tok.train_from_iterator(texts(paths), trainer=trainer)
+    return tok
+
+
+def main() -> None:
+    which = sys.argv[1] if len(sys.argv) > 1 else "small"
+    if which == "small":
+        tok, out = train(repo_corpus(), 512, SPECIAL_TOKENS), DEFAULT_TOKENIZER
+    elif which == "realistic":
+        tok = train(machine_corpus(), REALISTIC_VOCAB, SPECIAL_TOKENS + THINK_AND_TOOL_TOKENS)
+        out = REALISTIC_TOKENIZER
+    else:
+        sys.exit(f"usage: {sys.argv[0]} [small|realistic]")
     tok.save(str(out))
-    print(f"wrote {out} ({tok.get_vocab_size()} tokens)")
+    print(f"wrote {out} ({tok.get_vocab_size()} tokens, {out.stat().st_size / 1e6:.1f} MB)")
 
 
 if __name__ == "__main__":

@@ -64,8 +64,9 @@ class Frontend:
     def __init__(self, config: FrontendConfig):
         config.validate()
         self.config = config
-        self.tokenizer = TextTokenizer.load(config.model_dir, config.chat_template)
-        self.vocab_size = _model_vocab(config.model_dir) or self.tokenizer.vocab_size
+        vocab = _model_vocab(config.model_dir)
+        self.tokenizer = TextTokenizer.load(config.model_dir, config.chat_template, vocab)
+        self.vocab_size = vocab or self.tokenizer.vocab_size
         h = hashlib.sha256()
         for part in (
             self.tokenizer.tok.to_str(),

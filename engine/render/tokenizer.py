@@ -9,7 +9,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 (2 = presets' EOS)
-DEFAULT_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
+THINK_AND_TOOL_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
+DEFAULT_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"  # 512 tokens
+# scripts/make_tokenizer.py: a byte-level BPE whose density on English prose is a real
+# model's; a model whose vocabulary holds it (presets that mimic real models) gets it
+REALISTIC_TOKENIZER = Path(__file__).parent / "data" / "tokenizer-32k.json"
+REALISTIC_VOCAB = 32768
 # ChatML, as Qwen models use it; tools, when a request has them, in a Hermes-style system turn.
 DEFAULT_CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n# Tools\nYou may call functions. Their signatures:\n<tools>"
@@ -32,11 +37,15 @@ class TextTokenizer:
 
     @classmethod
     def load(
-        cls, model_dir: str | None = None, chat_template: str | None = None
+        cls, model_dir: str | None = None, chat_template: str | None = None,
+        vocab_size: int | None = None,
     ) -> "TextTokenizer":
-        """The model directory's tokenizer.json / tokenizer_config.json, else the bundled
-        default; `chat_template` (a file) overrides the template."""
-        path, template = DEFAULT_TOKENIZER, DEFAULT_CHAT_TEMPLATE
+        """The model directory's tokenizer.json / tokenizer_config.json, else a bundled one:
+        the realistic tokenizer for a model of `vocab_size` >= REALISTIC_VOCAB, the small
+        one otherwise; `chat_template` (a file) overrides the template."""
+        realistic = vocab_size is not None and vocab_size >= REALISTIC_VOCAB
+        path = REALISTIC_TOKENIZER if realistic else DEFAULT_TOKENIZER
+        template = DEFAULT_CHAT_TEMPLATE
         if model_dir and (Path(model_dir) / "tokenizer.json").is_file():
             path = Path(model_dir) / "tokenizer.json"
             cfg_path = Path(model_dir) / "tokenizer_config.json"
