@@ -186,9 +186,16 @@ def unreachable(ev: Evidence) -> tuple[str, bool] | None:
             max((_num(getattr(p, seen[m][1])) / slo[m], m, getattr(p, seen[m][1]), p.placement)
                 for m in slo) for p in measured)
         missed = [m]
-        facts = [f"{m}:{slo[m]:g} is binding, {seen[m][0]} was {_ms(_num(value))} at best"
-                 + (f" on {near}" if near and len(measured) > 1 else "")
+        on = f" on {near}" if near and len(measured) > 1 else ""
+        facts = [f"{m}:{slo[m]:g} is binding, {seen[m][0]} was {_ms(_num(value))} at best{on}"
                  + (f" ({unloaded[m]} is {_ms(floor[m])}{where})" if floor else "")]
+        if _num(value) <= slo[m]:  # pooled it meets: the requests that miss are too many
+            att = next(p.attainment_at_rate for p in measured if p.placement == near)
+            facts = [f"{m}:{slo[m]:g} is binding for each request (the SLO holds per request: "
+                     f"{'its own p99 gap' if m == 'itl' else 'its own TTFT'}); pooled, "
+                     f"{seen[m][0]} was {_ms(_num(value))} at best{on}, but only "
+                     f"{_num(att):.0%} of requests met every SLO there, under the "
+                     f"{ev.slo.attainment:.0%} needed"]
         head = ("neither placement meets" if len(measured) > 1 else "no placement meets") + \
             " the SLO at any rate tried"
         floor_missed = False

@@ -182,6 +182,16 @@ def test_when_no_placement_meets_the_slo_at_any_rate_it_says_why_not_0_vs_0():
     assert recommend(ev)["action"] != "measure-first"
 
 
+def test_when_the_pooled_figure_meets_the_slo_it_says_the_requests_missing_it_are_too_many():
+    ev = copy.deepcopy(L40S)
+    ev["collocated"].update(max_goodput_rps=0.0, p99_itl_ms=25.7, attainment_at_rate=0.6)
+    ev["disaggregated"].update(max_goodput_rps=0.0, median_ttft_ms=2200)
+    reason = recommend(ev)["reasons"][0]
+    assert "itl:50 is binding for each request" in reason
+    assert "pooled, p99 ITL was 25.7 ms at best, but" in reason
+    assert "only 60% of requests met every SLO there, under the 90% needed" in reason
+
+
 @pytest.mark.integration
 @pytest.mark.slow  # a whole sweep
 def test_an_unreachable_slo_ends_in_measure_first_with_the_floor_named(tmp_path):
