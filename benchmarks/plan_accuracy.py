@@ -26,10 +26,10 @@ from advisor.plan.calibrated import run_calibrated
 from advisor.plan.simulate import simulate
 from advisor.probe.shapes import shape_of
 from advisor.rundata.rundir import RunDir
+from advisor.sweep.rate_search import COLLAPSE
 from workloads.presets import preset_spec
 
 WITHIN = 0.2
-COLLAPSE_ITL = 2.0  # p99 ITL at twice its SLO: collapsed (as the sweep says)
 
 
 def sweep(workload: str, out: Path) -> str:
@@ -64,7 +64,7 @@ def table(title: str, rec: dict, itl_slo: float) -> tuple[int, int]:
             ratio = p / m if m else float("nan")
             good &= abs(ratio - 1) <= WITHIN
             cells.append(f"{p:9.1f} / {m:9.1f} ({ratio:4.2f})")
-        collapsed = (r["measured_p99_itl_ms"] or 0) > COLLAPSE_ITL * itl_slo
+        collapsed = (r["measured_p99_itl_ms"] or 0) > COLLAPSE * itl_slo
         if not collapsed:
             counted += 1
             ok += good

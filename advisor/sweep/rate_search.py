@@ -110,8 +110,15 @@ def _on_lattice(rate: float, start: float) -> bool:
     return abs(k - round(k)) < 1e-9
 
 
-def outcome_of(result: RunResult, rate: float, target: float, collapsed: bool) -> Outcome:
-    """A run's outcome against the attainment `target`, by its value and its interval."""
+COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
+
+
+def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float) -> Outcome:
+    """A run's outcome against the attainment `target`, by its value and its interval;
+    collapsed (fallen apart) when its p99 ITL is far past the ITL SLO or most requests
+    failed outright."""
+    collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * itl_slo_ms \
+        or result.get("failed") > result.described.num_prompts / 2
     ci = (result.get("ci95") or {}).get("slo_attainment")
     return Outcome(rate, result.get("slo_attainment") >= target, collapsed,
                    sure_meets=bool(ci) and ci[0] >= target, sure_misses=bool(ci) and ci[1] < target)
