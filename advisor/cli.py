@@ -63,6 +63,8 @@ def serve(
     replicas: int = typer.Option(2, min=1, help="collocated: number of replicas"),
     prefill: int = typer.Option(1, min=1, help="disagg: number of prefill instances"),
     decode: int = typer.Option(1, min=1, help="disagg: number of decode instances"),
+    render_workers: int = typer.Option(
+        1, min=1, help="render: worker processes behind its port (each about one core)"),
     connector: str = typer.Option("shm", help=f"disagg KV connector: {', '.join(CONNECTORS)}"),
     bidirectional: bool = typer.Option(
         False, "--bidirectional", help="disagg: a conversation's next turn reuses the KV its "
@@ -93,6 +95,7 @@ def serve(
         replicas=replicas,
         prefill=prefill,
         decode=decode,
+        render_workers=render_workers,
         model=model,
         connector=connector,
         bidirectional=bidirectional,

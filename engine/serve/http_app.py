@@ -9,6 +9,7 @@ import gc
 import hmac
 import os
 import signal
+import socket
 
 from aiohttp import web
 
@@ -49,10 +50,10 @@ def require_api_key(key: str):
 
 
 async def run_app(app: web.Application, host: str, port: int, banner: str,
-                  api_key: str | None = None) -> None:
-    """Serve `app` on host:port until cancelled or sent SIGTERM (behind `api_key` if given).
-    Handlers are cancelled when their client disconnects, which is what aborts an abandoned
-    request."""
+                  api_key: str | None = None, sock: socket.socket | None = None) -> None:
+    """Serve `app` on host:port (or on `sock`, listening already) until cancelled or sent
+    SIGTERM (behind `api_key` if given). Handlers are cancelled when their client
+    disconnects, which is what aborts an abandoned request."""
     if api_key:
         app.middlewares.append(require_api_key(api_key))
     # NOTE: a full collection over what torch and the model leave behind takes ~150 ms
@@ -62,8 +63,10 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     gc.freeze()
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    print(f"{banner} ready on http://{host}:{port}", flush=True)
+    site = web.SockSite(runner, sock) if sock else web.TCPSite(runner, host, port)
+    await site.start()
+    print(f"{banner} ready on http://{host}:{sock.getsockname()[1] if sock else port}",
+          flush=True)
     # NOTE: SIGTERM (the launcher's stop) ends the server like Ctrl-C: the app's cleanup
     # runs, so a prefiller unlinks its shared-memory KV cache itself
     stopped = asyncio.Event()

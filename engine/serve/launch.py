@@ -56,6 +56,7 @@ class Topology:
     max_num_batched_tokens: int = 2048
     kv_lease_duration: float = 30.0
     bidirectional: bool = False  # disagg: decoders keep turns, prefillers pull them back
+    render_workers: int = 1  # render: processes behind its port (--renderer-num-workers)
     extra_args: tuple[str, ...] = ()
     # --chat-template / --reasoning-parser / --tool-call-parser: alike on every engine and render
     frontend_args: tuple[str, ...] = ()
@@ -71,8 +72,8 @@ class Topology:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
-        if min(self.replicas, self.prefill, self.decode) < 1:
-            raise ValueError("replicas, prefill and decode must be >= 1")
+        if min(self.replicas, self.prefill, self.decode, self.render_workers) < 1:
+            raise ValueError("replicas, prefill, decode and render workers must be >= 1")
         cores = self.cores or tuple(sorted(os.sched_getaffinity(0)))
         if self.device == "cpu" and self.num_instances > len(cores):
             raise ValueError(
@@ -134,7 +135,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Ask the kernel to SIGTERM this process when its parent dies (Linux; a no-op elsewhere)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -143,7 +145,7 @@ def _spawn(args: list[str], cores: list[int] | None, env: dict) -> subprocess.Po
     """Start `python *args`. # NOTE: its stderr goes to an unlinked temporary file, never a
     pipe: a pipe nobody reads after start-up fills (tracebacks) and blocks the child."""
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, *args], env=env, preexec_fn=_die_with_parent,
+    proc = subprocess.Popen([sys.executable, *args], env=env, preexec_fn=die_with_parent,
                             stdout=subprocess.DEVNULL, stderr=log)
     proc.log = log
     if cores:
@@ -241,7 +243,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     if t.mode == "render":
         with serve_module(
             "engine.serve.render_server",
-            ["--model", t.model, *t.frontend_args],
+            ["--model", t.model, "--workers", str(t.render_workers), *t.frontend_args],
             t.host,
             health_timeout=health_timeout,
             port=t.port,

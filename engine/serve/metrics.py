@@ -44,13 +44,29 @@ class FrontendCollector:
 
 
 def frontend_registry(
-    frontend, model: str, registry: CollectorRegistry | None = None
+    frontend, model: str, registry: CollectorRegistry | None = None, process_cpu=None
 ) -> CollectorRegistry:
-    """`registry` (or a new one) with the front end's and the process's CPU counters."""
+    """`registry` (or a new one) with the front end's and the process's CPU counters;
+    `process_cpu()`, when given, is the CPU seconds to report instead of this process's own
+    (several worker processes together)."""
     registry = registry or CollectorRegistry()
     registry.register(FrontendCollector(frontend, model))
-    ProcessCollector(registry=registry)
+    if process_cpu is None:
+        ProcessCollector(registry=registry)
+    else:
+        registry.register(_ProcessCpu(process_cpu))
     return registry
+
+
+class _ProcessCpu:
+    """process_cpu_seconds_total from a function (the sum over a server's worker processes)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def collect(self):
+        yield CounterMetricFamily("process_cpu_seconds", "Total user and system CPU time spent "
+                                  "in seconds, over all worker processes", value=self.value())
 
 
 class _ReadCounter:

@@ -8,15 +8,17 @@ token IDs back into chat completions, for an engine serving tokens only. No mode
                                         stream_state (absent on the first chunk), chat_request
                                         (first chunk)} -> a chunk plus the next stream_state
 
-Stateless: the stream state travels with the client, so any replica serves any chunk.
+Stateless: the stream state travels with the client, so any replica serves any chunk,
+and `--workers N` runs N processes behind one port (engine.serve.workers).
 
-    python -m engine.serve.render_server --port 8200
+    python -m engine.serve.render_server --port 8200 [--workers 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 import uuid
 
@@ -24,19 +26,36 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from engine.render.derender import DerenderError, StreamState
-from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
+from engine.render.frontend import (
+    STAGES,
+    Frontend,
+    FrontendConfig,
+    add_frontend_args,
+    frontend_config,
+)
 from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
 from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
 from engine.serve.metrics import frontend_registry
+from engine.serve.workers import Board, serve_workers
+
+# a worker's counters on the shared board: CPU seconds and requests per stage, its process CPU
+BOARD_FIELDS = (*(f"{st}_s" for st in STAGES), *(f"{st}_n" for st in STAGES), "process_s")
 
 
 class RenderServer:
-    """Routes of one render replica."""
+    """Routes of one render replica; with `workers` > 1, of one of its worker processes
+    (`worker` says which), its /metrics summing all of them."""
 
-    def __init__(self, config: FrontendConfig, served_model: str):
+    def __init__(self, config: FrontendConfig, served_model: str, workers: int = 1):
         self.frontend, self.model = Frontend(config), served_model
-        self.registry = frontend_registry(self.frontend, served_model)
-        self.app = web.Application(client_max_size=64 << 20)
+        self.worker, self.board = 0, Board(workers, BOARD_FIELDS) if workers > 1 else None
+        if self.board is None:
+            self.registry = frontend_registry(self.frontend, served_model)
+        else:
+            self.registry = frontend_registry(_BoardTotals(self.board), served_model,
+                                              process_cpu=lambda: self.board.total("process_s"))
+        self.app = web.Application(client_max_size=64 << 20,
+                                   middlewares=[self._publishing] if self.board else [])
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
             web.get("/metrics", self.prometheus),
@@ -45,8 +64,9 @@ class RenderServer:
         ])
 
     async def health(self, _req) -> web.Response:
+        worker = {"worker": self.worker, "pid": os.getpid()} if self.board else {}
         return web.json_response({"status": "ok", "role": "render",
-                                  "fingerprint": self.frontend.fingerprint})
+                                  "fingerprint": self.frontend.fingerprint, **worker})
 
     async def models(self, _req) -> web.Response:
         return web.json_response({"object": "list", "data": [
@@ -54,7 +74,26 @@ class RenderServer:
              "fingerprint": self.frontend.fingerprint}]})
 
     async def prometheus(self, _req) -> web.Response:
+        if self.board:
+            self._publish()
         return web.Response(body=generate_latest(self.registry), content_type="text/plain")
+
+    @web.middleware
+    async def _publishing(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        finally:
+            self._publish()
+
+    def _publish(self) -> None:
+        """This worker's counters onto the board (after every request: a scrape by any
+        worker then sees them)."""
+        f = self.frontend
+        self.board.publish(self.worker, {
+            **{f"{st}_s": f.cpu_seconds[st] for st in STAGES},
+            **{f"{st}_n": f.requests[st] for st in STAGES},
+            "process_s": time.process_time(),
+        })
 
     async def render(self, request: web.Request) -> web.Response:
         try:
@@ -137,6 +176,21 @@ class RenderServer:
         return out
 
 
+class _BoardTotals:
+    """A front end's counters as FrontendCollector reads them, summed over the workers."""
+
+    def __init__(self, board: Board):
+        self.board = board
+
+    @property
+    def cpu_seconds(self) -> dict[str, float]:
+        return {st: self.board.total(f"{st}_s") for st in STAGES}
+
+    @property
+    def requests(self) -> dict[str, int]:
+        return {st: round(self.board.total(f"{st}_n")) for st in STAGES}
+
+
 def _object(body: dict, key: str) -> dict:
     value = body[key]
     if not isinstance(value, dict):
@@ -178,15 +232,28 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8200)
+    ap.add_argument("--workers", "--renderer-num-workers", type=int, default=1,
+                    help="processes serving the port (each about one core)")
     add_frontend_args(ap)
     add_api_key_flag(ap)
     a = ap.parse_args(argv)
+    if a.workers < 1:
+        ap.error(f"--workers must be >= 1, not {a.workers}")
     try:
-        server = RenderServer(frontend_config(a), a.model)
+        server = RenderServer(frontend_config(a), a.model, a.workers)
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.render_server: {e}") from None
+    key = api_key_of(a)
+
+    def run_worker(index: int, sock=None) -> None:
+        server.worker = index
+        asyncio.run(run_app(server.app, a.host, a.port, f"render worker {index}", key, sock))
+
+    if a.workers > 1:
+        serve_workers(a.workers, a.host, a.port, run_worker)
+        return
     try:
-        asyncio.run(run_app(server.app, a.host, a.port, "render server", api_key_of(a)))
+        run_worker(0)
     except KeyboardInterrupt:
         pass
 
