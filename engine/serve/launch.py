@@ -1,7 +1,9 @@
 """Start a topology as processes, wait for health, and always tear it down.
 
 collocated: N `both` replicas behind a round-robin front; disagg: x prefillers +
-y decoders behind the P/D proxy; render: one render-tier server (no model). Each
+y decoders behind the P/D proxy; render: one render-tier server (no model, W workers);
+render-split: collocated engines fed token IDs by a render tier, behind a render front
+(engine.serve.render_front). Each
 instance is pinned to its CPU cores (sched_setaffinity + its torch thread count)
 or, on GPUs, to one device via CUDA_VISIBLE_DEVICES. Children get SIGTERM if this process
 dies (PR_SET_PDEATHSIG).
@@ -27,7 +29,7 @@ from engine.core.config import DTYPES
 from engine.serve.http_app import API_KEY_ENV
 
 _PR_SET_PDEATHSIG = 1
-MODES = ("collocated", "disagg", "render")
+MODES = ("collocated", "disagg", "render", "render-split")
 # NOTE: instances and their KV side channels are reached only by the front on this host:
 # they bind loopback whatever --host says; only the front follows it.
 INTERNAL_HOST = "127.0.0.1"
@@ -41,8 +43,8 @@ class LaunchError(RuntimeError):
 class Topology:
     """What to start. `cores`: CPU cores to share out, one slice per instance."""
 
-    mode: str = "collocated"  # collocated | disagg | render
-    replicas: int = 2
+    mode: str = "collocated"  # collocated | disagg | render | render-split
+    replicas: int = 2  # collocated and render-split: engine replicas
     prefill: int = 1
     decode: int = 1
     model: str = "tiny"
@@ -65,7 +67,8 @@ class Topology:
 
     @property
     def num_instances(self) -> int:
-        return {"collocated": self.replicas, "render": 1}.get(self.mode, self.prefill + self.decode)
+        return {"collocated": self.replicas, "render-split": self.replicas, "render": 1}.get(
+            self.mode, self.prefill + self.decode)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -214,6 +217,21 @@ def serve_module(
         stop([proc])
 
 
+@contextlib.contextmanager
+def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
+    """The engines (collocated) and the render tier on loopback, a render front before them.
+    # NOTE: the render tier shares the engines' cores here: on a GPU host it would take
+    CPU from the host's other work, which is what splitting it off elsewhere frees."""
+    inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None}
+    with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines, \
+            launch(dataclasses.replace(t, mode="render", **inside), health_timeout) as tier, \
+            serve_module("engine.serve.render_front", ["--render", tier.url, "--engine",
+                                                        engines.url],
+                         t.host, health_timeout=health_timeout, port=t.port,
+                         env=_front_env(t)) as url:
+        yield Deployment(url, {**engines.instance_urls, "render": [tier.url]}, engines.children)
+
+
 def _internal_env() -> dict[str, str]:
     """An instance's environment: this process's, without an API key (only the front checks)."""
     return {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
@@ -240,6 +258,10 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         from engine.model.dtype import resolve  # here: the launcher itself needs no torch
 
         t = dataclasses.replace(t, dtype=resolve(t.dtype, t.device).dtype)
+    if t.mode == "render-split":
+        with _render_split(t, health_timeout) as dep:
+            yield dep
+        return
     if t.mode == "render":
         with serve_module(
             "engine.serve.render_server",

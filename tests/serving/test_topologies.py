@@ -24,6 +24,8 @@ TOPOLOGIES = {
     "collocated": Topology(mode="collocated", replicas=2, dtype="float32"),
     "disagg-shm": Topology(mode="disagg", connector="shm", dtype="float32"),
     "disagg-tcp": Topology(mode="disagg", connector="tcp", dtype="float32"),
+    # chat through a render tier and a render front; completions straight to the engines
+    "render-split": Topology(mode="render-split", replicas=1, dtype="float32"),
 }
 
 
@@ -75,8 +77,8 @@ def test_openai_client_streams_chat_and_completion(deployment, collocated_tokens
 
 def test_decoder_reports_transfer_bytes_equal_to_the_prompt_kv(deployment):
     name, d = deployment
-    if name == "collocated":
-        pytest.skip("no transfer in a collocated topology")
+    if not name.startswith("disagg"):
+        pytest.skip("no transfer without P/D")
     prompt = list(range(7, 7 + 123))
     before = _bytes(d.instance_urls["decode"][0])
     post(d.url, {"prompt": prompt, **GREEDY})
@@ -139,3 +141,19 @@ def test_only_the_front_follows_host_instances_and_side_channels_stay_on_loopbac
 
     args = _instance_args(Topology(mode="disagg", host="0.0.0.0"), "prefill", 8101, "cpu")
     assert args[args.index("--host") + 1] == "127.0.0.1"  # the server's and its side channel's
+
+
+def test_chat_through_the_render_front_equals_an_engines_own_and_bad_input_is_a_400(deployment):
+    """render-split: render -> tokens-only generate -> derender behind one URL gives what an
+    engine's own chat endpoint gives, streaming and not; its refusals are OpenAI-style 400s."""
+    name, d = deployment
+    if name != "render-split":
+        pytest.skip("the render front is in render-split only")
+    pieces = set(Frontend(FrontendConfig()).tokenizer.encode('<think></think><tool_call>{"name"'))
+    for stream in (False, True):
+        body = chat_body(11, stream, temperature=1.0, max_tokens=30,
+                         logit_bias={str(t): 30 for t in pieces})
+        assert own_chat(d.url, body) == own_chat(d.instance_urls["both"][0], body)
+    for raw in (b"{not json", json.dumps({"model": "tiny", "messages": "hi"}).encode()):
+        status, out = post(d.url, None, "/v1/chat/completions", raw=raw)
+        assert status == 400 and out["error"]["code"] == 400, out
