@@ -14,7 +14,8 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from advisor.rundata.files import write_atomic  # noqa: E402
 from reports.model import ReportData  # noqa: E402
 
-COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c"}
+COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c",
+          "render-split": "#9467bd"}
 
 
 def _color(data: ReportData, placement: str) -> str:

@@ -55,6 +55,9 @@ PRESETS: dict[str, tuple[str, SyntheticSpec]] = {
 }
 # the presets whose conversations have several turns (a sweep adds bidirectional P/D)
 MULTI_TURN = tuple(name for name, (_, spec) in PRESETS.items() if spec.turns > 1)
+# the single-turn chat presets: templating, tokenization and parsing of long prompts (a sweep
+# adds the render split)
+CHAT_FRONTEND = tuple(name for name, (_, spec) in PRESETS.items() if spec.chat and spec.turns == 1)
 
 
 def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,

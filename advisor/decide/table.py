@@ -64,7 +64,7 @@ DISAGGREGATE = ("disaggregate", "disaggregate-bidirectional")
 
 def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     slo, col, dis = ev.slo, ev.collocated, ev.disaggregated
-    wl, kv, fe = ev.workload, ev.kv_transfer, ev.frontend
+    wl, kv = ev.workload, ev.kv_transfer
     rows = []
     p99 = col.p99_itl_ms
     rows.append(
@@ -94,22 +94,7 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
         )
     )
     rows.append(_growing_context(ev, t))
-    share = fe.cpu_share if fe else None
-    rows.append(
-        Row(
-            "frontend_cpu_heavy",
-            "GPU hosts' CPU busy with tokenization / parsing",
-            "split-render-tier",
-            share is not None and share >= t.frontend_cpu_share,
-            {
-                "frontend_cpu_share": share,
-                "frontend_cpu_ms_per_request": fe.cpu_ms_per_request if fe else None,
-                "source": fe.source if fe else None,
-            },
-            {"frontend_cpu_share": t.frontend_cpu_share},
-            undecided=(fe.undecided if fe and share is None else None),
-        )
-    )
+    rows.append(_frontend_heavy(ev, t))
     ttft_limit = t.ttft_binding_ratio * slo.ttft_ms
     col_ttft, dis_ttft = col.p99_ttft_ms, dis.median_ttft_ms if dis else None
     binding = (
@@ -235,6 +220,40 @@ def _growing_context(ev: Evidence, t: Thresholds) -> Row:
                evidence, thresholds)
 
 
+def _frontend_heavy(ev: Evidence, t: Thresholds) -> Row:
+    """Fires when the front end's share of the engines' CPU is heavy; when a render split
+    was measured, on that instead: it fires only if the split sustains more goodput than
+    collocated by `goodput_margin`, and cites the gain either way."""
+    fe, split = ev.frontend, ev.render_split
+    share = fe.cpu_share if fe else None
+    evidence = {"frontend_cpu_share": share,
+                "frontend_cpu_ms_per_request": fe.cpu_ms_per_request if fe else None,
+                "source": fe.source if fe else None}
+    fired = share is not None and share >= t.frontend_cpu_share
+    undecided = fe.undecided if fe and share is None else None
+    if split is not None:
+        c, r = ev.collocated.max_goodput_rps or 0.0, split.max_goodput_rps or 0.0
+        evidence.update(render_split_max_goodput_rps=r, collocated_max_goodput_rps=c,
+                        render_split_gain=r / c - 1 if c > 0 else None)
+        fired, undecided = r > c * (1 + t.goodput_margin), None
+    return Row("frontend_cpu_heavy", "GPU hosts' CPU busy with tokenization / parsing",
+               "split-render-tier", fired, evidence,
+               {"frontend_cpu_share": t.frontend_cpu_share, "goodput_margin": t.goodput_margin},
+               undecided=undecided)
+
+
+def _render_split_reason(row: Row, seen: str) -> str | None:
+    """What the measured render split gained, when one was measured."""
+    e = row.evidence
+    if "render_split_max_goodput_rps" not in e:
+        return None
+    r, c = e["render_split_max_goodput_rps"], e["collocated_max_goodput_rps"]
+    verdict = "split the render tier" if row.fired else "no gain worth a render tier here"
+    by = _by(r, c) if r > 0 else "it meets the SLO at no rate tried"
+    return (f"{seen}: the render split sustains {r:.3g} req/s at the SLO against {c:.3g} "
+            f"collocated ({by}): {verdict}")
+
+
 def _history_warning(wl) -> str | None:
     """The guide's silent-mismatch case, found before it costs anything."""
     if not wl.multi_turn or wl.history_kept_share is None or wl.history_kept_share >= 1:
@@ -304,6 +323,9 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
             why.append(f"rule: {row.id} fired")
     if (warning := _history_warning(ev.workload)) is not None:
         why.append(warning)
+    front = next(r for r in rows if r.id == "frontend_cpu_heavy") if rows else None
+    if front is not None and (gain := _render_split_reason(front, seen)) is not None:
+        why.append(gain)
     secondary = []
     if "frontend_cpu_heavy" in fired and action != "split-render-tier":
         secondary.append("split-render-tier")

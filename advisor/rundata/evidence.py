@@ -159,6 +159,7 @@ class Evidence:
     bidirectional: PlacementEvidence | None = None  # P/D reusing earlier turns' KV
     turns: TurnEvidence | None = None  # multi-turn runs: a late turn's TTFT per placement
     simulated: str | None = None  # predicted, not measured: by what (advisor plan)
+    render_split: PlacementEvidence | None = None  # engines behind a separate render tier
 
     def to_json(self) -> dict:
         return to_json(self)

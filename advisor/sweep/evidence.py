@@ -207,6 +207,7 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
     col = next((p for p in placements if p.kind == "collocated"), None)
     dis = next((p for p in placements if p.kind == "disagg" and not p.bidirectional), None)
     bid = next((p for p in placements if p.bidirectional), None)
+    split = next((p for p in placements if p.kind == "render-split"), None)
     lead = col or dis
     slo = SloEvidence(**{f"{k}_ms": v for k, v in slos.items()}, attainment=opts.attainment)
     if not grid:
@@ -225,6 +226,7 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
         kv_transfer=_kv(opts, run_dir, dis or bid, done[(dis or bid).name]) if dis or bid
         else None,
         bidirectional=_side(run_dir, bid.name, done[bid.name], rate) if bid else None,
+        render_split=_side(run_dir, split.name, done[split.name], rate) if split else None,
         turns=_turns(run_dir, rate, col, dis, bid),
         workload=_workload(run_dir, lead.name, rate, lowest, calibration,
                            opts.model if opts.bundled else None),

@@ -11,13 +11,15 @@ from advisor.sweep.placements import Placement, parse_topologies
 from engine.core.config import DTYPES
 from engine.kv import connectors
 from engine.kv.links import parse_emulation
-from workloads.presets import MULTI_TURN, PRESETS, preset
+from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset
 from workloads.spec import Workload
 
 DEFAULT_SLO = ("ttft:2000", "itl:50")
 DEFAULT_TOPOLOGIES = "collocated:2,disagg:1p1d"
 # a multi-turn preset also measures P/D with bidirectional transfer (the decision row needs it)
 MULTI_TURN_TOPOLOGIES = "collocated:2,disagg:1p1d,disagg-bidi:1p1d"
+# a chat preset whose front end does real work also measures the render tier split off
+RENDER_SPLIT_TOPOLOGIES = "collocated:2,disagg:1p1d,render-split:2"
 MIN_REQUESTS, MAX_REQUESTS = 30, 100  # per rate, by default: p99 ITL and attainment need 30
 FALLBACK_START = 0.25  # req/s: the first rate when nothing was calibrated
 
@@ -37,7 +39,7 @@ class SweepOptions:
     bisect_steps: int = 1
     num_prompts: int | None = None  # None: MIN_REQUESTS, or `window_s` seconds' worth if more
     window_s: float = 16.0
-    topologies: str | None = None  # None: DEFAULT_TOPOLOGIES, or MULTI_TURN_TOPOLOGIES
+    topologies: str | None = None  # None: the workload's default (see `placements`)
     connector: str = "shm"
     link_emulation: str | None = None
     collocated_url: str | None = None
@@ -69,7 +71,9 @@ class SweepOptions:
         """--topologies as given, else the default for the workload."""
         if self.topologies:
             return self.topologies
-        return MULTI_TURN_TOPOLOGIES if self.workload in MULTI_TURN else DEFAULT_TOPOLOGIES
+        if self.workload in MULTI_TURN:
+            return MULTI_TURN_TOPOLOGIES
+        return RENDER_SPLIT_TOPOLOGIES if self.workload in CHAT_FRONTEND else DEFAULT_TOPOLOGIES
 
     @property
     def slos(self) -> dict[str, float]:

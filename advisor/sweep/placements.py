@@ -15,7 +15,7 @@ _DISAGG = re.compile(r"^(\d+)p(\d+)d$")
 @dataclass(frozen=True)
 class Placement:
     name: str  # directory name: collocated-2, disagg-1p1d, collocated-url, ...
-    kind: str  # collocated | disagg
+    kind: str  # collocated | disagg | render-split
     topology: Topology | None = None  # bundled engine
     url: str | None = None  # a deployment's front (someone else's, or started by `cmd`)
     emulated: str | None = None  # link emulation on its KV transfers
@@ -56,6 +56,10 @@ def parse_topologies(opts) -> list[Placement]:
             topo = Topology(mode="collocated", replicas=int(shape), model=opts.model,
                             dtype=opts.dtype, device=opts.device)
             out.append(Placement(f"collocated-{shape}", kind, topo))
+        elif kind == "render-split" and shape.isdigit() and int(shape) >= 1:
+            topo = Topology(mode="render-split", replicas=int(shape), model=opts.model,
+                            dtype=opts.dtype, device=opts.device)
+            out.append(Placement(f"render-split-{shape}", kind, topo))
         elif kind in ("disagg", "disagg-bidi") and (m := _DISAGG.match(shape)) \
                 and min(map(int, m.groups())) >= 1:
             extra = ("--kv-link-emulation", opts.link_emulation) if opts.link_emulation else ()
@@ -66,11 +70,13 @@ def parse_topologies(opts) -> list[Placement]:
             out.append(Placement(f"{kind}-{shape}", "disagg", topo, emulated=opts.link_emulation,
                                  bidirectional=bidi))
         else:
-            raise UsageError(f"--topologies item {item!r}: expected collocated:N, disagg:XpYd "
-                             "or disagg-bidi:XpYd")
+            raise UsageError(f"--topologies item {item!r}: expected collocated:N, disagg:XpYd, "
+                             "disagg-bidi:XpYd or render-split:N")
     if not out or len({(p.kind, p.bidirectional) for p in out}) != len(out):
-        raise UsageError("--topologies: give at most one collocated, one disagg and one "
-                         "disagg-bidi placement")
+        raise UsageError("--topologies: give at most one collocated, one disagg, one "
+                         "disagg-bidi and one render-split placement")
+    if any(p.kind == "render-split" for p in out) and not any(p.kind == "collocated" for p in out):
+        raise UsageError("--topologies: render-split is judged against collocated: give both")
     for p in out:
         try:
             p.topology.validate()

@@ -114,6 +114,27 @@ def test_secondary_actions():
     assert rec["action"] == "disaggregate" and rec["secondary_actions"] == ["split-render-tier"]
 
 
+def test_a_measured_render_split_decides_the_frontend_row_and_its_gain_is_cited():
+    heavy = {"cpu_ms_per_request": 40, "cpu_share": 0.3}
+    base = with_(frontend=heavy, collocated__max_goodput_rps=1.0)
+    gains = recommend({**base, "render_split": {"placement": "render-split-2",
+                                                "max_goodput_rps": 1.5}})
+    row = next(r for r in gains["rows"] if r["id"] == "frontend_cpu_heavy")
+    assert row["fired"] and row["evidence"]["render_split_gain"] == pytest.approx(0.5)
+    assert gains["action"] == "split-render-tier"  # no P/D measured: the one row that fired
+    assert any("render split sustains 1.5 req/s" in w and "1.50x" in w for w in gains["reasons"])
+    # heavy by share, but measured no better than collocated: the measurement wins
+    none = recommend({**base, "render_split": {"max_goodput_rps": 1.05}})
+    assert "frontend_cpu_heavy" not in fired(none)
+    assert "split-render-tier" not in (none["action"], *none["secondary_actions"])
+    assert any("no gain worth a render tier" in w for w in none["reasons"])
+    # light by share, but the split measured better: it fires on the measurement
+    light = with_(frontend={"cpu_ms_per_request": 1, "cpu_share": 0.01},
+                  collocated__max_goodput_rps=1.0)
+    assert "frontend_cpu_heavy" in fired(recommend({**light, "render_split": {
+        "max_goodput_rps": 2.0}}))
+
+
 @pytest.mark.parametrize("text,needle", [
     ("{", "not valid JSON"), ("[]", "not a JSON object"), ('{"slo": {}}', "slo.ttft_ms"),
     (json.dumps({**QUIET, "workload": {**QUIET["workload"], "multi_turn": "no"}}),

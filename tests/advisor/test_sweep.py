@@ -102,6 +102,18 @@ def test_bad_input_is_one_clear_line(tmp_path, args, needle):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_a_chat_workload_adds_the_render_split_which_needs_collocated_beside_it():
+    from advisor.errors import UsageError
+    from advisor.sweep.options import SweepOptions
+
+    chat = SweepOptions(workload="chat-agent", model="small").validate()
+    assert [p.name for p in chat] == ["collocated-2", "disagg-1p1d", "render-split-2"]
+    assert chat[2].kind == "render-split" and chat[2].topology.mode == "render-split"
+    assert "render-split" not in SweepOptions(model="small").placements
+    with pytest.raises(UsageError, match="judged against collocated"):
+        SweepOptions(model="small", topologies="disagg:1p1d,render-split:2").validate()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_default_sweep_reproduces_the_guides_itl_effect_and_says_disaggregate(tmp_path):
