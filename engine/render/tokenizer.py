@@ -25,12 +25,16 @@ DEFAULT_CHAT_TEMPLATE = (
 )
 
 
+PIECE_CHARS = 2000  # long texts are encoded in pieces of about this many characters
+
+
 class TextTokenizer:
     """Encodes prompts, renders chats, decodes outputs (incrementally for streams)."""
 
     def __init__(self, tokenizer: Tokenizer, chat_template: str):
         self.tok = tokenizer
         self.vocab_size = tokenizer.get_vocab_size()
+        self.piece_chars = PIECE_CHARS if _cuttable(json.loads(tokenizer.to_str())) else None
         self.template_source = chat_template
         env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False)
         self.template = env.from_string(chat_template)
@@ -58,7 +62,11 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         # NOTE: the batch "fast" path skips offset tracking, which nothing here uses: it
         # halves the CPU of a long prompt's tokenization (measured: 6.8 -> 3.6 ms at 10k tokens).
-        return self.tok.encode_batch_fast([text], add_special_tokens=False)[0].ids
+        # Pieces of ~2k characters cost ~15% less CPU than one 36k-character text (the
+        # library's work grows faster than the text); see _cuttable for why the IDs are equal.
+        pieces = _pieces(text, self.piece_chars) if self.piece_chars else [text]
+        encoded = self.tok.encode_batch_fast(pieces, add_special_tokens=False)
+        return encoded[0].ids if len(encoded) == 1 else [i for e in encoded for i in e.ids]
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
@@ -72,6 +80,38 @@ class TextTokenizer:
         return self.template.render(
             messages=messages, tools=tools, add_generation_prompt=add_generation_prompt
         )
+
+
+def _cuttable(config: dict) -> bool:
+    r"""Whether a text may be cut before a space that has a printable ASCII character on
+    each side, and its pieces encoded apart, giving the whole text's IDs.
+
+    # NOTE: true of byte-level BPE behind GPT-2's pre-tokenizer regex with no normalizer
+    # (ours; GPT-2-style models'): no pre-token holds a space except as its first character
+    # (` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`) or inside a whitespace run, and a
+    # single space between two non-spaces is not a run; BPE never merges across pre-tokens.
+    # Special tokens must not strip the space after them (rstrip) or normalize it away."""
+    pre, model = config.get("pre_tokenizer") or {}, config.get("model") or {}
+    return (config.get("normalizer") is None and pre.get("type") == "ByteLevel"
+            and bool(pre.get("use_regex")) and not pre.get("add_prefix_space")
+            and model.get("type") == "BPE" and not model.get("dropout")
+            and not any(t.get("rstrip") for t in config.get("added_tokens") or []))
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    """`text` cut into pieces of about `size` characters, each cut just before a space with
+    a printable ASCII character on either side (the next piece starts with the space)."""
+    out, start, end = [], 0, len(text) - 1
+    while end - start > size:
+        i = text.find(" ", start + size, end)
+        while i != -1 and not ("!" <= text[i - 1] <= "~" and "!" <= text[i + 1] <= "~"):
+            i = text.find(" ", i + 1, end)
+        if i == -1:
+            break
+        out.append(text[start:i])
+        start = i
+    out.append(text[start:])
+    return out
 
 
 class IncrementalDetokenizer:

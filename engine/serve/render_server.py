@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.workers < 1:
         ap.error(f"--workers must be >= 1, not {a.workers}")
+    # NOTE: a worker is a core: the tokenizer's own thread pool would only contend with the
+    # other workers (and a pool must not be inherited by forked workers)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         server = RenderServer(frontend_config(a), a.model, a.workers)
     except (ValueError, OSError) as e:

@@ -47,6 +47,33 @@ def test_the_realistic_tokenizer_round_trips_and_packs_english_like_a_real_one()
     assert len(small.encode(prose)) > 2 * len(tok.encode(prose))
 
 
+PIECES = ["word", "it's", "x'll", "42", "3.14", "(a)", "--", "!", "é", "東京", "🚀", "\n", "\t",
+          "  ", "   ", "\u00a0", "\u3000", "<|im_end|>", "<think>", "'", "'s"]
+
+
+@pytest.mark.parametrize("vocab", [None, REALISTIC_VOCAB], ids=["small", "realistic"])
+def test_long_texts_encoded_in_pieces_give_the_whole_texts_ids(vocab):
+    """Cut before spaces every few characters (the cut is safe only at some spaces: runs,
+    non-ASCII neighbours and special tokens around them must not be cut), the IDs are the
+    whole text's, as the library gives them in one piece."""
+    tok = TextTokenizer.load(vocab_size=vocab)
+    assert tok.piece_chars
+    rng = random.Random(1)
+    for trial in range(300):
+        text = "".join(rng.choice(PIECES) + rng.choice(["", " ", " ", "  "])
+                       for _ in range(rng.randrange(1, 120)))
+        whole = tok.tok.encode_batch_fast([text], add_special_tokens=False)[0].ids
+        tok.piece_chars = 1 + trial % 9
+        assert tok.encode(text) == whole, repr(text)
+
+
+def test_texts_are_encoded_whole_where_pieces_could_differ(tmp_path):
+    prefix_space = Tokenizer(models.BPE())
+    prefix_space.pre_tokenizer = pre_tokenizers.Metaspace()
+    prefix_space.save(str(tmp_path / "tokenizer.json"))
+    assert TextTokenizer.load(str(tmp_path)).piece_chars is None
+
+
 def test_a_model_directorys_own_tokenizer_is_used(tmp_path):
     own = Tokenizer(models.BPE())
     own.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
