@@ -198,7 +198,7 @@ def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--mode", "renderer"], "--mode must be collocated, disagg or render"),
+    (["--mode", "renderer"], "--mode must be collocated, disagg, render or render-split"),
     (["--mode", "render", "--reasoning-parser", "deepseek"], "--reasoning-parser must be one of"),
     (["--tool-call-parser", "mistral"], "--tool-call-parser must be one of"),
     (["--mode", "render", "--chat-template", "/no/such.jinja"], "--chat-template /no/such.jinja"),
