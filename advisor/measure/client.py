@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from advisor.errors import UsageError
+from engine.serve.sse import DataEvents
 from workloads.spec import Conversation, Workload
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
@@ -278,14 +279,9 @@ class Client:
                         if resp.status != 200:
                             rec.error = _error_text(await resp.text())
                         else:
-                            async for line in resp.content:
+                            events = DataEvents(resp.content)
+                            async for data in events:
                                 now = time.monotonic()
-                                if not line.startswith(b"data:"):
-                                    continue
-                                data = line[5:].strip()
-                                if data == b"[DONE]":
-                                    done = True
-                                    break
                                 chunk = json.loads(data)
                                 if not isinstance(chunk, dict):
                                     rec.error = f"stream chunk is not a JSON object: {data[:60]!r}"
@@ -312,6 +308,7 @@ class Client:
                                     if piece_ids is not None:
                                         saw_ids = True
                                         ids += piece_ids
+                            done = events.done
             except TimeoutError:
                 rec.error = f"timed out after {ep.timeout_s:g} s"
             except (aiohttp.ClientError, OSError, json.JSONDecodeError, ValueError) as e:

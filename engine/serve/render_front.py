@@ -26,6 +26,7 @@ from aiohttp import web
 
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
+from engine.serve.sse import DataEvents
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 GENERATE = "/inference/v1/generate"
@@ -142,16 +143,10 @@ class RenderFront:
         client asked for it (stream_options.include_usage), in a last chunk of its own."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        state, ended = None, False
+        state, events = None, DataEvents(upstream.content)
         usage = bool((chat.get("stream_options") or {}).get("include_usage"))
         try:
-            async for line in upstream.content:
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    ended = True
-                    break
+            async for data in events:
                 chunk = json.loads(data)
                 if "error" in chunk:  # the engines' error event: the client gets it as it is
                     await resp.write(b"data: " + data + b"\n\n")
@@ -165,7 +160,7 @@ class RenderFront:
                 if counts is not None:
                     last = {**out, "choices": [], "usage": counts}
                     await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
-            if not ended:
+            if not events.done:
                 raise ValueError("the engines' stream ended without [DONE]")
         except _Upstream as e:
             await resp.write(b"data: " + e.body + b"\n\n")
