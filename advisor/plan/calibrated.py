@@ -61,15 +61,16 @@ def _link(run_dir: RunDir) -> Link:
                 f"{run_dir.name}: {kv.mean_ms:.1f} ms per transfer at {kv.gbps:.2f} GB/s")
 
 
-def _system(name: str, engine: EngineSpec, link: Link | None, kv_bytes) -> System:
+def _system(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
+            front_ms: float = 0.0) -> System:
     """A bundled-engine placement by its sweep name: collocated-N or disagg-XpYd."""
     kind, _, shape = name.partition("-")
     if kind == "collocated" and shape.isdigit():
-        return System(decode=(engine,) * int(shape), front_ms=0.0)
+        return System(decode=(engine,) * int(shape), front_ms=front_ms)
     p, _, d = shape.removesuffix("d").partition("p")
     if kind == "disagg" and p.isdigit() and d.isdigit():
         return System(decode=(engine,) * int(d), prefill=(engine,) * int(p), link=link,
-                      kv_bytes=kv_bytes, front_ms=0.0, proxy_ms=PROXY_MS)
+                      kv_bytes=kv_bytes, front_ms=front_ms, proxy_ms=PROXY_MS)
     raise UsageError(f"placement {name!r} cannot be simulated (collocated-N and disagg-XpYd "
                      "can)")
 
@@ -98,15 +99,38 @@ def _figures(system: System, run) -> tuple[float, float, float]:
             max(stats["p99_itl_ms"], 1e-9))
 
 
-Z99 = 2.326  # the standard normal's 99th percentile: a lognormal's p99/p50 is exp(Z99 sigma)
+def _outside_steps(engine: EngineSpec) -> tuple[EngineSpec, float]:
+    """(`engine` with its prefill's fixed cost cut to a decode step's, the ms cut): what an
+    unloaded TTFT has beyond that is the request's own way in and out (HTTP, tokenizing,
+    waiting for a step boundary), paid once per request, not in every step it shares.
+
+    # NOTE: both steps run the same layers once with the same per-step Python; only the
+    # calibration's TTFT line also holds the request's path through the server."""
+    s = engine.step
+    outside = max(0.0, s.prefill_base_ms - s.decode_base_ms)
+    step = dataclasses.replace(s, prefill_base_ms=s.prefill_base_ms - outside)
+    return dataclasses.replace(engine, step=step), outside
+
+
+def _jitter_for(system, low, p99: float) -> float:
+    """The step jitter (lognormal sigma) with which `low`'s requests simulated on
+    `system(sigma)` have p99 ITL `p99` (bisection; 0 when none is needed)."""
+    lo, hi = 0.0, 1.5
+    if _figures(system(lo), low)[2] >= p99:
+        return 0.0
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _figures(system(mid), low)[2] < p99 else (lo, mid)
+    return (lo + hi) / 2
 
 
 def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link,
                 kv_bytes) -> tuple[dict[str, System], str]:
     """Each placement in `names` as a system fitted to the lowest rate measured (in
-    `measured`): prefill steps scaled to collocated's median TTFT there, each placement's
-    decode steps to its own median ITL, step jitter to its p99 ITL, and what P/D's median
-    TTFT has beyond that as a fixed latency per request (the proxy's HTTP legs).
+    `measured`): the request's path outside the steps (_outside_steps) as a fixed latency,
+    prefill steps scaled to collocated's median TTFT there, each placement's decode steps
+    to its own median ITL, step jitter to its p99 ITL, and what P/D's median TTFT has
+    beyond that as a fixed latency per request (the proxy's HTTP legs).
 
     # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
     # proxy and the other instances share this machine's cores: every step is slower, and
@@ -116,30 +140,34 @@ def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link
     for r in measured:
         if r.placement not in lowest or r.rate < lowest[r.placement].rate:
             lowest[r.placement] = r
+    engine, outside = _outside_steps(engine)
+
+    def system(name: str, spec: EngineSpec, extra: float = 0.0) -> System:
+        return _system(name, spec, link, kv_bytes, outside + extra)
+
     pre = 1.0
     col = next((r for r in lowest.values() if r.kind == "collocated"), None)
     if col is not None:
-        ttft, _, _ = _figures(_system(col.placement, engine, link, kv_bytes), col)
-        pre = (col.get("median_ttft_ms") or ttft) / ttft
-    systems, notes = {}, []
+        ttft, _, _ = _figures(system(col.placement, engine), col)
+        pre = max(1e-3, (col.get("median_ttft_ms") or ttft) - outside) / max(1e-3, ttft - outside)
+    systems, notes = {}, [f"{outside:.1f} ms per request outside the steps"]
     for name in names:
         low = lowest.get(name)
         scaled = _scaled(engine, pre, 1.0)
         if low is None:
-            systems[name] = _system(name, scaled, link, kv_bytes)
+            systems[name] = system(name, scaled)
             notes.append(f"{name}: prefill x{pre:.2f}, not measured there")
             continue
-        _, itl, _ = _figures(_system(name, scaled, link, kv_bytes), low)
+        _, itl, _ = _figures(system(name, scaled), low)
         dec = (low.get("p50_itl_ms") or itl) / itl
         scaled = _scaled(engine, pre, dec)
-        ttft, itl, p99 = _figures(_system(name, scaled, link, kv_bytes), low)
-        spread = (low.get("p99_itl_ms") or p99) / (low.get("p50_itl_ms") or itl)
-        jitter = max(0.0, float(np.log(spread / (p99 / itl)))) / Z99
+        jitter = _jitter_for(lambda j, n=name, e=scaled: system(n, dataclasses.replace(
+            e, jitter=j)), low, low.get("p99_itl_ms") or 0.0)
         scaled = dataclasses.replace(scaled, jitter=jitter)
+        ttft, _, _ = _figures(system(name, scaled), low)
         extra = max(0.0, (low.get("median_ttft_ms") or ttft) - ttft) if low.kind == "disagg" \
             else 0.0
-        systems[name] = dataclasses.replace(_system(name, scaled, link, kv_bytes),
-                                            front_ms=extra)
+        systems[name] = system(name, scaled, extra)
         notes.append(f"{name}: prefill x{pre:.2f}, decode x{dec:.2f}, jitter {jitter:.2f}"
                      + (f", +{extra:.0f} ms per request" if extra else "")
                      + f" (at {low.rate:g} req/s)")

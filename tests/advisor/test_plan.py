@@ -122,14 +122,16 @@ def test_an_slo_below_the_unloaded_floor_is_measure_first_with_the_floor(tmp_pat
 
 
 # ---- --calibrate: a "measured" sweep made by a known engine is predicted back ---------------
-TRUTH = FittedStep(20.0, 0.15, 18.0, 0.6, 2e-5, "truth")
+TRUTH = FittedStep(18.0, 0.15, 18.0, 0.6, 2e-5, "truth")
+TRUTH_FRONT_MS = 2.0  # the request's way in and out, outside the steps
 
 
 def _measured_sweep(parent) -> RunDir:
     """A run directory as the bundled sweep writes it, whose engine is TRUTH exactly."""
     run_dir = RunDir.create(parent, "long-prompt")
     prompts = [64, 256, 1024]
-    cal = Calibration(prompts, [TRUTH.ms(prefill_step(p)) for p in prompts], [1, 8],
+    cal = Calibration(prompts, [TRUTH_FRONT_MS + TRUTH.ms(prefill_step(p)) for p in prompts],
+                      [1, 8],
                       [TRUTH.ms(Step(decodes=b, pairs=b * 28, kv_read_tokens=b * 28))
                        for b in (1, 8)], 0.15, 20.0, "bfloat16", "collocated-2")
     run_dir.write_manifest({"config": {"model": "small", "workload": "long-prompt",
@@ -142,9 +144,9 @@ def _measured_sweep(parent) -> RunDir:
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
     slos = {"ttft": 2000.0, "itl": 100.0}
     for p, system in ((Placement("collocated-2", "collocated"),
-                       System((engine, engine), front_ms=0.0)),
+                       System((engine, engine), front_ms=TRUTH_FRONT_MS)),
                       (Placement("disagg-1p1d", "disagg"),
-                       System((engine,), (engine,), link, kv, 0.0, PROXY_MS))):
+                       System((engine,), (engine,), link, kv, TRUTH_FRONT_MS, PROXY_MS))):
         for rate in (1.0, 3.0, 6.0):
             sim = runs.run(system, runs.requests(spec, rate, 200, int(rate)), p, rate, slos, 0.9,
                            "truth", "long-prompt", {})
