@@ -44,16 +44,16 @@ def _causal_mask(num_queries: int, context_len: int, device) -> torch.Tensor:
 
 def _decode_attention(q: torch.Tensor, cache: KVCache, layer: int,
                       meta: AttentionMetadata) -> torch.Tensor:
-    # q: [Bd, H, hd] -> [Bd, H, hd]. Plain batched matmuls: SDPA's CPU flash kernel
-    # is several times slower than this for single-token queries.
+    # q: [Bd, H, hd] -> [Bd, H, hd]
+    # NOTE: torch's CPU SDPA kernel beats plain batched matmuls for single-token queries
+    # (measured with torch 2.13, Xeon, one thread, bf16: 0.49 vs 1.15 ms at 32 requests x
+    # 176 tokens, 2.3 vs 7.9 ms at 1024; float32 0.75 vs 1.6 ms): it reads K and V in
+    # place, where the matmuls copied them into their layout first.
     kc, vc = cache.gather(layer, meta.decode_block_tables)  # [Bd, L, kvh, hd]
-    bd, h, hd = q.shape
-    kvh = kc.shape[2]
-    qg = q.view(bd, kvh, h // kvh, hd)  # query heads grouped by the KV head they share
-    scores = qg @ kc.permute(0, 2, 3, 1)  # [Bd, kvh, g, L]
-    scores = scores.float().mul_(hd ** -0.5).masked_fill_(~meta.decode_mask, float("-inf"))
-    probs = scores.softmax(dim=-1).to(q.dtype)
-    return (probs @ vc.transpose(1, 2)).view(bd, h, hd)  # [Bd, kvh, g, hd] -> [Bd, H, hd]
+    o = F.scaled_dot_product_attention(
+        q.unsqueeze(2), kc.transpose(1, 2), vc.transpose(1, 2),
+        attn_mask=meta.decode_mask, enable_gqa=True)  # [Bd, H, 1, hd]
+    return o.squeeze(2)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
