@@ -1,0 +1,70 @@
+"""The render front's failures: each answered the OpenAI way, none a hang. An upstream that
+is down is a 502; an engine's refusal reaches the client as the engine gave it; a stream
+the engines cut short ends in an error event, never a clean [DONE] alone."""
+
+import json
+import urllib.request
+
+import pytest
+from aiohttp import web
+
+from engine.render.frontend import FrontendConfig
+from engine.serve.launch import free_port
+from engine.serve.render_front import RenderFront
+from engine.serve.render_server import RenderServer
+from tests.serving.helpers import post, running_app, running_server
+
+pytestmark = pytest.mark.integration  # starts servers
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "temperature": 0}
+NOWHERE = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+@pytest.fixture(scope="module")
+def render():
+    with running_app(RenderServer(FrontendConfig(model_dir="tiny"), "tiny").app) as url:
+        yield url
+
+
+def events(url: str, body: dict) -> list[bytes]:
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(
+        {**body, "stream": True}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return [line[5:].strip() for line in r if line.startswith(b"data:")]
+
+
+@pytest.mark.parametrize("down", ["render", "engines"])
+def test_an_upstream_that_is_down_is_a_502(render, down):
+    with running_server() as (engine, _):
+        front = RenderFront(NOWHERE if down == "render" else render,
+                            NOWHERE if down == "engines" else engine)
+        with running_app(front.app) as url:
+            status, out = post(url, CHAT, "/v1/chat/completions")
+            assert status == 502 and out["error"]["type"] == "upstream_error", out
+            if down == "engines":
+                status, out = post(url, {"model": "tiny", "prompt": "x"}, "/v1/completions")
+                assert status == 502 and out["error"]["code"] == 502
+
+
+def test_an_engines_refusal_reaches_the_client_as_given(render):
+    with running_server() as (engine, _), running_app(RenderFront(render, engine).app) as url:
+        status, out = post(url, {**CHAT, "max_tokens": 10**9}, "/v1/chat/completions")
+        assert status == 400 and out["error"]["type"] == "invalid_request_error", out
+
+
+def test_a_stream_cut_short_ends_in_an_error_event(render):
+    async def cut(request):  # one chunk, then the connection ends without [DONE]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        chunk = {"request_id": "g1", "token_ids": [40], "finish_reason": None}
+        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        return resp
+
+    engines = web.Application()
+    engines.add_routes([web.post("/inference/v1/generate", cut)])
+    with running_app(engines) as engine, running_app(RenderFront(render, engine).app) as url:
+        got = events(url, CHAT)
+    assert json.loads(got[0])["choices"][0]["token_ids"] == [40]
+    assert json.loads(got[1])["error"]["code"] == 502 and "without [DONE]" in got[1].decode()
+    assert got[-1] == b"[DONE]"
