@@ -148,3 +148,22 @@ def test_fuzzing_the_render_server_never_disturbs_a_running_render():
         with Traffic(one) as traffic:
             _fuzz(base, RENDER, examples=150)
     assert traffic.errors == [] and traffic.done >= 2
+
+
+@pytest.mark.slow
+def test_fuzzing_the_render_front_never_disturbs_a_running_chat_stream():
+    """render-split: hostile bodies at the render front (chat through the render tier,
+    completions and tokens straight to the engines) while a chat stream runs through it."""
+    def one():
+        body = {"messages": [{"role": "user", "content": "tell me"}], "max_tokens": STREAM_TOKENS,
+                "ignore_eos": True, "stream": True, "temperature": 0}
+        events = post_stream(d.url, body, "/v1/chat/completions")
+        tokens = [t for e in events for c in e["choices"] for t in c.get("token_ids") or []]
+        assert len(tokens) == STREAM_TOKENS, len(tokens)
+
+    with launch(Topology(mode="render-split", replicas=1, dtype="float32")) as d:
+        with Traffic(one) as traffic:
+            _fuzz(d.url, GENERATE, examples=80)
+        assert traffic.errors == [] and traffic.done >= 2
+        for inst in d.instance_urls["both"]:
+            _pool_is_full(inst)
