@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 (2 = presets' EOS)
 THINK_AND_TOOL_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
@@ -34,7 +34,7 @@ class TextTokenizer:
     def __init__(self, tokenizer: Tokenizer, chat_template: str):
         self.tok = tokenizer
         self.vocab_size = tokenizer.get_vocab_size()
-        self.piece_chars = PIECE_CHARS if _cuttable(json.loads(tokenizer.to_str())) else None
+        self.piece_chars = PIECE_CHARS if _cuttable(tokenizer) else None
         self.template_source = chat_template
         env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False)
         self.template = env.from_string(chat_template)
@@ -82,7 +82,7 @@ class TextTokenizer:
         )
 
 
-def _cuttable(config: dict) -> bool:
+def _cuttable(tok: Tokenizer) -> bool:
     r"""Whether a text may be cut before a space that has a printable ASCII character on
     each side, and its pieces encoded apart, giving the whole text's IDs.
 
@@ -91,11 +91,11 @@ def _cuttable(config: dict) -> bool:
     # (` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`) or inside a whitespace run, and a
     # single space between two non-spaces is not a run; BPE never merges across pre-tokens.
     # Special tokens must not strip the space after them (rstrip) or normalize it away."""
-    pre, model = config.get("pre_tokenizer") or {}, config.get("model") or {}
-    return (config.get("normalizer") is None and pre.get("type") == "ByteLevel"
-            and bool(pre.get("use_regex")) and not pre.get("add_prefix_space")
-            and model.get("type") == "BPE" and not model.get("dropout")
-            and not any(t.get("rstrip") for t in config.get("added_tokens") or []))
+    pre, model = tok.pre_tokenizer, tok.model
+    return (tok.normalizer is None and isinstance(pre, pre_tokenizers.ByteLevel)
+            and pre.use_regex and not pre.add_prefix_space
+            and isinstance(model, models.BPE) and not model.dropout
+            and not any(t.rstrip for t in tok.get_added_tokens_decoder().values()))
 
 
 def _pieces(text: str, size: int) -> list[str]:
