@@ -131,6 +131,7 @@ def _chat_on(topo: Topology, template: str | None) -> tuple[list[str], float]:
         return replies, _counter(pre[0], "engine:kv_reuse_mismatch_tokens") if pre else 0.0
 
 
+@pytest.mark.slow  # three deployments per template, six chat turns each (~12 s apiece)
 @pytest.mark.parametrize("template", [None, DROPS_THINK], ids=["default", "drops-think"])
 def test_chat_turns_are_identical_across_placements_whatever_the_template(template):
     """Chat: every reply the same collocated, plain P/D and bidirectional P/D (shm, tcp).
