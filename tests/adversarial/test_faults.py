@@ -172,9 +172,10 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-@pytest.mark.parametrize("sig,mode,processes", [(signal.SIGINT, "disagg", 3),
-                                               (signal.SIGTERM, "disagg", 3),
-                                               (signal.SIGTERM, "render", 1)])
+@pytest.mark.parametrize("sig,mode,processes", [
+    (signal.SIGINT, "disagg", 3),
+    pytest.param(signal.SIGTERM, "disagg", 3, marks=pytest.mark.slow),  # SIGINT's twin, ~7 s
+    (signal.SIGTERM, "render", 1)])
 def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
     proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--model", "tiny",
                              "--dtype", "float32", "--mode", mode, "--port", "0"],

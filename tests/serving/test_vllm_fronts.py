@@ -96,6 +96,7 @@ def test_sweep_evidence_comes_from_the_decoder_and_survives_a_resume(toy, tmp_pa
     assert again["transfers"] == kv["transfers"] and again["failures"] == 0
 
 
+@pytest.mark.slow  # a disaggregated deployment behind two fronts (~10 s)
 def test_the_decoder_takes_the_prompt_ids_our_proxy_hands_over():
     """Our proxy asks the prefill for return_token_ids and hands them to the decoder in
     kv_transfer_params: the decoder renders nothing and answers the same tokens."""
