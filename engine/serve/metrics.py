@@ -54,30 +54,23 @@ def frontend_registry(
     if process_cpu is None:
         ProcessCollector(registry=registry)
     else:
-        registry.register(_ProcessCpu(process_cpu))
+        registry.register(_ReadCounter("process_cpu_seconds", "Total user and system CPU time "
+                                       "spent in seconds, over all worker processes", None,
+                                       process_cpu))
     return registry
 
 
-class _ProcessCpu:
-    """process_cpu_seconds_total from a function (the sum over a server's worker processes)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def collect(self):
-        yield CounterMetricFamily("process_cpu_seconds", "Total user and system CPU time spent "
-                                  "in seconds, over all worker processes", value=self.value())
-
-
 class _ReadCounter:
-    """A counter whose value a function gives at scrape time."""
+    """A counter whose value a function gives at scrape time (labelled with the model when
+    it has one)."""
 
-    def __init__(self, name: str, doc: str, model: str, value):
+    def __init__(self, name: str, doc: str, model: str | None, value):
         self.name, self.doc, self.model, self.value = name, doc, model, value
 
     def collect(self):
-        fam = CounterMetricFamily(self.name, self.doc, labels=["model_name"])
-        fam.add_metric([self.model], self.value())
+        names, values = ([], []) if self.model is None else (["model_name"], [self.model])
+        fam = CounterMetricFamily(self.name, self.doc, labels=names)
+        fam.add_metric(values, self.value())
         yield fam
 
 

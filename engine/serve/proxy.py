@@ -23,6 +23,7 @@ from aiohttp import web
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import KEPT_HEADER, add_api_key_flag, api_key_of, run_app
 from engine.serve.liveness import Liveness, UpstreamDown
+from engine.serve.sse import error_event
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
@@ -36,12 +37,6 @@ _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 
 def _err(message: str, status: int, err_type: str = "upstream_error") -> web.Response:
     return web.json_response(error_body(message, err_type, status), status=status)
-
-
-async def _stream_error(resp: web.StreamResponse, message: str) -> None:
-    """End a stream whose headers are sent with an OpenAI-style error event."""
-    err = error_body(message, "upstream_error", 502)
-    await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
 
 
 class Proxy:
@@ -137,7 +132,7 @@ class Proxy:
             except UpstreamDown as e:
                 resp = request.get("streaming")
                 if resp is not None:
-                    await _stream_error(resp, f"decode instance failed mid-stream: {e}")
+                    await resp.write(error_event(f"decode instance failed mid-stream: {e}"))
                     return resp
         return _err("no instance that is up accepted the request", 502)
 
@@ -210,7 +205,7 @@ class Proxy:
                 async for chunk in upstream.content.iter_any():
                     await resp.write(chunk)
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                await _stream_error(resp, f"decode instance failed mid-stream: {e}")
+                await resp.write(error_event(f"decode instance failed mid-stream: {e}"))
             return resp
 
 

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
-from engine.serve.sse import DataEvents
+from engine.serve.sse import DONE, DataEvents, error_event, event
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 GENERATE = "/inference/v1/generate"
@@ -100,8 +100,7 @@ class RenderFront:
                 async for chunk in upstream.content.iter_any():
                     await resp.write(chunk)
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                err = error_body(f"the engines failed mid-answer: {e}", "upstream_error", 502)
-                await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+                await resp.write(error_event(f"the engines failed mid-answer: {e}"))
             return resp
 
     async def _json(self, url: str, body: dict, what: str) -> dict:
@@ -149,25 +148,24 @@ class RenderFront:
             async for data in events:
                 chunk = json.loads(data)
                 if "error" in chunk:  # the engines' error event: the client gets it as it is
-                    await resp.write(b"data: " + data + b"\n\n")
+                    await resp.write(event(data))
                     continue
                 ask = {"generate_chunk": chunk, **({"prompt_tokens": prompt} if usage else {})}
                 ask.update({"stream_state": state} if state else {"chat_request": chat})
                 out = await self._json(self.render_url + DERENDER, ask, "derender")
                 state = out.pop("stream_state")
                 counts = out.pop("usage", None)
-                await resp.write(b"data: " + json.dumps(out).encode() + b"\n\n")
+                await resp.write(event(out))
                 if counts is not None:
                     last = {**out, "choices": [], "usage": counts}
-                    await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
+                    await resp.write(event(last))
             if not events.done:
                 raise ValueError("the engines' stream ended without [DONE]")
         except _Upstream as e:
-            await resp.write(b"data: " + e.body + b"\n\n")
+            await resp.write(event(e.body))
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-            err = error_body(f"generate failed mid-stream: {e}", "upstream_error", 502)
-            await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
-        await resp.write(b"data: [DONE]\n\n")
+            await resp.write(error_event(f"generate failed mid-stream: {e}"))
+        await resp.write(DONE)
         return resp
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import time
 import traceback
 import uuid
@@ -26,6 +25,7 @@ from engine.serve.async_engine import AsyncEngine
 from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
+from engine.serve.sse import DONE, event
 
 PULL_HOSTS = ("127.0.0.1", "localhost", "::1")  # by default, prefillers on this host only
 
@@ -294,10 +294,10 @@ class EngineServer:
         try:
             async for out in self._outputs(ctx, first, stream):
                 final = out
-                await resp.write(_sse(ctx.chunk(out)))
+                await resp.write(event(ctx.chunk(out)))
             if ctx.req.include_usage:
-                await resp.write(_sse(ctx.usage_chunk(final)))
-            await resp.write(b"data: [DONE]\n\n")
+                await resp.write(event(ctx.usage_chunk(final)))
+            await resp.write(DONE)
         except (ConnectionResetError, asyncio.CancelledError):
             await stream.aclose()  # aborts the request, frees its blocks
             raise
@@ -306,8 +306,8 @@ class EngineServer:
             # event (the client counts a failed request) and abort the request, never tear
             # the stream and leave the request decoding for nobody.
             await stream.aclose()
-            await resp.write(_sse(_internal(e).body()))
-            await resp.write(b"data: [DONE]\n\n")
+            await resp.write(event(_internal(e).body()))
+            await resp.write(DONE)
             return resp
         self._finish_metrics(ctx, final)
         return resp
@@ -327,10 +327,6 @@ def _internal(e: Exception) -> RequestError:
     return RequestError(
         f"internal error: {type(e).__name__}: {e}", status=500, err_type="internal_error"
     )
-
-
-def _sse(obj: dict) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _release_soon(kv: dict) -> None:

@@ -1,9 +1,26 @@
-"""Reading a server-sent event stream as OpenAI-style servers write it: `data: ...` lines,
-ended by `data: [DONE]`."""
+"""Server-sent event streams as OpenAI-style servers write them: `data: ...` events, ended
+by `data: [DONE]`; writing one event, and reading a stream's."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+
+from engine.render.protocol import error_body
+
+DONE = b"data: [DONE]\n\n"
+
+
+def event(obj: dict | bytes) -> bytes:
+    """One `data:` event: a JSON object, or JSON bytes as they are."""
+    data = obj if isinstance(obj, bytes) else json.dumps(obj, separators=(",", ":")).encode()
+    return b"data: " + data + b"\n\n"
+
+
+def error_event(message: str) -> bytes:
+    """An OpenAI-style upstream error (502) as one event: how a stream whose headers are
+    already out says that it failed."""
+    return event(error_body(message, "upstream_error", 502))
 
 
 class DataEvents:
