@@ -8,6 +8,8 @@ from pathlib import Path
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from engine.render.bpe_fast import fast_encoder
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 (2 = presets' EOS)
 THINK_AND_TOOL_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 DEFAULT_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"  # 512 tokens
@@ -31,10 +33,13 @@ PIECE_CHARS = 2000  # long texts are encoded in pieces of about this many charac
 class TextTokenizer:
     """Encodes prompts, renders chats, decodes outputs (incrementally for streams)."""
 
-    def __init__(self, tokenizer: Tokenizer, chat_template: str):
+    def __init__(self, tokenizer: Tokenizer, chat_template: str, fast: bool = False):
+        """`fast`: encode with tiktoken where it gives `tokenizer`'s IDs (bpe_fast); only
+        the bundled tokenizers ask, since tests prove the IDs equal for them alone."""
         self.tok = tokenizer
         self.vocab_size = tokenizer.get_vocab_size()
         self.piece_chars = PIECE_CHARS if _cuttable(tokenizer) else None
+        self.fast_encode = fast_encoder(tokenizer) if fast else None
         self.template_source = chat_template
         env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False)
         self.template = env.from_string(chat_template)
@@ -49,17 +54,19 @@ class TextTokenizer:
         one otherwise; `chat_template` (a file) overrides the template."""
         realistic = vocab_size is not None and vocab_size >= REALISTIC_VOCAB
         path = REALISTIC_TOKENIZER if realistic else DEFAULT_TOKENIZER
-        template = DEFAULT_CHAT_TEMPLATE
+        template, bundled = DEFAULT_CHAT_TEMPLATE, True
         if model_dir and (Path(model_dir) / "tokenizer.json").is_file():
-            path = Path(model_dir) / "tokenizer.json"
+            path, bundled = Path(model_dir) / "tokenizer.json", False
             cfg_path = Path(model_dir) / "tokenizer_config.json"
             if cfg_path.is_file():
                 template = json.loads(cfg_path.read_text()).get("chat_template") or template
         if chat_template:
             template = Path(chat_template).read_text()
-        return cls(Tokenizer.from_file(str(path)), template)
+        return cls(Tokenizer.from_file(str(path)), template, fast=bundled)
 
     def encode(self, text: str) -> list[int]:
+        if self.fast_encode:
+            return self.fast_encode(text)
         # NOTE: the batch "fast" path skips offset tracking, which nothing here uses: it
         # halves the CPU of a long prompt's tokenization (measured: 6.8 -> 3.6 ms at 10k tokens).
         # Pieces of ~2k characters cost ~15% less CPU than one 36k-character text (the
