@@ -85,7 +85,11 @@ def test_a_sweep_records_the_front_ends_measured_cpu_in_its_evidence(tmp_path):
         front.prompt_ids(req)
         costs.append((time.thread_time() - start) * 1000)
     # NOTE: in the server the render shares its core with the model's GEMMs (one core per
-    # instance) and runs 2-6x slower in CPU time than alone here (measured on a 2-core Xeon,
-    # before and after this test's change); the bound checks the counter's plumbing (stage,
-    # units, per-request division), which a mistake would move by 1000x or 0x
-    assert 0.25 < fe["render_ms_per_request"] / statistics.mean(costs) < 8
+    # instance) and costs more CPU time than alone here: 2-6x with `tokenizers` encoding,
+    # 5.5-13x since tiktoken cut the encode to ~0.2 ms here (the server's figure moved
+    # less: 1.3-2.2 ms in this sweep, 0.23-0.46 ms for requests sent one at a time);
+    # measured on a 2-core Xeon, the cause not profiled. The bound checks
+    # the counter's plumbing (stage, units, per-request division), which a mistake would
+    # move by 1000x or to 0
+    ratio = fe["render_ms_per_request"] / statistics.mean(costs)
+    assert 0.25 < ratio < 40, (fe["render_ms_per_request"], costs)
