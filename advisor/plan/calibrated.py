@@ -112,16 +112,21 @@ def _outside_steps(engine: EngineSpec) -> tuple[EngineSpec, float]:
     return dataclasses.replace(engine, step=step), outside
 
 
-def _jitter_for(system, low, p99: float) -> float:
-    """The step jitter (lognormal sigma) with which `low`'s requests simulated on
-    `system(sigma)` have p99 ITL `p99` (bisection; 0 when none is needed)."""
-    lo, hi = 0.0, 1.5
-    if _figures(system(lo), low)[2] >= p99:
-        return 0.0
+def _solve(figure, lo: float, hi: float, target: float) -> float:
+    """The x in [lo, hi] at which `figure(x)`, growing with x, reaches `target`
+    (bisection); `lo` when it is there already."""
+    if figure(lo) >= target:
+        return lo
     for _ in range(12):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _figures(system(mid), low)[2] < p99 else (lo, mid)
+        lo, hi = (mid, hi) if figure(mid) < target else (lo, mid)
     return (lo + hi) / 2
+
+
+def _jitter_for(system, low, p99: float) -> float:
+    """The step jitter (lognormal sigma) with which `low`'s requests simulated on
+    `system(sigma)` have p99 ITL `p99` (0 when none is needed)."""
+    return _solve(lambda j: _figures(system(j), low)[2], 0.0, 1.5, p99)
 
 
 def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link,
@@ -165,10 +170,18 @@ def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link
             e, jitter=j)), low, low.get("p99_itl_ms") or 0.0)
         scaled = dataclasses.replace(scaled, jitter=jitter)
         ttft, _, _ = _figures(system(name, scaled), low)
-        extra = max(0.0, (low.get("median_ttft_ms") or ttft) - ttft) if low.kind == "disagg" \
-            else 0.0
+        want = low.get("median_ttft_ms") or ttft
+        extra, p = 0.0, pre
+        if low.kind == "disagg" and want < ttft:
+            # NOTE: collocated's prefill scale overshoots this prefiller's own TTFT (it runs
+            # no decodes): its prefill is scaled down to it, else its queue fills too early
+            p = _solve(lambda x, n=name, e=scaled, r=low:
+                       _figures(system(n, _scaled(e, x / pre, 1.0)), r)[0], 0.5 * pre, pre, want)
+            scaled = _scaled(scaled, p / pre, 1.0)
+        elif low.kind == "disagg":
+            extra = want - ttft
         systems[name] = system(name, scaled, extra)
-        notes.append(f"{name}: prefill x{pre:.2f}, decode x{dec:.2f}, jitter {jitter:.2f}"
+        notes.append(f"{name}: prefill x{p:.2f}, decode x{dec:.2f}, jitter {jitter:.2f}"
                      + (f", +{extra:.0f} ms per request" if extra else "")
                      + f" (at {low.rate:g} req/s)")
     return systems, "; ".join(notes)

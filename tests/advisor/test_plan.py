@@ -8,7 +8,7 @@ import pytest
 
 from advisor.errors import UsageError
 from advisor.plan import candidates, hardware, runs
-from advisor.plan.calibrated import PROXY_MS, run_calibrated
+from advisor.plan.calibrated import PROXY_MS, _scaled, run_calibrated
 from advisor.plan.plan import PlanOptions, run_plan
 from advisor.plan.simulate import EngineSpec, System
 from advisor.plan.steptime import FittedStep, Step, prefill_step
@@ -126,8 +126,9 @@ TRUTH = FittedStep(18.0, 0.15, 18.0, 0.6, 2e-5, "truth")
 TRUTH_FRONT_MS = 2.0  # the request's way in and out, outside the steps
 
 
-def _measured_sweep(parent) -> RunDir:
-    """A run directory as the bundled sweep writes it, whose engine is TRUTH exactly."""
+def _measured_sweep(parent, collocated_prefill: float = 1.0) -> RunDir:
+    """A run directory as the bundled sweep writes it, whose engine is TRUTH exactly (its
+    prefill `collocated_prefill` times slower in the collocated runs)."""
     run_dir = RunDir.create(parent, "long-prompt")
     prompts = [64, 256, 1024]
     cal = Calibration(prompts, [TRUTH_FRONT_MS + TRUTH.ms(prefill_step(p)) for p in prompts],
@@ -143,8 +144,9 @@ def _measured_sweep(parent) -> RunDir:
     link = hardware.Link("measured", 0.5, 0.0, 0.0, "test")
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
     slos = {"ttft": 2000.0, "itl": 100.0}
+    mixed = _scaled(engine, collocated_prefill, 1.0)
     for p, system in ((Placement("collocated-2", "collocated"),
-                       System((engine, engine), front_ms=TRUTH_FRONT_MS)),
+                       System((mixed, mixed), front_ms=TRUTH_FRONT_MS)),
                       (Placement("disagg-1p1d", "disagg"),
                        System((engine,), (engine,), link, kv, TRUTH_FRONT_MS, PROXY_MS))):
         for rate in (1.0, 3.0, 6.0):
@@ -165,6 +167,17 @@ def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
     for row in rec["compare"]:
         for k in ("median_ttft_ms", "p99_itl_ms"):
             assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.02), row
+
+
+def test_a_prefiller_faster_than_collocateds_prefill_is_fitted_to_its_own_ttft(tmp_path):
+    """Collocated prefills share their steps with decodes; P/D's prefiller runs alone. A
+    prefill scale taken from collocated alone would fill the prefiller's queue too soon."""
+    measured = _measured_sweep(tmp_path / "measured", collocated_prefill=1.3)
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True)
+    assert "disagg-1p1d: prefill x1.00" in rec["simulated"]
+    for row in rec["compare"]:
+        for k in ("median_ttft_ms", "p99_itl_ms"):
+            assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.03), row
 
 
 def test_calibrate_needs_a_bundled_sweeps_calibration(tmp_path):
