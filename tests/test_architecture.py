@@ -18,7 +18,10 @@ ENGINE_LAYERS = {
     "render": {"core"},
     "serve": {"core", "model", "kv", "render"},
 }
-TORCH_FREE = ("engine.core", "engine.render", "engine.serve.render_server", "engine.serve.proxy")
+# NOTE: the planner, the advice and the CLI's start too: `advisor plan` and every bad-flag
+# message answer in a fraction of a second without loading torch (~1 s here)
+TORCH_FREE = ("engine.core", "engine.render", "engine.serve.render_server", "engine.serve.proxy",
+              "advisor.plan", "advisor.decide", "advisor.cli")
 
 
 def _module_name(path: Path) -> str:
@@ -76,7 +79,7 @@ def test_engine_layers_import_only_downward(layer):
     assert not bad, f"{layer} may import only {sorted(allowed)}: {bad}"
 
 
-def test_the_core_and_the_render_tier_import_no_torch_at_all():
+def test_the_core_the_render_tier_and_the_planner_import_no_torch_at_all():
     named = [m for m in MODULES if m.startswith(TORCH_FREE)]
     assert not [(m, i) for m in named for i in _imports(m, at_run_time=True)
                 if i.split(".")[0] == "torch"]

@@ -1,9 +1,8 @@
-"""From a sweep's results to the evidence, the manifest and the summary table."""
+"""From a sweep's results to the evidence and the summary table."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import urllib.parse
 from pathlib import Path
@@ -14,8 +13,6 @@ import pandas as pd
 from advisor.errors import UsageError
 from advisor.measure.prom import FRONTEND_CPU, PROCESS_CPU, Sample, transfer_of
 from advisor.measure.transfer import link_class, verdict
-from advisor.probe import hardware, p2p
-from advisor.probe import host_links as links
 from advisor.probe.kvsize import kv_size
 from advisor.rundata.evidence import (
     Calibration,
@@ -27,10 +24,8 @@ from advisor.rundata.evidence import (
     TurnEvidence,
     WorkloadEvidence,
 )
-from advisor.rundata.files import manifest
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.rate_search import Outcome, goodput_interval, max_goodput_rate
-from engine.model.dtype import DtypeChoice
 from engine.render.history import check_history
 from engine.render.tokenizer import TextTokenizer
 
@@ -38,18 +33,6 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
                    "slo_attainment", "request_goodput", "request_throughput", "output_throughput",
                    "median_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "mean_tpot_ms")
-
-
-def sweep_manifest(opts, argv: list[str] | None, dtype: DtypeChoice) -> dict:
-    """The run's manifest, with what probe finds on this host and the dtype that runs."""
-    gpus, note = hardware.inventory()
-    matrix = p2p.query() if gpus else None
-    probe = {"gpus": hardware.gpus_json(gpus), "gpu_note": note,
-             "p2p": matrix.to_json() if matrix else None, "links": links.host_links(16 << 20)}
-    config = {k: v for k, v in dataclasses.asdict(opts).items() if k != "api_key"}
-    ran = {"asked": opts.dtype, "ran": dtype.dtype, "reason": dtype.reason,
-           "matmul_gflops": dtype.gflops}
-    return {**manifest(opts.seed, config, argv), "probe": probe, "dtype": ran}
 
 
 def _side(run_dir: RunDir, name: str, outcomes: list[Outcome], rate: float) -> PlacementEvidence:

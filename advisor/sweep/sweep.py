@@ -25,7 +25,8 @@ from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep import sizing
 from advisor.sweep.calibrate import calibrate
 from advisor.sweep.deployments import metric_urls, started
-from advisor.sweep.evidence import build_evidence, sweep_manifest, write_summary
+from advisor.sweep.evidence import build_evidence, write_summary
+from advisor.sweep.manifest import sweep_manifest
 from advisor.sweep.options import (
     DEFAULT_SLO,
     FALLBACK_START,

@@ -1,0 +1,27 @@
+"""A bundled sweep's manifest: versions, config and seed, what probe finds on this host
+(GPUs, P2P, measured links) and the dtype that runs.
+
+# NOTE: apart from evidence.py, so that what reads run directories (the planner, reports,
+# `advisor recommend`) never loads torch, which measuring the links needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from advisor.probe import hardware, p2p
+from advisor.probe import host_links as links
+from advisor.rundata.files import manifest
+from engine.model.dtype import DtypeChoice
+
+
+def sweep_manifest(opts, argv: list[str] | None, dtype: DtypeChoice) -> dict:
+    """The run's manifest, with what probe finds on this host and the dtype that runs."""
+    gpus, note = hardware.inventory()
+    matrix = p2p.query() if gpus else None
+    probe = {"gpus": hardware.gpus_json(gpus), "gpu_note": note,
+             "p2p": matrix.to_json() if matrix else None, "links": links.host_links(16 << 20)}
+    config = {k: v for k, v in dataclasses.asdict(opts).items() if k != "api_key"}
+    ran = {"asked": opts.dtype, "ran": dtype.dtype, "reason": dtype.reason,
+           "matmul_gflops": dtype.gflops}
+    return {**manifest(opts.seed, config, argv), "probe": probe, "dtype": ran}
