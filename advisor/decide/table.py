@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from advisor.measure.confidence import requests_to_separate
+from advisor.decide.comparison import compare
 from advisor.measure.transfer import SLOW_MS
 from advisor.rundata.evidence import Evidence
 
@@ -300,7 +300,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
             why.append(f"the KV transfer is slow ({_ms(slow)} per transfer): fix it before "
                        "anything else, then measure again")
     elif c is not None and d is not None:
-        comparison = _comparison(ev, c, d)
+        comparison = compare(ev, c, d)
         if d > c * (1 + t.goodput_margin) and d > 0:
             action = split
             why.append(f"{seen}: disaggregated sustains {d:.3g} req/s at the SLO against "
@@ -344,39 +344,6 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         "calibration": ev.calibration.summary() if ev.calibration else None,
         "simulated": ev.simulated,
     }
-
-
-def _comparison(ev: Evidence, c: float, d: float) -> dict:
-    """The two placements' max goodputs, their intervals, and whether those separate them:
-    "confident" only when the intervals do not overlap; otherwise how many requests per
-    rate would separate the attainments at the judged rate."""
-    col, dis = ev.collocated, ev.disaggregated
-    ci_c, ci_d = col.max_goodput_interval_rps, dis.max_goodput_interval_rps
-    out = {"collocated_max_goodput_rps": c, "disaggregated_max_goodput_rps": d,
-           "ratio": d / c if c > 0 else None, "collocated_interval_rps": ci_c,
-           "disaggregated_interval_rps": ci_d, "confident": False}
-    if not (ci_c and ci_d):
-        out["confidence"] = "no goodput intervals in this evidence: confidence unknown"
-        return out
-    top = lambda ci: float("inf") if ci[1] is None else ci[1]  # noqa: E731
-    out["confident"] = ci_d[0] >= top(ci_c) or ci_c[0] >= top(ci_d)
-    shown = f"intervals {_interval(ci_c)} collocated and {_interval(ci_d)} disaggregated"
-    if out["confident"] and c != d:
-        out["confidence"] = f"confident: the goodput {shown} do not overlap"
-        return out
-    more = ""
-    if col.attainment_ci and dis.attainment_ci and col.requests_at_rate:
-        n = requests_to_separate(col.requests_at_rate, col.attainment_at_rate, col.attainment_ci,
-                                 dis.attainment_at_rate, dis.attainment_ci)
-        more = (f"; about {n} requests per rate (now {col.requests_at_rate}) would separate "
-                f"their attainments at {col.rate_rps:g} req/s" if n else
-                f"; their attainments at {col.rate_rps:g} req/s are equal")
-    out["confidence"] = f"within noise: the goodput {shown} overlap{more}"
-    return out
-
-
-def _interval(ci: list) -> str:
-    return f"[{ci[0]:g}, {ci[1]:g}] req/s" if ci[1] is not None else f"[{ci[0]:g} req/s, unbounded)"
 
 
 def _by(a: float, b: float) -> str:

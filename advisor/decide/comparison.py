@@ -1,0 +1,61 @@
+"""The two placements' max goodputs side by side: "confident" only when their intervals
+do not overlap; otherwise "within noise", with how many requests per rate would separate
+them."""
+
+from __future__ import annotations
+
+from advisor.measure.confidence import requests_to_separate
+from advisor.rundata.evidence import Evidence
+
+
+def compare(ev: Evidence, c: float, d: float) -> dict:
+    """The two placements' max goodputs, their intervals, and whether those separate them:
+    "confident" only when the intervals do not overlap; otherwise how many requests per
+    rate would separate the attainments at the judged rate."""
+    col, dis = ev.collocated, ev.disaggregated
+    ci_c, ci_d = col.max_goodput_interval_rps, dis.max_goodput_interval_rps
+    out = {"collocated_max_goodput_rps": c, "disaggregated_max_goodput_rps": d,
+           "ratio": d / c if c > 0 else None, "collocated_interval_rps": ci_c,
+           "disaggregated_interval_rps": ci_d, "confident": False}
+    if not (ci_c and ci_d):
+        out["confidence"] = "no goodput intervals in this evidence: confidence unknown"
+        return out
+    top = lambda ci: float("inf") if ci[1] is None else ci[1]  # noqa: E731
+    out["confident"] = ci_d[0] >= top(ci_c) or ci_c[0] >= top(ci_d)
+    shown = f"intervals {_interval(ci_c)} collocated and {_interval(ci_d)} disaggregated"
+    if out["confident"] and c != d:
+        out["confidence"] = f"confident: the goodput {shown} do not overlap"
+        return out
+    more = ""
+    if col.attainment_ci and dis.attainment_ci and col.requests_at_rate:
+        more = _what_would_separate(col, dis, ev.slo.attainment)
+    out["confidence"] = f"within noise: the goodput {shown} overlap{more}"
+    return out
+
+
+def _what_would_separate(col, dis, target: float) -> str:
+    """How many requests per rate would separate the placements at the judged rate: their
+    attainments, or, where those are apart already, a placement's attainment from the
+    target (its interval holds the target, so its max goodput may lie on either side)."""
+    n = requests_to_separate(col.requests_at_rate, col.attainment_at_rate, col.attainment_ci,
+                             dis.attainment_at_rate, dis.attainment_ci)
+    if not n:
+        return f"; their attainments at {col.rate_rps:g} req/s are equal"
+    if n > col.requests_at_rate:
+        return (f"; about {n} requests per rate (now {col.requests_at_rate}) would separate "
+                f"their attainments at {col.rate_rps:g} req/s")
+    unsure = [(requests_to_separate(p.requests_at_rate, p.attainment_at_rate, p.attainment_ci,
+                                    target, [target, target]), name, p)
+              for name, p in (("collocated", col), ("disaggregated", dis))
+              if p.attainment_ci[0] < target <= p.attainment_ci[1]]
+    if not unsure:
+        return ""
+    n, name, p = max(unsure, key=lambda u: u[0])
+    return (f"; their attainments at {col.rate_rps:g} req/s are apart, but {name}'s "
+            f"({p.attainment_at_rate:.2f}, interval [{p.attainment_ci[0]:.2f}, "
+            f"{p.attainment_ci[1]:.2f}]) holds the {target:g} target: about {n} requests "
+            f"per rate (now {p.requests_at_rate}) would tell whether it meets it")
+
+
+def _interval(ci: list) -> str:
+    return f"[{ci[0]:g}, {ci[1]:g}] req/s" if ci[1] is not None else f"[{ci[0]:g} req/s, unbounded)"
