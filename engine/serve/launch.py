@@ -128,7 +128,8 @@ class Deployment:
 
     @property
     def processes(self) -> list[subprocess.Popen]:
-        """The children's current processes: instances in start order, then the front."""
+        """The children's current processes: instances in start order, then the front
+        (render-split: then the render tier and the render front)."""
         return [c.proc for c in self.children]
 
 
@@ -219,17 +220,35 @@ def serve_module(
 
 @contextlib.contextmanager
 def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
-    """The engines (collocated) and the render tier on loopback, a render front before them.
+    """The engines (collocated) and the render tier on loopback, a render front before them;
+    the tier and the front are children too, so a supervisor restarts them as it does
+    the engines.
     # NOTE: the render tier shares the engines' cores here: on a GPU host it would take
     CPU from the host's other work, which is what splitting it off elsewhere frees."""
     inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None}
-    with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines, \
-            launch(dataclasses.replace(t, mode="render", **inside), health_timeout) as tier, \
-            serve_module("engine.serve.render_front", ["--render", tier.url, "--engine",
-                                                        engines.url],
-                         t.host, health_timeout=health_timeout, port=t.port,
-                         env=_front_env(t)) as url:
-        yield Deployment(url, {**engines.instance_urls, "render": [tier.url]}, engines.children)
+    with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines:
+        tier = _module_child("render", "engine.serve.render_server", INTERNAL_HOST,
+                             free_port(INTERNAL_HOST), _internal_env(),
+                             ["--model", t.model, "--workers", str(t.render_workers),
+                              *t.frontend_args])
+        front = _module_child("render front", "engine.serve.render_front", t.host,
+                              t.port or free_port(t.host), _front_env(t),
+                              ["--render", tier.url, "--engine", engines.url])
+        try:
+            for child in (tier, front):
+                wait_healthy(child.url, child.start(), health_timeout)
+            yield Deployment(front.url, {**engines.instance_urls, "render": [tier.url]},
+                             engines.children + [tier, front])
+        finally:
+            stop([c.proc for c in (tier, front) if c.proc is not None])
+
+
+def _module_child(role: str, module: str, host: str, port: int, env: dict[str, str],
+                  args: list[str]) -> Child:
+    """A child running `python -m module --host H --port P *args`, not started yet."""
+    url = f"http://{host}:{port}"
+    return Child(f"{role} {url}", url, ["-m", module, "--host", host, "--port", str(port), *args],
+                 None, env)
 
 
 def _internal_env() -> dict[str, str]:

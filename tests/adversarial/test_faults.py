@@ -380,6 +380,44 @@ def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
     assert alive == ""  # the restarted decoder went down with the rest
 
 
+@pytest.mark.slow  # waits out a restart
+def test_a_killed_render_tier_is_restarted_and_chats_are_answered_again():
+    """render-split: the render tier and its front are children the supervisor watches,
+    as the engines are; while the tier is down a chat gets a clear 502, never a hang."""
+    from engine.serve.supervise import supervise
+
+    logs: list[str] = []
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
+    with launch(Topology(mode="render-split", replicas=1, dtype="float32")) as d:
+        path = "/v1/chat/completions"
+        status, before = post(d.url, chat, path)
+        assert status == 200
+        tier = next(c for c in d.children if c.name.startswith("render http"))
+        old = tier.proc
+        stop = threading.Event()
+        watcher = threading.Thread(target=supervise, args=(d, stop, logs.append), daemon=True)
+        watcher.start()
+        try:
+            old.send_signal(signal.SIGKILL)
+            old.wait(10)
+            status, err = post(d.url, chat, path)
+            assert status == 502 and "render" in err["error"]["message"], err
+            deadline = time.monotonic() + 60
+            while (got := post(d.url, chat, path))[0] != 200:
+                assert time.monotonic() < deadline, got
+                time.sleep(0.2)
+            assert got[1]["choices"][0]["message"] == before["choices"][0]["message"]
+            assert tier.proc.pid != old.pid
+            assert any("exited with code -9" in m for m in logs)
+        finally:
+            stop.set()
+            watcher.join(10)
+    port = tier.url.rsplit(":", 1)[1]
+    alive = subprocess.run(["pgrep", "-f", f"engine.serve.render_server.*--port {port}"],
+                           capture_output=True, text=True).stdout
+    assert alive == ""  # the restarted tier went down with the rest
+
+
 def test_a_decode_leg_cut_short_or_refused_frees_both_pools_long_before_the_lease():
     """The client hangs up mid-stream, or the decoder refuses the leg (past the context: the
     one-token prefill leg passed): the prefiller's KV, held under a 600 s lease, is freed
