@@ -196,6 +196,8 @@ def probe(
     ready_timeout: float = typer.Option(600.0, help="seconds to wait for the deployment"),
     link_class: str = typer.Option("fast", help="transfer check: fast (InfiniBand/NVLink-class, "
                                                 "> 1 GB/s) or tcp (> 100 MB/s)"),
+    wakeup_idle_s: float = typer.Option(1.0, help="seconds idle before each pass of the wake-up "
+                                                  "check (0: skip it)"),
 ) -> None:
     """Hardware and transfer checks: GPUs, P2P matrix, measured links, a live transfer check."""
     from advisor.probe.probe import ProbeOptions, run_probe
@@ -213,6 +215,7 @@ def probe(
                 model=model,
                 ready_timeout=ready_timeout,
                 link=link_class,
+                wakeup_idle_s=wakeup_idle_s,
             )
         )
 

@@ -21,6 +21,7 @@ from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
+from advisor.probe.wakeup import IDLE_S, Wakeup, probe_wakeup
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
@@ -38,12 +39,15 @@ class ProbeOptions:
     model: str | None = None  # the served model's name (None: ask /v1/models)
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S
     link: str = "fast"  # the link class the transfers are held to (LINK_FLOORS_GBPS)
+    wakeup_idle_s: float = IDLE_S  # idle before the wake-up passes (0: not measured)
 
 
 def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     """Collect everything the options ask for; print it as tables or JSON; return it."""
     if opts.link_mb < 1:
         raise UsageError("--link-mb must be >= 1")
+    if opts.wakeup_idle_s < 0:
+        raise UsageError("--wakeup-idle-s must be >= 0")
     if opts.link not in LINK_FLOORS_GBPS:
         raise UsageError(f"--link-class must be one of {', '.join(LINK_FLOORS_GBPS)}, "
                          f"not {opts.link!r}")
@@ -62,6 +66,7 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
         result["p2p"], result["p2p_source"] = (
             (matrix.to_json(), "nvidia-smi") if matrix else (None, None)
         )
+    result["wakeup"] = probe_wakeup(opts.wakeup_idle_s)
     result["links"] = links.host_links(opts.link_mb << 20)
     n = result["torch"]["device_count"]
     result["links"]["gpu_pairs"] = links.gpu_links(n) if n > 1 else []
@@ -123,6 +128,10 @@ def _print(r: dict, out: Console) -> None:
     out.print("  matmul on one thread: " + ", ".join(
         f"{d} {g:.0f} GFLOP/s" for d, g in cpu["matmul_gflops"].items()))
     out.print(f"  dtype auto -> {cpu['auto_dtype']} ({cpu['auto_reason']})")
+    if r["wakeup"]:
+        w = Wakeup(r["wakeup"]["idle_s"], r["wakeup"]["busy_ms"], r["wakeup"]["after_idle_ms"])
+        out.print(f"  after idle: {w.summary()}"
+                  + ("; latencies at low request rates include this" if w.ratio >= 1.5 else ""))
     if r["gpus"]:
         t = Table(title="GPUs")
         for col in ("index", "name", "memory", "PCI bus"):

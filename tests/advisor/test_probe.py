@@ -9,6 +9,7 @@ import pytest
 from advisor.errors import UsageError
 from advisor.probe import hardware, p2p
 from advisor.probe.kvsize import kv_size, parse_link
+from advisor.probe.wakeup import measure
 from tests.cli import advisor
 
 FIX = Path(__file__).parent / "fixtures"
@@ -118,9 +119,13 @@ def test_inventory_parser():
 
 @pytest.mark.integration
 def test_probe_json_on_this_machine(tmp_path):
-    out = advisor("probe", "--json", "--link-mb", "8", "--p2p-from", str(FIX / "p2p_2gpu_ansi.txt"))
+    out = advisor("probe", "--json", "--link-mb", "8", "--p2p-from", str(FIX / "p2p_2gpu_ansi.txt"),
+                  "--wakeup-idle-s", "0.05")
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
+    w = r["wakeup"]
+    assert w["idle_s"] == 0.05 and w["busy_ms"] > 0
+    assert w["ratio"] == w["after_idle_ms"] / w["busy_ms"]
     if not r["gpus"]:
         assert r["gpu_note"] and r["torch"]["device_count"] == 0
     assert r["links"]["shm"]["gbps"] > 0 and r["links"]["tcp"]["gbps"] > 0
@@ -154,3 +159,28 @@ def test_cpu_vector_flags_are_read_from_cpuinfo():
     assert hardware.cpu_flags(zen3) == ["avx2"]
     assert hardware.cpu_flags(zen4) == ["avx2", "avx512f", "avx512_bf16"]
     assert hardware.cpu_flags("") == []
+
+
+def test_the_wake_up_check_times_work_back_to_back_and_after_idling():
+    """A host whose work runs 5x slower right after a sleep, on a fake clock."""
+    now, slept = [0.0], [False]
+
+    def work():
+        now[0] += 0.060 if slept[0] else 0.012
+        slept[0] = False
+
+    def sleep(s):
+        now[0] += s
+        slept[0] = True
+
+    w = measure(work, idle_s=2.0, repeats=3, sleep=sleep, clock=lambda: now[0])
+    assert (w.busy_ms, w.after_idle_ms) == (pytest.approx(12.0), pytest.approx(60.0))
+    assert w.ratio == pytest.approx(5.0)
+    assert w.summary() == ("a 128 MB read takes 12.0 ms back to back and 60.0 ms after 2 s "
+                           "idle (5.0x)")
+
+
+def test_a_negative_wake_up_idle_is_one_line_naming_the_flag():
+    out = advisor("probe", "--wakeup-idle-s", "-1")
+    assert out.returncode == 2 and "--wakeup-idle-s must be >= 0" in out.stderr
+    assert "Traceback" not in out.stderr
