@@ -21,7 +21,7 @@ from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.probe import hardware, p2p
 from advisor.probe import host_links as links
-from advisor.probe.wakeup import IDLE_S, Wakeup, probe_wakeup
+from advisor.probe.wakeup import IDLE_S, NOTABLE, Wakeup, probe_wakeup
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
@@ -131,7 +131,8 @@ def _print(r: dict, out: Console) -> None:
     if r["wakeup"]:
         w = Wakeup(r["wakeup"]["idle_s"], r["wakeup"]["busy_ms"], r["wakeup"]["after_idle_ms"])
         out.print(f"  after idle: {w.summary()}"
-                  + ("; latencies at low request rates include this" if w.ratio >= 1.5 else ""))
+                  + ("; latencies at low request rates include this" if w.ratio >= NOTABLE
+                     else ""))
     if r["gpus"]:
         t = Table(title="GPUs")
         for col in ("index", "name", "memory", "PCI bus"):

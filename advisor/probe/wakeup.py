@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 IDLE_S = 1.0  # asleep before each pass of the idle side
 REPEATS = 3
 READ_BYTES = 128 << 20  # about a small model's weights: what a decode step streams
+NOTABLE = 1.5  # a ratio from which low-rate latencies are worth reading with it in mind
 
 
 @dataclass(frozen=True)
