@@ -297,7 +297,6 @@ def sweep(
     """Measure collocated against disaggregated on this machine and recommend a placement."""
     from advisor.sweep.config_file import merged
     from advisor.sweep.options import SweepOptions, parse_rates
-    from advisor.sweep.sweep import run_sweep
 
     with _user_errors("a bundled-engine deployment"):
         opts = SweepOptions(
@@ -332,6 +331,10 @@ def sweep(
         )
         if config:
             opts = merged(opts, config)
+        if not resume:  # a resumed sweep takes its run directory's options, checked there
+            opts.check()
+        from advisor.sweep.sweep import run_sweep  # NOTE: loads torch: bad flags answer first
+
         try:
             run_sweep(opts, resume=resume)
         except KeyboardInterrupt:

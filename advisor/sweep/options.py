@@ -3,7 +3,7 @@ rate, the seed and the number of requests per rate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from advisor.errors import UsageError
 from advisor.measure.stats import parse_percentiles, parse_slos
@@ -15,6 +15,7 @@ from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset
 from workloads.spec import Workload
 
 DEFAULT_SLO = ("ttft:2000", "itl:50")
+DEFAULT_MODEL = "small"  # the bundled engine's when --model is not given
 DEFAULT_TOPOLOGIES = "collocated:2,disagg:1p1d"
 # a multi-turn preset also measures P/D with bidirectional transfer (the decision row needs it)
 MULTI_TURN_TOPOLOGIES = "collocated:2,disagg:1p1d,disagg-bidi:1p1d"
@@ -84,6 +85,16 @@ class SweepOptions:
         scale = 1.0 if self.scale is None else self.scale
         return preset(self.workload, seed, scale=scale, rate=rate, num_prompts=num_prompts,
                       output_scale=self.output_scale)
+
+    def model_to_run(self) -> str | None:
+        """The model to run: as given, else the default one for the bundled engine (for a
+        deployment, None: its first listed model)."""
+        return self.model or (DEFAULT_MODEL if self.bundled else None)
+
+    def check(self) -> None:
+        """UsageError naming a bad flag, before anything starts (validate, with the model
+        this sweep would run)."""
+        replace(self, model=self.model_to_run()).validate()
 
     def validate(self) -> list[Placement]:
         """Raise UsageError naming the bad flag; return the placements to measure."""

@@ -49,7 +49,6 @@ from engine.model.dtype import resolve as resolve_dtype
 from engine.serve.launch import launch
 
 REQUEST_TIMEOUT_S = 180.0
-DEFAULT_MODEL = "small"
 URL_CONTEXT = 32768  # a real deployment's context, for sizing calibration prompts
 REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rate's
 # (as has a run where more than half the requests failed)
@@ -85,7 +84,7 @@ def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepO
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {opts.dtype!r}")
     # NOTE: only a default SLO on the default model may be widened to fit this machine
     widen = not opts.slo and opts.model is None and opts.bundled
-    filled = dataclasses.replace(opts, model=_model(opts),
+    filled = dataclasses.replace(opts, model=opts.model_to_run(),
                                  slo=opts.slo or DEFAULT_SLO)
     filled.validate()
     choice = resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
@@ -111,7 +110,7 @@ def _resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in fields}
     opts = SweepOptions(**config)
     ran = (manifest.get("dtype") or {}).get("ran", opts.dtype)  # as the interrupted sweep ran
-    return run_dir, dataclasses.replace(opts, dtype=ran, model=_model(opts),
+    return run_dir, dataclasses.replace(opts, dtype=ran, model=opts.model_to_run(),
                                         slo=opts.slo or DEFAULT_SLO, api_key=api_key)
 
 
@@ -258,12 +257,6 @@ class _Sweep:
         w = opts.workload_at(1000.0, seed_for(opts.seed, 0.0) + 1, 2)
         measure(self._endpoint(url, w.chat), w, max_concurrency=1, label="warmup",
                 bars=self.bars)
-
-
-def _model(opts: SweepOptions) -> str | None:
-    """The model to run: as given, else the default one for the bundled engine (for a
-    deployment, None: its first listed model)."""
-    return opts.model or (DEFAULT_MODEL if opts.bundled else None)
 
 
 def _collocated(opts: SweepOptions) -> int:

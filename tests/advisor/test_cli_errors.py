@@ -1,5 +1,9 @@
 """A user's mistake is one line and exit code 2; a bug is not disguised as one."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import typer
 
@@ -7,6 +11,8 @@ from advisor.cli import _user_errors
 from advisor.errors import UsageError
 from advisor.rundata.files import RunDataError
 from engine.serve.launch import LaunchError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("error", [UsageError("--rates: bad"), RunDataError("x.json: corrupt"),
@@ -23,3 +29,13 @@ def test_what_the_user_can_fix_exits_2_with_one_line(error, capsys):
 def test_a_bug_surfaces_as_itself(bug):
     with pytest.raises(type(bug)), _user_errors():
         raise bug
+
+
+@pytest.mark.parametrize("flags", [["--workload", "nope"], ["--model", "nope"], ["--rates", "0"]])
+def test_a_bad_sweep_flag_is_answered_before_torch_loads(flags):
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom advisor.cli import app\n"
+            f"r = CliRunner().invoke(app, ['sweep', *{flags!r}])\n"
+            "assert r.exit_code == 2 and 'Traceback' not in r.output, r.output\n"
+            "sys.exit('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
