@@ -205,17 +205,22 @@ def serve_module(
 ) -> Iterator[str]:
     """Run `python -m module --host H --port P *args` (P: `port`, else a free one) in `env`
     (default: this process's), yield its URL once healthy, stop it."""
-    port = port or free_port(host)
-    proc = _spawn(
-        ["-m", module, "--host", host, "--port", str(port), *args], cores,
-        dict(os.environ) if env is None else env,
-    )
+    child = _module_child(module, module, host, port or free_port(host),
+                          dict(os.environ) if env is None else env, args, cores)
+    proc = child.start()
     try:
-        url = f"http://{host}:{port}"
-        wait_healthy(url, proc, health_timeout)
-        yield url
+        wait_healthy(child.url, proc, health_timeout)
+        yield child.url
     finally:
         stop([proc])
+
+
+def _module_child(role: str, module: str, host: str, port: int, env: dict[str, str],
+                  args: list[str], cores: list[int] | None = None) -> Child:
+    """A child running `python -m module --host H --port P *args`, not started yet."""
+    url = f"http://{host}:{port}"
+    return Child(f"{role} {url}", url, ["-m", module, "--host", host, "--port", str(port), *args],
+                 cores, env)
 
 
 @contextlib.contextmanager
@@ -228,9 +233,7 @@ def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
     inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None}
     with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines:
         tier = _module_child("render", "engine.serve.render_server", INTERNAL_HOST,
-                             free_port(INTERNAL_HOST), _internal_env(),
-                             ["--model", t.model, "--workers", str(t.render_workers),
-                              *t.frontend_args])
+                             free_port(INTERNAL_HOST), _internal_env(), _render_args(t))
         front = _module_child("render front", "engine.serve.render_front", t.host,
                               t.port or free_port(t.host), _front_env(t),
                               ["--render", tier.url, "--engine", engines.url])
@@ -243,12 +246,9 @@ def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
             stop([c.proc for c in (tier, front) if c.proc is not None])
 
 
-def _module_child(role: str, module: str, host: str, port: int, env: dict[str, str],
-                  args: list[str]) -> Child:
-    """A child running `python -m module --host H --port P *args`, not started yet."""
-    url = f"http://{host}:{port}"
-    return Child(f"{role} {url}", url, ["-m", module, "--host", host, "--port", str(port), *args],
-                 None, env)
+def _render_args(t: Topology) -> list[str]:
+    """The render server's flags for `t` (its port and host apart)."""
+    return ["--model", t.model, "--workers", str(t.render_workers), *t.frontend_args]
 
 
 def _internal_env() -> dict[str, str]:
@@ -284,7 +284,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     if t.mode == "render":
         with serve_module(
             "engine.serve.render_server",
-            ["--model", t.model, "--workers", str(t.render_workers), *t.frontend_args],
+            _render_args(t),
             t.host,
             health_timeout=health_timeout,
             port=t.port,
