@@ -2,7 +2,8 @@
 bundled-engine sweep, predicting that sweep's runs (or another's) request for request.
 
 The step model is fitted to the sweep's calibration (advisor.plan.steptime.fit), the KV
-link to its measured transfers; every measured run is replayed with its own arrivals and
+link to its measured transfers, what waking an idle machine costs to the calibration's
+TTFTs after idle times; every measured run is replayed with its own arrivals and
 lengths on the same placements, and the predictions go through the decision table as
 a sweep's measurements do. `compare` sets predicted beside measured.
 """
@@ -28,6 +29,7 @@ from advisor.rundata.files import RunDataError, manifest
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.options import DEFAULT_SLO
 from advisor.sweep.placements import Placement
+from advisor.sweep.rate_search import COLLAPSE
 from engine.core.config import EngineConfig
 
 PROXY_MS = 3.0  # the bundled P/D's extra HTTP leg and proxy hop per request (assumed)
@@ -61,16 +63,22 @@ def _link(run_dir: RunDir) -> Link:
                 f"{run_dir.name}: {kv.mean_ms:.1f} ms per transfer at {kv.gbps:.2f} GB/s")
 
 
+def _wake(cal: Calibration) -> tuple[tuple[float, float], ...]:
+    """The calibration's wake-up curve as the simulator takes it, from (0 s, 0 ms)."""
+    points = tuple(zip(cal.wake_idle_s, cal.wake_extra_ms))
+    return ((0.0, 0.0), *points) if points else ()
+
+
 def _system(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
-            front_ms: float = 0.0) -> System:
+            front_ms: float = 0.0, wake: tuple = ()) -> System:
     """A bundled-engine placement by its sweep name: collocated-N or disagg-XpYd."""
     kind, _, shape = name.partition("-")
     if kind == "collocated" and shape.isdigit():
-        return System(decode=(engine,) * int(shape), front_ms=front_ms)
+        return System(decode=(engine,) * int(shape), front_ms=front_ms, wake=wake)
     p, _, d = shape.removesuffix("d").partition("p")
     if kind == "disagg" and p.isdigit() and d.isdigit():
         return System(decode=(engine,) * int(d), prefill=(engine,) * int(p), link=link,
-                      kv_bytes=kv_bytes, front_ms=front_ms, proxy_ms=PROXY_MS)
+                      kv_bytes=kv_bytes, front_ms=front_ms, proxy_ms=PROXY_MS, wake=wake)
     raise UsageError(f"placement {name!r} cannot be simulated (collocated-N and disagg-XpYd "
                      "can)")
 
@@ -129,13 +137,28 @@ def _jitter_for(system, low, p99: float) -> float:
     return _solve(lambda j: _figures(system(j), low)[2], 0.0, 1.5, p99)
 
 
+def _closest(error, lo: float, hi: float) -> float:
+    """The x in [lo, hi] (both > 0) where `error(x)`, one valley, is least (golden
+    section on log x)."""
+    a, b, g = np.log(lo), np.log(hi), (np.sqrt(5) - 1) / 2
+    for _ in range(16):
+        c, d = b - g * (b - a), a + g * (b - a)
+        a, b = (a, d) if error(np.exp(c)) < error(np.exp(d)) else (c, b)
+    return float(np.exp((a + b) / 2))
+
+
+def _ttft_error(system, rows: list) -> float:
+    """Squared log ratio of simulated to measured median TTFT, summed over `rows`."""
+    return sum(np.log(_figures(system, r)[0] / r.get("median_ttft_ms")) ** 2 for r in rows)
+
+
 def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link,
-                kv_bytes) -> tuple[dict[str, System], str]:
-    """Each placement in `names` as a system fitted to the lowest rate measured (in
-    `measured`): the request's path outside the steps (_outside_steps) as a fixed latency,
-    prefill steps scaled to collocated's median TTFT there, each placement's decode steps
-    to its own median ITL, step jitter to its p99 ITL, and what P/D's median TTFT has
-    beyond that as a fixed latency per request (the proxy's HTTP legs).
+                kv_bytes, slo, wake: tuple = ()) -> tuple[dict[str, System], str]:
+    """Each placement in `names` as a system fitted to the rates measured (in `measured`):
+    the request's path outside the steps (_outside_steps) as a fixed latency, prefill
+    steps scaled to collocated's median TTFT at its lowest rate, each placement's decode
+    steps to its own median ITL there, step jitter to its p99 ITL there, and P/D's prefill
+    steps to its median TTFTs at every rate below collapse (`slo`: the sweep's).
 
     # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
     # proxy and the other instances share this machine's cores: every step is slower, and
@@ -147,8 +170,8 @@ def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link
             lowest[r.placement] = r
     engine, outside = _outside_steps(engine)
 
-    def system(name: str, spec: EngineSpec, extra: float = 0.0) -> System:
-        return _system(name, spec, link, kv_bytes, outside + extra)
+    def system(name: str, spec: EngineSpec) -> System:
+        return _system(name, spec, link, kv_bytes, outside, wake)
 
     pre = 1.0
     col = next((r for r in lowest.values() if r.kind == "collocated"), None)
@@ -156,6 +179,9 @@ def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link
         ttft, _, _ = _figures(system(col.placement, engine), col)
         pre = max(1e-3, (col.get("median_ttft_ms") or ttft) - outside) / max(1e-3, ttft - outside)
     systems, notes = {}, [f"{outside:.1f} ms per request outside the steps"]
+    if wake:
+        notes.append("the first step after an idle machine +" + ", +".join(
+            f"{x:.0f} ms after {s:g} s" for s, x in wake[1:]))
     for name in names:
         low = lowest.get(name)
         scaled = _scaled(engine, pre, 1.0)
@@ -169,21 +195,18 @@ def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link
         jitter = _jitter_for(lambda j, n=name, e=scaled: system(n, dataclasses.replace(
             e, jitter=j)), low, low.get("p99_itl_ms") or 0.0)
         scaled = dataclasses.replace(scaled, jitter=jitter)
-        ttft, _, _ = _figures(system(name, scaled), low)
-        want = low.get("median_ttft_ms") or ttft
-        extra, p = 0.0, pre
-        if low.kind == "disagg" and want < ttft:
-            # NOTE: collocated's prefill scale overshoots this prefiller's own TTFT (it runs
-            # no decodes): its prefill is scaled down to it, else its queue fills too early
-            p = _solve(lambda x, n=name, e=scaled, r=low:
-                       _figures(system(n, _scaled(e, x / pre, 1.0)), r)[0], 0.5 * pre, pre, want)
+        p, rows = pre, [r for r in measured if r.placement == name and _below(r, slo)]
+        if low.kind == "disagg" and rows:
+            # NOTE: the prefiller runs no decodes but shares the cores with the decoder and
+            # the proxy, and its queue (one prefiller) decides P/D's TTFT from low rates to
+            # the knee: its prefill scale is the one that fits them all
+            p = _closest(lambda x, n=name, e=scaled, at=rows: _ttft_error(
+                system(n, _scaled(e, x / pre, 1.0)), at), 0.5 * pre, 2.0 * pre)
             scaled = _scaled(scaled, p / pre, 1.0)
-        elif low.kind == "disagg":
-            extra = want - ttft
-        systems[name] = system(name, scaled, extra)
-        notes.append(f"{name}: prefill x{p:.2f}, decode x{dec:.2f}, jitter {jitter:.2f}"
-                     + (f", +{extra:.0f} ms per request" if extra else "")
-                     + f" (at {low.rate:g} req/s)")
+        systems[name] = system(name, scaled)
+        notes.append(f"{name}: prefill x{p:.2f}"
+                     + (f" (fitted at {len(rows)} rates)" if low.kind == "disagg" else "")
+                     + f", decode x{dec:.2f}, jitter {jitter:.2f} (at {low.rate:g} req/s)")
     return systems, "; ".join(notes)
 
 
@@ -192,7 +215,8 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool) -
     with `compare` (predicted beside measured, per placement and rate)."""
     fitted_on = _dir(measured, "--calibrate")
     target = _dir(replay, "--replay") if replay else fitted_on
-    step = fit(_calibration(fitted_on))
+    cal = _calibration(fitted_on)
+    step = fit(cal)
     link = _link(fitted_on)
     m = target.read_manifest()
     cfg = m.get("config") or {}
@@ -209,7 +233,8 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool) -
     fitted_runs = fitted_on.read_runs(problems) if replay else measured_runs
     kv_bytes = lambda t: shape.kv_bytes(t, dtype)  # noqa: E731
     systems, why = _under_load(engine, fitted_runs,
-                               sorted({r.placement for r in measured_runs}), link, kv_bytes)
+                               sorted({r.placement for r in measured_runs}), link, kv_bytes,
+                               fitted_on.read_evidence().slo, _wake(cal))
     slo = tuple((m.get("sizing") or {}).get("slo") or cfg.get("slo") or DEFAULT_SLO)
     opts = PlanOptions(model=cfg.get("model") or "small", slo=slo, dtype=dtype,
                        attainment=cfg.get("attainment", 0.9),
@@ -253,6 +278,13 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool) -
         console.print_recommendation(rec)
         print(f"run directory: {run_dir} (every figure simulated)")
     return rec
+
+
+def _below(run, slo) -> bool:
+    """Whether a measured run is below collapse (its p99 ITL within the sweep's bound) and
+    its median TTFT within the TTFT SLO (past it, a queue that grows for the whole run)."""
+    return (run.get("p99_itl_ms") or 0.0) <= COLLAPSE * slo.itl_ms \
+        and 0.0 < (run.get("median_ttft_ms") or 0.0) <= slo.ttft_ms
 
 
 def _requests(run) -> list[SimRequest]:

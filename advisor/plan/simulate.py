@@ -8,6 +8,9 @@ says. Collocated: replicas behind round robin. P/D: the proxy picks a prefiller 
 decoder round robin; the prefiller computes the prompt and samples one token, the KV then
 crosses the link (transfers into one decoder queue on its link, one at a time), and the
 decoder computes the last prompt token in its next step, which gives the first token.
+With a wake-up curve (`System.wake`), an engine's first step after it sat idle lasts
+longer by the curve's extra at that idle time (a CPU host measured by the sweep's
+calibration pays it: its memory runs slower right after an idle).
 
 # NOTE: a request's KV is reserved whole (prompt and output) when its prefill starts:
 # a full cache makes requests queue, never preempts one (vLLM would preempt and recompute).
@@ -47,8 +50,9 @@ class EngineSpec:
     max_batched_tokens: int = 2048
     max_num_seqs: int = 256
     chunked_prefill: bool = True
-    # each step's time times a lognormal factor of median 1 and this sigma (0: exact): a
-    # machine's own noise (OS, other processes), fitted where there is a measurement
+    # each step's time times a lognormal factor of median 1 and this sigma for a decode
+    # step (0: exact; less for longer steps, see _Sim._jittered): a machine's own noise
+    # (OS, other processes), fitted where there is a measurement
     jitter: float = 0.0
 
 
@@ -65,6 +69,9 @@ class System:
     kv_bytes: object = None  # prompt tokens -> bytes moved (P/D)
     front_ms: float = 1.0  # client -> engine, per request (HTTP, parsing)
     proxy_ms: float = 1.0  # the P/D proxy's extra hop, per request
+    # (idle seconds, extra ms) points, idle growing: what an engine's first step after it
+    # idled that long costs beyond its step model (empty: nothing)
+    wake: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass
@@ -91,6 +98,7 @@ class _Engine:
     chunks: list = field(default_factory=list)  # this step's (job, tokens)
     first_step: int = 0  # of the steps in progress (a run of decode-only steps, or one)
     generation: int = 0  # bumped when a run is cut: its planned end event is stale
+    idle_since: float | None = -np.inf  # None while it steps (the start: idle for ever)
 
 
 @dataclass
@@ -128,6 +136,7 @@ class _Sim:
         self.moved = 0.0  # KV bytes sent
         self.failed: dict[int, str] = {}
         self.target: dict[int, int] = {}  # request -> its decoder
+        self.lone_ms: dict[int, float] = {}  # id(spec) -> one request's decode step (jitter)
 
     def _at(self, t: float, fn, *args) -> None:
         heapq.heappush(self.events, (t, next(self.seq), fn, args))
@@ -184,11 +193,14 @@ class _Sim:
             budget -= n
         if not chunks and not e.running:
             return
+        wake = self._wake_ms(t, e)
+        e.idle_since = None
         e.busy, e.chunks, e.first_step = True, chunks, len(e.step_ends)
         if not chunks:  # decodes only until the next request's last token, or an arrival
             m = min(e.finishing) - e.first_step + 1
             grown = e.context + e.running * np.arange(m)  # [m] context at each step
-            ms = spec.step.ms(Step(e.running, 0, grown, grown)) * self._noise(spec, m)
+            ms = self._jittered(spec, spec.step.ms(Step(e.running, 0, grown, grown)), m)
+            ms[0] += wake
             e.step_ends.extend((t + np.cumsum(ms) / 1000).tolist())
         else:
             tokens = 0
@@ -196,13 +208,35 @@ class _Sim:
                 tokens += n
                 pairs += n * (job.before + (n + 1) / 2)
                 read += job.before + n
-            ms = spec.step.ms(Step(e.running, tokens, pairs, read)) * self._noise(spec, 1)[0]
+            ms = self._jittered(spec, spec.step.ms(Step(e.running, tokens, pairs, read)), 1)[0]
+            ms += wake
             e.step_ends.append(t + float(ms) / 1000)
         self._at(e.step_ends[-1], self._step_done, e, e.generation)
 
-    def _noise(self, spec: EngineSpec, m: int) -> np.ndarray:
-        """[m] factors for m steps' times (ones without jitter)."""
-        return self.rng.lognormal(0.0, spec.jitter, m) if spec.jitter else np.ones(m)
+    def _wake_ms(self, t: float, e: _Engine) -> float:
+        """The extra ms of `e`'s step starting at `t`: the wake-up curve at how long it sat
+        idle (0 when it steps on from its last step)."""
+        if not self.sys.wake or e.idle_since is None:
+            return 0.0
+        idle, extra = zip(*self.sys.wake)
+        return float(np.interp(t - e.idle_since, idle, extra))
+
+    def _jittered(self, spec: EngineSpec, ms, m: int) -> np.ndarray:
+        """[m] step times `ms` (a scalar or [m]) times a lognormal factor of median 1: its
+        sigma is `spec.jitter` for a step no longer than one request's decode step, and
+        shrinks as 1/sqrt(length) for longer ones.
+
+        # NOTE: a step's noise is the sum of the disturbances (other processes, the OS)
+        # that land in it, so its relative spread falls as the step grows; a long prefill
+        # step with the decode step's relative spread would lose ~10% of its throughput to
+        # the lognormal's mean (exp(sigma^2 / 2)) and saturate a prefiller too early."""
+        if not spec.jitter:
+            return ms * np.ones(m)
+        ref = self.lone_ms.get(id(spec))
+        if ref is None:
+            ref = self.lone_ms[id(spec)] = float(spec.step.ms(Step(decodes=1)))
+        sigma = spec.jitter * np.sqrt(np.minimum(1.0, ref / np.maximum(ms, 1e-9)))
+        return ms * np.exp(sigma * self.rng.standard_normal(m))
 
     def _cut(self, t: float, e: _Engine) -> None:
         """A job arrived while `e` runs planned decode-only steps: stop after the step in
@@ -247,6 +281,8 @@ class _Sim:
                 e.finishing.setdefault(k + job.out - 1, []).append(job)
         e.busy, e.chunks = False, []
         self._start(t, e)
+        if not e.busy:
+            e.idle_since = t
 
     # ---- P/D ----------------------------------------------------------------------------------
     def _send(self, t: float, e: _Engine, job: _Job) -> None:

@@ -107,6 +107,9 @@ class Calibration:
     prefill_base_ms: float
     dtype: str | None = None  # what the engine ran in
     placement: str | None = None  # where it was measured
+    # TTFT beyond back to back after the machine idled each time (empty: not measured)
+    wake_idle_s: tuple = ()
+    wake_extra_ms: tuple = ()
 
     def ttft_at(self, tokens: float) -> float:
         """Unloaded TTFT of a `tokens`-token prompt (ms), from the fit."""
@@ -123,7 +126,11 @@ class Calibration:
         """One line: the unloaded TTFT per prompt length and decode step per batch size."""
         ttft = ", ".join(f"{p} tokens {t:.0f} ms" for p, t in zip(self.prompt_tokens, self.ttft_ms))
         step = ", ".join(f"batch {b} {t:.1f} ms" for b, t in zip(self.batches, self.step_ms))
-        return f"unloaded TTFT: {ttft}; decode step: {step} ({self.dtype}, on {self.placement})"
+        wake = ", ".join(f"+{x:.0f} ms after {s:g} s"
+                         for s, x in zip(self.wake_idle_s, self.wake_extra_ms))
+        return (f"unloaded TTFT: {ttft}; decode step: {step}"
+                + (f"; TTFT after an idle machine: {wake}" if wake else "")
+                + f" ({self.dtype}, on {self.placement})")
 
     def floors(self, prompt_tokens: float) -> dict[str, float]:
         """Each SLO metric's unloaded floor (ms): what one request alone gets."""

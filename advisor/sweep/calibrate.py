@@ -1,14 +1,17 @@
 """Calibration: the deployed engine's unloaded timings, measured before the rate search.
 
-Unloaded TTFT at a few prompt lengths (fitted as a + b x tokens) and the decode step
-(median inter-token gap) at batch 1 and at a larger batch, a few seconds in all. The
-sweep sizes its workload from it (advisor.sweep.scale) and compares the SLO with the
-floor it sets before searching.
+Unloaded TTFT at a few prompt lengths (fitted as a + b x tokens), the decode step
+(median inter-token gap) at batch 1 and at a larger batch, and what a request pays for
+finding the machine idle (TTFT after a few idle times, beyond its back-to-back TTFT: a
+CPU host's memory runs slower right after an idle, a GPU clocks down), a few seconds in
+all. The sweep sizes its workload from it (advisor.sweep.scale) and compares the SLO with
+the floor it sets before searching; `advisor plan --calibrate` simulates with it.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -24,6 +27,7 @@ PROMPTS = (64, 256, 1024)  # prompt tokens whose unloaded TTFT is measured (capp
 BATCH = 8  # the larger decode batch
 STEPS = 24  # decode steps timed per request
 SEED = 7_777_777  # prompts no measured run uses
+IDLE_S = (0.1, 0.3, 1.0)  # idle before one request each: the wake-up curve's points
 
 
 def _workload(prompt: int, output: int, n: int, seed: int):
@@ -52,5 +56,21 @@ def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:
                       label=f"calibrating decode at batch {b}", bars=bars)
         steps.append(_median_ms([g for r in run.records if (lat := latency(r)) for g in lat.itls]))
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
+    mid = len(prompts) // 2
     return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=[1, BATCH], step_ms=steps,
-                       prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base))
+                       prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base),
+                       wake_idle_s=list(IDLE_S),
+                       wake_extra_ms=_wake_extra_ms(endpoint, prompts[mid], ttft[mid], bars))
+
+
+def _wake_extra_ms(endpoint: Endpoint, prompt: int, back_to_back_ms: float, bars) -> list:
+    """Per idle time in IDLE_S: a `prompt`-token request's TTFT after the machine sat idle
+    that long, beyond `back_to_back_ms` (its TTFT right after other work)."""
+    extra = []
+    for i, idle in enumerate(IDLE_S):
+        time.sleep(idle)
+        run = measure(endpoint, _workload(prompt, 2, 1, SEED + 200 + i),
+                      label=f"calibrating wake-up after {idle:g} s idle", bars=bars)
+        first = _median_ms([lat.ttft for r in run.records if (lat := latency(r))])
+        extra.append(max(0.0, first - back_to_back_ms))
+    return extra

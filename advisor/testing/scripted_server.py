@@ -1,8 +1,10 @@
 """An OpenAI-compatible server whose timing is known exactly: a ruler for clients.
 
 Each streamed request gets its first token `ttft_ms` after it arrived and the
-rest every `itl_ms`, on an absolute schedule (no drift). `fail_every=k` answers
-every k-th request with HTTP 500. No model: each token is "tok" with id = its
+rest every `itl_ms`, on an absolute schedule (no drift); with `wake_ms_per_s`, a
+request that finds the server idle (nothing in flight) for s seconds gets its first
+token s x wake_ms_per_s later still. `fail_every=k` answers every k-th request with
+HTTP 500. No model: each token is "tok" with id = its
 position. The bodies it received, with each request's arrival (the kernel's
 receive timestamp) and chunk-write times (time.monotonic()), are kept for
 inspection (`GET /debug/requests`).
@@ -38,6 +40,7 @@ class Script:
     itl_ms: float = 20.0
     max_tokens: int = 16  # used when a request names none
     fail_every: int = 0
+    wake_ms_per_s: float = 0.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -100,13 +103,26 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.received.append({"body": body, "timing": timing})
             count = len(self.server.received)
+            wake = 0.0 if self.server.in_flight else \
+                max(0.0, arrived - self.server.idle_since) * s.wake_ms_per_s
+            self.server.in_flight += 1
+        try:
+            self._answer(body, chat, arrived, s.ttft_ms + wake, count, timing)
+        finally:
+            with self.server.lock:
+                self.server.in_flight -= 1
+                self.server.idle_since = time.monotonic()
+
+    def _answer(self, body: dict, chat: bool, arrived: float, ttft_ms: float, count: int,
+                timing: dict) -> None:
+        s = self.server.script
         if s.fail_every and count % s.fail_every == 0:
             return self._json(500, error_body("scripted failure", "server_error", 500))
         n = int(body.get("max_tokens") or s.max_tokens)
         prompt = body.get("messages") if chat else body.get("prompt")
         usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else 1,
                  "completion_tokens": n, "total_tokens": n + 1}
-        due = lambda k: arrived + (s.ttft_ms + k * s.itl_ms) / 1000  # noqa: E731
+        due = lambda k: arrived + (ttft_ms + k * s.itl_ms) / 1000  # noqa: E731
         if not body.get("stream"):
             time.sleep(max(0.0, due(n - 1) - time.monotonic()))
             choice = {"message": {"role": "assistant", "content": "tok" * n}} if chat \
@@ -147,6 +163,7 @@ class ScriptedServer(ThreadingHTTPServer):
     def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0):
         super().__init__((host, port), _Handler)
         self.script, self.received, self.lock = script, [], threading.Lock()
+        self.in_flight, self.idle_since = 0, time.monotonic()  # for Script.wake_ms_per_s
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,9 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--fail-every", type=int, default=0)
+    ap.add_argument("--wake-ms-per-s", type=float, default=0.0)
     a = ap.parse_args(argv)
     sys.setswitchinterval(2e-4)  # a thread due to write must not wait 5 ms for the GIL
-    server = ScriptedServer(Script(a.ttft_ms, a.itl_ms, a.max_tokens, a.fail_every), a.host, a.port)
+    script = Script(a.ttft_ms, a.itl_ms, a.max_tokens, a.fail_every, a.wake_ms_per_s)
+    server = ScriptedServer(script, a.host, a.port)
     print(f"scripted server ready on http://{a.host}:{a.port}", flush=True)
     try:
         server.serve_forever()

@@ -137,3 +137,52 @@ def test_step_jitter_spreads_gaps_as_a_lognormal_of_that_sigma():
     assert np.percentile(g, 99) / np.median(g) == pytest.approx(np.exp(2.326 * 0.2), rel=0.03)
     again = simulate(System((jittery,), front_ms=0.0), [SimRequest(0.0, 10, 20001)]).records
     assert again[0].chunks == rec.chunks  # seeded: the same run twice
+
+
+def test_a_step_100_times_longer_than_a_decode_step_spreads_10_times_less():
+    jittery = EngineSpec(FLAT, 10**6, 8192, jitter=0.2)
+    # lone prompts far apart: each TTFT is one prefill step of 10 + 0.1 x 5950 = 605 ms
+    reqs = [SimRequest(2.0 * i, 5950, 1) for i in range(4000)]
+    ttft = [(r.chunks[0] - r.sent) * 1000 for r in simulate(
+        System((jittery,), front_ms=0.0), reqs).records]
+    assert np.median(ttft) == pytest.approx(605.0, rel=0.01)
+    assert np.std(np.log(ttft)) == pytest.approx(0.2 * np.sqrt(6.0 / 605.0), rel=0.05)
+
+
+def test_an_engines_first_step_after_it_idled_pays_the_wake_up_curve():
+    wake = ((0.0, 0.0), (0.1, 20.0), (1.0, 200.0))
+    # request 1 arrives while request 0's prefill runs, so it steps on without waking;
+    # request 2 finds the engine idle for ~0.7 s after request 1's last token
+    reqs = [SimRequest(0.0, 100, 5), SimRequest(0.01, 100, 5), SimRequest(1.0, 100, 5)]
+    lone = 10 + 0.1 * 100  # ms to the first token without waking
+    recs = simulate(System((engine(),), front_ms=0.0, wake=wake), reqs).records
+    ttft = [(r.chunks[0] - r.sent) * 1000 for r in recs]
+    # before the first request the engine idled "for ever": the curve's last point
+    assert ttft[0] == pytest.approx(lone + 200.0)
+    # request 1 waits for that step, then prefills beside request 0's first decode
+    assert ttft[1] == pytest.approx(lone + 200.0 - 10.0 + (10 + 0.1 * 100 + 1.0))
+    idle = recs[2].sent - max(r.chunks[-1] for r in recs[:2])
+    assert 0.5 < idle < 1.0
+    assert ttft[2] == pytest.approx(lone + float(np.interp(idle, (0.0, 0.1, 1.0),
+                                                           (0.0, 20.0, 200.0))))
+    assert gaps_ms(recs[2]) == pytest.approx([6.0] * 4)  # the steps after it: not slowed
+    plain = simulate(System((engine(),), front_ms=0.0), reqs).records
+    assert (plain[2].chunks[0] - plain[2].sent) * 1000 == pytest.approx(lone)
+
+
+def test_a_decoder_idle_while_the_prompt_prefills_pays_the_curve_for_its_first_step():
+    wake = ((0.0, 0.0), (1.0, 100.0))  # +0.1 ms per ms idle
+    system = System(decode=(engine(),), prefill=(engine(),), link=LINK, kv_bytes=lambda t: 0,
+                    front_ms=0.0, proxy_ms=0.0, wake=wake)
+    first, second = simulate(system, [SimRequest(0.0, 100, 2), SimRequest(0.5, 100, 2)]).records
+    prefill, decode_first = 10 + 0.1 * 100, 10 + 0.1 * 1  # the decoder's step: 1 token
+    # both engines idled for ever before the first request: +100 ms each
+    assert (first.chunks[0] - first.sent) * 1000 == pytest.approx(
+        prefill + 100 + decode_first + 100)
+    # the second: the prefiller idled since the first prefill ended, the decoder since the
+    # first request's last token (and while this prompt prefilled)
+    pre_idle = 0.5 - (prefill + 100) / 1000
+    pre_end = second.sent + (prefill + 100 * pre_idle) / 1000
+    dec_idle = pre_end - first.chunks[-1]
+    assert (second.chunks[0] - second.sent) * 1000 == pytest.approx(
+        prefill + 100 * pre_idle + decode_first + 100 * dec_idle)
