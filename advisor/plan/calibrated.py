@@ -180,7 +180,7 @@ def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link
         pre = max(1e-3, (col.get("median_ttft_ms") or ttft) - outside) / max(1e-3, ttft - outside)
     systems, notes = {}, [f"{outside:.1f} ms per request outside the steps"]
     if wake:
-        notes.append("the first step after an idle machine +" + ", +".join(
+        notes.append("an idle engine's first step +" + ", +".join(
             f"{x:.0f} ms after {s:g} s" for s, x in wake[1:]))
     for name in names:
         low = lowest.get(name)
@@ -240,7 +240,7 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool) -
                        attainment=cfg.get("attainment", 0.9),
                        operating_rate=cfg.get("operating_rate"), workload=cfg.get("workload"))
     label = (f"simulated by advisor plan --calibrate: step times fitted to {fitted_on.name}'s "
-             f"calibration, scaled to each placement's lowest measured rate ({why}); KV link "
+             f"calibration, scaled to its measured runs ({why}); KV link "
              f"{link.source}; replaying {target.name}'s requests")
     run_dir = RunDir.create(out, f"plan-replay-{target.name}")
     run_dir.write_manifest({**manifest(cfg.get("seed", 0), {**cfg, "fitted_on": str(fitted_on),

@@ -193,13 +193,14 @@ class _Sim:
             budget -= n
         if not chunks and not e.running:
             return
-        wake = self._wake_ms(t, e)
+        wake = self._wake_ms(t, e) if self.sys.wake else 0.0
         e.idle_since = None
         e.busy, e.chunks, e.first_step = True, chunks, len(e.step_ends)
         if not chunks:  # decodes only until the next request's last token, or an arrival
             m = min(e.finishing) - e.first_step + 1
             grown = e.context + e.running * np.arange(m)  # [m] context at each step
-            ms = self._jittered(spec, spec.step.ms(Step(e.running, 0, grown, grown)), m)
+            ms = spec.step.ms(Step(e.running, 0, grown, grown))
+            ms = self._jittered(spec, ms, m) if spec.jitter else ms * np.ones(m)
             ms[0] += wake
             e.step_ends.extend((t + np.cumsum(ms) / 1000).tolist())
         else:
@@ -208,15 +209,16 @@ class _Sim:
                 tokens += n
                 pairs += n * (job.before + (n + 1) / 2)
                 read += job.before + n
-            ms = self._jittered(spec, spec.step.ms(Step(e.running, tokens, pairs, read)), 1)[0]
-            ms += wake
-            e.step_ends.append(t + float(ms) / 1000)
+            ms = spec.step.ms(Step(e.running, tokens, pairs, read))
+            if spec.jitter:
+                ms = self._jittered(spec, ms, 1)[0]
+            e.step_ends.append(t + (float(ms) + wake) / 1000)
         self._at(e.step_ends[-1], self._step_done, e, e.generation)
 
     def _wake_ms(self, t: float, e: _Engine) -> float:
         """The extra ms of `e`'s step starting at `t`: the wake-up curve at how long it sat
         idle (0 when it steps on from its last step)."""
-        if not self.sys.wake or e.idle_since is None:
+        if e.idle_since is None:
             return 0.0
         idle, extra = zip(*self.sys.wake)
         return float(np.interp(t - e.idle_since, idle, extra))
@@ -230,8 +232,6 @@ class _Sim:
         # that land in it, so its relative spread falls as the step grows; a long prefill
         # step with the decode step's relative spread would lose ~10% of its throughput to
         # the lognormal's mean (exp(sigma^2 / 2)) and saturate a prefiller too early."""
-        if not spec.jitter:
-            return ms * np.ones(m)
         ref = self.lone_ms.get(id(spec))
         if ref is None:
             ref = self.lone_ms[id(spec)] = float(spec.step.ms(Step(decodes=1)))

@@ -32,6 +32,7 @@ def engine_run(tmp_path):
     return run
 
 
+@pytest.mark.slow  # starts a headless Chromium, ~6 s
 def test_report_renders_in_chromium_with_every_plot_and_nothing_fetched(engine_run, tmp_path):
     p = advisor("report", str(engine_run))
     assert p.returncode == 0, p.stderr

@@ -83,6 +83,7 @@ def test_plain_pd_recomputes_every_turn_with_the_same_output(reference):
     assert computed > outs[0][1] + (TURNS - 1) * (1 + NEW)  # more than bidirectional's
 
 
+@pytest.mark.slow  # waits out a lease and restarts a decoder, ~6 s
 def test_an_expired_lease_or_a_killed_decoder_between_turns_recomputes(reference):
     """Turn 2 after the kept KV's lease ran out, and turn 3 after the decoder was killed:
     the prefiller's pull fails, it computes everything, and the answers stay the same."""

@@ -29,7 +29,12 @@ TOPOLOGIES = {
 }
 
 
-@pytest.fixture(scope="module", params=list(TOPOLOGIES))
+# NOTE: the fast tier keeps the pair the guide compares; tcp and render-split run in full
+FAST = ("collocated", "disagg-shm")
+
+
+@pytest.fixture(scope="module", params=[
+    t if t in FAST else pytest.param(t, marks=pytest.mark.slow) for t in TOPOLOGIES])
 def deployment(request):
     with launch(TOPOLOGIES[request.param]) as d:
         yield request.param, d

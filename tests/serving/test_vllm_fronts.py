@@ -61,6 +61,7 @@ def test_bench_needs_no_models_endpoint_and_reads_sse_sent_as_json(toy, tmp_path
         {"usage"}
 
 
+@pytest.mark.slow  # a P/D deployment behind the toy proxy, ~7 s
 def test_transfer_check_reads_the_decoders_metrics_behind_the_toy_proxy(toy):
     url, _, dec = toy
     p = advisor("probe", "--json", "--link-mb", "1", "--transfer-check", url, "--model", "tiny",
