@@ -173,8 +173,9 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.parametrize("sig,mode,processes", [
-    (signal.SIGINT, "disagg", 3),
-    pytest.param(signal.SIGTERM, "disagg", 3, marks=pytest.mark.slow),  # SIGINT's twin, ~7 s
+    # NOTE: ~7 s each: the fast tier keeps the render one (a front, a tier and an engine)
+    pytest.param(signal.SIGINT, "disagg", 3, marks=pytest.mark.slow),
+    pytest.param(signal.SIGTERM, "disagg", 3, marks=pytest.mark.slow),
     (signal.SIGTERM, "render", 1)])
 def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
     proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--model", "tiny",
@@ -278,6 +279,7 @@ def test_a_stopped_prefiller_or_decoder_costs_seconds_not_minutes():
         _until_served(d.url, {**body, "max_tokens": 3})  # back in the rotation
 
 
+@pytest.mark.slow  # a herd of stalled streams, ~5 s
 def test_a_herd_of_streams_nobody_reads_never_starves_a_normal_request():
     body = json.dumps({"prompt": [5, 6, 7], "max_tokens": 300, "ignore_eos": True,
                        "stream": True}).encode()

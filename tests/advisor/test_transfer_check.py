@@ -18,6 +18,7 @@ def test_transfer_check_reads_the_decoders_metrics(connector):
     assert r["mean_mb"] == pytest.approx(512 * 200 / 1e6)
 
 
+@pytest.mark.slow  # a deployment of its own, ~5 s
 def test_transfer_check_on_a_collocated_deployment_sees_no_transfers():
     with launch(Topology(mode="collocated", replicas=1, model="tiny", dtype="float32")) as d:
         r = transfer_check(d.url, [], prompts=1, tokens=50)

@@ -87,6 +87,7 @@ def test_failed_requests_show_in_the_tables_and_count_in_attainment(tmp_path):
     assert cells[3:6] == ["6", "3", "0.667"]  # completed, failed, attainment 6/9
 
 
+@pytest.mark.slow  # renders a dozen damaged run directories, ~6 s
 def test_damaged_run_directories_are_named_never_a_traceback(engine_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(engine_run, run)
