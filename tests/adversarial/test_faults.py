@@ -420,6 +420,7 @@ def test_a_killed_render_tier_is_restarted_and_chats_are_answered_again():
     assert alive == ""  # the restarted tier went down with the rest
 
 
+@pytest.mark.slow  # a deployment of its own, ~5 s
 def test_a_decode_leg_cut_short_or_refused_frees_both_pools_long_before_the_lease():
     """The client hangs up mid-stream, or the decoder refuses the leg (past the context: the
     one-token prefill leg passed): the prefiller's KV, held under a 600 s lease, is freed

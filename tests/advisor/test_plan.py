@@ -169,6 +169,7 @@ def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
             assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.02), row
 
 
+@pytest.mark.slow  # fits and replays a sweep, ~6 s
 def test_a_prefiller_faster_than_collocateds_prefill_is_fitted_to_its_own_ttft(tmp_path):
     """Collocated prefills share their steps with decodes; P/D's prefiller runs alone. A
     prefill scale taken from collocated alone would fill the prefiller's queue too soon."""

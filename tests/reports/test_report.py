@@ -55,6 +55,7 @@ def test_report_renders_in_chromium_with_every_plot_and_nothing_fetched(engine_r
     assert shot.stat().st_size > 50_000  # a real full-page picture, not a blank one
 
 
+@pytest.mark.slow  # renders reports full of hostile strings, ~6 s
 def test_hostile_strings_are_escaped_and_never_run(engine_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(engine_run, run)
