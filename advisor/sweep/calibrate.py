@@ -57,20 +57,23 @@ def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:
         steps.append(_median_ms([g for r in run.records if (lat := latency(r)) for g in lat.itls]))
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
     mid = len(prompts) // 2
+    idle, extra = _wake_up(endpoint, prompts[mid], ttft[mid], bars)
     return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=[1, BATCH], step_ms=steps,
                        prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base),
-                       wake_idle_s=list(IDLE_S),
-                       wake_extra_ms=_wake_extra_ms(endpoint, prompts[mid], ttft[mid], bars))
+                       wake_idle_s=idle, wake_extra_ms=extra)
 
 
-def _wake_extra_ms(endpoint: Endpoint, prompt: int, back_to_back_ms: float, bars) -> list:
-    """Per idle time in IDLE_S: a `prompt`-token request's TTFT after the machine sat idle
-    that long, beyond `back_to_back_ms` (its TTFT right after other work)."""
-    extra = []
-    for i, idle in enumerate(IDLE_S):
-        time.sleep(idle)
+def _wake_up(endpoint: Endpoint, prompt: int, back_to_back_ms: float, bars) -> tuple[list, list]:
+    """(idle s, extra ms) for each idle time in IDLE_S whose request answered: a
+    `prompt`-token request's TTFT after the machine sat idle that long, beyond
+    `back_to_back_ms` (its TTFT right after other work). A failed request leaves its point
+    out."""
+    idle, extra = [], []
+    for i, s in enumerate(IDLE_S):
+        time.sleep(s)
         run = measure(endpoint, _workload(prompt, 2, 1, SEED + 200 + i),
-                      label=f"calibrating wake-up after {idle:g} s idle", bars=bars)
-        first = _median_ms([lat.ttft for r in run.records if (lat := latency(r))])
-        extra.append(max(0.0, first - back_to_back_ms))
-    return extra
+                      label=f"calibrating wake-up after {s:g} s idle", bars=bars)
+        for lat in filter(None, map(latency, run.records)):
+            idle.append(s)
+            extra.append(max(0.0, lat.ttft * 1000 - back_to_back_ms))
+    return idle, extra

@@ -48,3 +48,12 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
         assert truth >= idle * WAKE_MS_PER_S  # it slept at least that long
         assert truth - back_to_back - CLIENT_MS <= extra <= truth - back_to_back + CLIENT_WAKE_MS
     assert "TTFT after an idle machine: +" in cal.summary()
+
+
+@pytest.mark.slow  # a second calibration, ~5 s
+def test_a_failed_wake_up_request_leaves_its_point_out_and_nothing_else():
+    # the calibration's 20th request is the wake-up after 0.3 s: the server fails it
+    with scripted(TTFT_MS, ITL_MS, fail_every=20, wake_ms_per_s=WAKE_MS_PER_S) as url:
+        cal = calibrate(Endpoint(url, "scripted"), context=4096)
+    assert list(cal.wake_idle_s) == [IDLE_S[0], IDLE_S[2]]
+    assert len(cal.wake_extra_ms) == 2 and cal.wake_extra_ms[1] > cal.wake_extra_ms[0]
