@@ -42,6 +42,13 @@ def _median_ms(values_s: list[float]) -> float:
     return float(np.median(values_s)) * 1000
 
 
+def warm_up(endpoint: Endpoint, bars=None) -> None:
+    """Two short requests one at a time: a fresh instance's first-call costs, paid before
+    the calibration times anything."""
+    measure(endpoint, _workload(PROMPTS[0], 2, 2, SEED - 1), max_concurrency=1,
+            label="warmup", bars=bars)
+
+
 def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:
     """Measure `endpoint` (one engine instance, nothing else running on it)."""
     prompts = [p for p in PROMPTS if p + STEPS < context // 2] or [min(PROMPTS[0], context // 4)]

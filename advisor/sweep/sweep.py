@@ -23,7 +23,7 @@ from advisor.rundata.files import RunDataError
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep import sizing
-from advisor.sweep.calibrate import calibrate
+from advisor.sweep.calibrate import calibrate, warm_up
 from advisor.sweep.deployments import metric_urls, started
 from advisor.sweep.evidence import build_evidence, write_summary
 from advisor.sweep.manifest import sweep_manifest
@@ -252,7 +252,14 @@ class _Sweep:
                         timeout_s=REQUEST_TIMEOUT_S, api_key=opts.api_key)
 
     def _warm_up(self, url: str) -> None:
-        """Two requests one at a time (first-call costs), with prompts no measured run uses."""
+        """Two requests one at a time (first-call costs), with prompts no measured run uses:
+        the sized workload's, or the calibration's own short ones before it sizes anything.
+
+        NOTE: before sizing, the preset's lengths are unscaled (long-prompt: ~8k tokens in,
+        256 out); two of those cost ~35 s of a default sweep on a CPU, for nothing."""
+        if self.calibration is None and self.calibrates:
+            warm_up(self._endpoint(url, False), self.bars)
+            return
         opts = self.opts
         w = opts.workload_at(1000.0, seed_for(opts.seed, 0.0) + 1, 2)
         measure(self._endpoint(url, w.chat), w, max_concurrency=1, label="warmup",
