@@ -6,6 +6,7 @@ from pathlib import Path
 
 from advisor.errors import UsageError
 from reports import html, markdown, model
+from reports.figures import draw
 
 FORMATS = ("html", "md")
 
@@ -20,9 +21,10 @@ def run_report(
         raise UsageError(f"--format {','.join(formats)}: choose from {', '.join(FORMATS)}")
     data = model.load(run_dir)
     other = model.load(compare) if compare else None
+    figures = draw(data, other, svg="html" in formats, png="md" in formats)
     out = []
     if "html" in formats:
-        out.append(html.write(data, data.run_dir.file("report.html"), other))
+        out.append(html.write(data, data.run_dir.file("report.html"), figures))
     if "md" in formats:
-        out.append(markdown.write(data, data.run_dir.file("report.md"), other))
+        out.append(markdown.write(data, data.run_dir.file("report.md"), figures))
     return out

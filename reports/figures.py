@@ -16,6 +16,23 @@ class FigureSpec:
     make: Callable[[], object]  # -> a matplotlib Figure
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One plot, drawn once, in the formats the report asked for."""
+
+    name: str
+    caption: str
+    svg: str | None  # inline SVG text, for HTML
+    png: bytes | None  # PNG bytes, for Markdown
+
+
+def draw(data: ReportData, other: ReportData | None = None, svg: bool = True,
+         png: bool = True) -> list[Figure]:
+    """Every plot of the report (`figure_specs`), each built once and saved as asked."""
+    return [Figure(s.name, s.caption, *plots.encoded(s.make(), svg, png))
+            for s in figure_specs(data, other)]
+
+
 def figure_specs(data: ReportData, other: ReportData | None = None) -> list[FigureSpec]:
     if not data.runs:  # the SLO was out of reach: nothing was measured to plot
         return []

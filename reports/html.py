@@ -11,8 +11,8 @@ from pathlib import Path
 import jinja2
 
 from advisor.decide.table import fmt_items
-from reports import model, plots
-from reports.figures import figure_specs
+from reports import model
+from reports.figures import Figure
 from reports.model import ReportData
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
@@ -21,10 +21,8 @@ _ENV.filters["kv"] = fmt_items
 _ENV.globals["zip"] = zip
 
 
-def render(data: ReportData, other: ReportData | None = None) -> str:
-    """The page as a string."""
-    figures = [{"svg": plots.svg(spec.make()), "caption": spec.caption}
-               for spec in figure_specs(data, other)]
+def render(data: ReportData, figures: list[Figure]) -> str:
+    """The page as a string, with `figures` (drawn with svg=True) inline."""
     columns, rows = model.table(data)
     return _ENV.get_template("report.html").render(
         data=data, rec=data.recommendation, figures=figures, columns=columns, rows=rows,
@@ -32,8 +30,8 @@ def render(data: ReportData, other: ReportData | None = None) -> str:
         created=(data.manifest or {}).get("created"))
 
 
-def write(data: ReportData, path: Path, other: ReportData | None = None) -> Path:
+def write(data: ReportData, path: Path, figures: list[Figure]) -> Path:
     from advisor.rundata.files import write_atomic
 
-    write_atomic(path, render(data, other))
+    write_atomic(path, render(data, figures))
     return path

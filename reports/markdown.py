@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from advisor.decide.table import fmt_items
-from reports import model, plots
-from reports.figures import figure_specs
+from advisor.rundata.files import write_atomic
+from reports import model
+from reports.figures import Figure
 from reports.model import ReportData
 
 
@@ -14,8 +15,9 @@ def _cell(v) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> str:
-    """Markdown text; writes `report-<plot>.png` files into out_dir."""
+def render(data: ReportData, out_dir: Path, figures: list[Figure]) -> str:
+    """Markdown text; writes `figures` (drawn with png=True) as `report-<plot>.png` files
+    into out_dir, atomically (never through a symlink there)."""
     rec = data.recommendation
     lines = [f"# advisor report: {_cell(data.title)}", ""]
     if data.problems:
@@ -45,10 +47,10 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
             lines += ["", f"### {plan['placement']}{mark}", "", "```sh", *plan["shell"], "```"]
             lines += [f"- {_cell(n)}" for n in plan["notes"]]
     lines += ["", "## Plots", ""]
-    for spec in figure_specs(data, other):
-        name = f"report-{spec.name}.png"
-        plots.png(spec.make(), out_dir / name)
-        lines += [f"![{spec.name}]({name})", "", f"*{_cell(spec.caption)}*", ""]
+    for fig in figures:
+        name = f"report-{fig.name}.png"
+        write_atomic(out_dir / name, fig.png)
+        lines += [f"![{fig.name}]({name})", "", f"*{_cell(fig.caption)}*", ""]
     columns, rows = model.table(data)
     lines += [
         "## Every placement and rate",
@@ -63,8 +65,6 @@ def render(data: ReportData, out_dir: Path, other: ReportData | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
-def write(data: ReportData, path: Path, other: ReportData | None = None) -> Path:
-    from advisor.rundata.files import write_atomic
-
-    write_atomic(path, render(data, path.parent, other))
+def write(data: ReportData, path: Path, figures: list[Figure]) -> Path:
+    write_atomic(path, render(data, path.parent, figures))
     return path

@@ -11,7 +11,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 
-from advisor.rundata.files import write_atomic  # noqa: E402
 from reports.model import ReportData  # noqa: E402
 
 COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c",
@@ -257,21 +256,23 @@ def compare(data: ReportData, other: ReportData):
     return fig
 
 
-def svg(fig) -> str:
-    """The figure as inline SVG text (no external references), then closed."""
-    buf = io.StringIO()
-    # no metadata block: its Dublin Core namespaces look like links, and the date changes
-    fig.savefig(
-        buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None}
-    )
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg") :]
-
-
-def png(fig, path) -> None:
-    """The figure as a PNG at `path`, written atomically (never through a symlink there)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+def encoded(fig, svg: bool, png: bool) -> tuple[str | None, bytes | None]:
+    """The figure as inline SVG text (no external references) and as PNG bytes, each only
+    where asked; then closed."""
+    try:
+        text = image = None
+        if svg:
+            buf = io.StringIO()
+            # no metadata block: its Dublin Core namespaces look like links, and the date
+            # changes
+            fig.savefig(buf, format="svg",
+                        metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+            text = buf.getvalue()
+            text = text[text.index("<svg"):]
+        if png:
+            raw = io.BytesIO()
+            fig.savefig(raw, format="png", dpi=110)
+            image = raw.getvalue()
+        return text, image
+    finally:
+        plt.close(fig)
