@@ -24,7 +24,7 @@ from advisor.plan.plan import PlanOptions
 from advisor.plan.simulate import EngineSpec, SimRequest, System, simulate
 from advisor.plan.steptime import FittedStep, fit
 from advisor.probe.shapes import shape_of
-from advisor.rundata.evidence import Calibration
+from advisor.rundata.evidence import Calibration, wake_text
 from advisor.rundata.files import RunDataError, manifest
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.options import DEFAULT_SLO
@@ -61,12 +61,6 @@ def _link(run_dir: RunDir) -> Link:
         return Link("unmeasured", 1.0, 0.0, 0.0, "no transfers measured: 1 GB/s assumed")
     return Link(f"measured {kv.connector or 'link'}", kv.gbps, 0.0, 0.0,
                 f"{run_dir.name}: {kv.mean_ms:.1f} ms per transfer at {kv.gbps:.2f} GB/s")
-
-
-def _wake(cal: Calibration) -> tuple[tuple[float, float], ...]:
-    """The calibration's wake-up curve as the simulator takes it, from (0 s, 0 ms)."""
-    points = tuple(zip(cal.wake_idle_s, cal.wake_extra_ms))
-    return ((0.0, 0.0), *points) if points else ()
 
 
 def _system(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
@@ -180,8 +174,7 @@ def _under_load(engine: EngineSpec, measured: list, names: list[str], link: Link
         pre = max(1e-3, (col.get("median_ttft_ms") or ttft) - outside) / max(1e-3, ttft - outside)
     systems, notes = {}, [f"{outside:.1f} ms per request outside the steps"]
     if wake:
-        notes.append("an idle engine's first step +" + ", +".join(
-            f"{x:.0f} ms after {s:g} s" for s, x in wake[1:]))
+        notes.append("an idle engine's first step " + wake_text(wake[1:]))
     for name in names:
         low = lowest.get(name)
         scaled = _scaled(engine, pre, 1.0)
@@ -234,7 +227,7 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool) -
     kv_bytes = lambda t: shape.kv_bytes(t, dtype)  # noqa: E731
     systems, why = _under_load(engine, fitted_runs,
                                sorted({r.placement for r in measured_runs}), link, kv_bytes,
-                               fitted_on.read_evidence().slo, _wake(cal))
+                               fitted_on.read_evidence().slo, cal.wake_curve())
     slo = tuple((m.get("sizing") or {}).get("slo") or cfg.get("slo") or DEFAULT_SLO)
     opts = PlanOptions(model=cfg.get("model") or "small", slo=slo, dtype=dtype,
                        attainment=cfg.get("attainment", 0.9),

@@ -93,6 +93,11 @@ class FrontendEvidence:
     undecided: str | None = None  # why the share cannot be judged
 
 
+def wake_text(points) -> str:
+    """(idle s, extra ms) points as "+X ms after S s, ..."."""
+    return ", ".join(f"+{x:.0f} ms after {s:g} s" for s, x in points)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Unloaded timings of one deployed instance (advisor.sweep.calibrate): TTFT at a few
@@ -126,11 +131,16 @@ class Calibration:
         """One line: the unloaded TTFT per prompt length and decode step per batch size."""
         ttft = ", ".join(f"{p} tokens {t:.0f} ms" for p, t in zip(self.prompt_tokens, self.ttft_ms))
         step = ", ".join(f"batch {b} {t:.1f} ms" for b, t in zip(self.batches, self.step_ms))
-        wake = ", ".join(f"+{x:.0f} ms after {s:g} s"
-                         for s, x in zip(self.wake_idle_s, self.wake_extra_ms))
+        wake = wake_text(zip(self.wake_idle_s, self.wake_extra_ms))
         return (f"unloaded TTFT: {ttft}; decode step: {step}"
                 + (f"; TTFT after an idle machine: {wake}" if wake else "")
                 + f" ({self.dtype}, on {self.placement})")
+
+    def wake_curve(self) -> tuple[tuple[float, float], ...]:
+        """The wake-up curve as (idle s, extra ms) points from (0 s, 0 ms); empty when it
+        was not measured."""
+        points = tuple(zip(self.wake_idle_s, self.wake_extra_ms))
+        return ((0.0, 0.0), *points) if points else ()
 
     def floors(self, prompt_tokens: float) -> dict[str, float]:
         """Each SLO metric's unloaded floor (ms): what one request alone gets."""
