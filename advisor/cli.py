@@ -296,7 +296,7 @@ def sweep(
 ) -> None:
     """Measure collocated against disaggregated on this machine and recommend a placement."""
     from advisor.sweep.config_file import merged
-    from advisor.sweep.options import SweepOptions, parse_rates
+    from advisor.sweep.options import SweepOptions, parse_rates, resumed
 
     with _user_errors("a bundled-engine deployment"):
         opts = SweepOptions(
@@ -331,12 +331,15 @@ def sweep(
         )
         if config:
             opts = merged(opts, config)
-        if not resume:  # a resumed sweep takes its run directory's options, checked there
+        run_dir = None
+        if resume:  # a resumed sweep takes its run directory's options
+            run_dir, opts = resumed(resume, opts.api_key)
+        else:
             opts.check()
         from advisor.sweep.sweep import run_sweep  # NOTE: loads torch: bad flags answer first
 
         try:
-            run_sweep(opts, resume=resume)
+            run_sweep(opts, resume=run_dir)
         except KeyboardInterrupt:
             typer.echo("advisor: interrupted; every finished run is saved (see --resume)", err=True)
             raise typer.Exit(130) from None

@@ -3,10 +3,12 @@ rate, the seed and the number of requests per rate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from advisor.errors import UsageError
 from advisor.measure.stats import parse_percentiles, parse_slos
+from advisor.rundata.files import RunDataError
+from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep.placements import Placement, parse_topologies
 from engine.core.config import DTYPES
 from engine.kv import connectors
@@ -150,3 +152,23 @@ def seed_for(seed: int, rate: float) -> int:
 
 def prompts_for(opts: SweepOptions, rate: float) -> int:
     return opts.num_prompts or max(MIN_REQUESTS, min(MAX_REQUESTS, round(rate * opts.window_s)))
+
+
+def resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:
+    """The run directory of an interrupted sweep and the options it ran with; RunDataError
+    names a missing or damaged one."""
+    try:
+        run_dir = RunDir.existing(resume)
+    except RunDataError as e:
+        raise RunDataError(f"--resume {e}") from None
+    manifest = run_dir.read_manifest()
+    config = manifest.get("config")
+    if not isinstance(config, dict):
+        raise RunDataError(f"{run_dir.path / MANIFEST}: missing field 'config' (the options "
+                           "to resume with)")
+    names = {f.name for f in fields(SweepOptions)}
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in names}
+    opts = SweepOptions(**config)
+    ran = (manifest.get("dtype") or {}).get("ran", opts.dtype)  # as the interrupted sweep ran
+    return run_dir, replace(opts, dtype=ran, model=opts.model_to_run(),
+                                        slo=opts.slo or DEFAULT_SLO, api_key=api_key)

@@ -19,7 +19,6 @@ from advisor.measure.run import measure, progress_bars, record_row
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.report import run_report
 from advisor.rundata.evidence import Calibration
-from advisor.rundata.files import RunDataError
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep import sizing
@@ -54,10 +53,11 @@ REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rat
 # (as has a run where more than half the requests failed)
 
 
-def run_sweep(opts: SweepOptions, resume: str | None = None,
+def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
               argv: list[str] | None = None) -> RunDir:
-    """Measure every placement (resuming `resume` if given), decide, and write the run dir."""
-    run_dir, opts = _resumed(resume, opts.api_key) if resume else _created(opts, argv)
+    """Measure every placement, decide, and write the run dir; with `resume` (and the
+    options from `options.resumed`), go on in that interrupted sweep's directory."""
+    run_dir, opts = (resume, opts) if resume else _created(opts, argv)
     print(f"run directory: {run_dir} (resume an interrupted sweep with --resume {run_dir})",
           flush=True)
     placements = opts.validate()
@@ -94,24 +94,6 @@ def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepO
     run_dir.write_manifest({**sweep_manifest(filled, argv, choice), "widen_slo": widen, **extra})
     print(f"dtype: {choice.dtype} ({choice.reason})", flush=True)
     return run_dir, dataclasses.replace(filled, dtype=choice.dtype)
-
-
-def _resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:
-    try:
-        run_dir = RunDir.existing(resume)
-    except RunDataError as e:
-        raise RunDataError(f"--resume {e}") from None
-    manifest = run_dir.read_manifest()
-    config = manifest.get("config")
-    if not isinstance(config, dict):
-        raise RunDataError(f"{run_dir.path / MANIFEST}: missing field 'config' (the options "
-                           "to resume with)")
-    fields = {f.name for f in dataclasses.fields(SweepOptions)}
-    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in fields}
-    opts = SweepOptions(**config)
-    ran = (manifest.get("dtype") or {}).get("ran", opts.dtype)  # as the interrupted sweep ran
-    return run_dir, dataclasses.replace(opts, dtype=ran, model=opts.model_to_run(),
-                                        slo=opts.slo or DEFAULT_SLO, api_key=api_key)
 
 
 class _Sweep:
