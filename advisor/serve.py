@@ -11,7 +11,6 @@ from rich.console import Console
 from advisor.errors import UsageError
 from engine.core.config import load_model_config
 from engine.kv import connectors
-from engine.model.dtype import resolve as resolve_dtype
 from engine.render.frontend import FrontendConfig
 from engine.serve.launch import MODES, Topology, launch
 from engine.serve.supervise import supervise
@@ -40,6 +39,8 @@ def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | N
     topology = check_topology(topology, frontend)
     console = console or Console()
     if topology.mode != "render":
+        from engine.model.dtype import resolve as resolve_dtype  # NOTE: torch, after the flags
+
         choice = resolve_dtype(topology.dtype, topology.device)
         topology = dataclasses.replace(topology, dtype=choice.dtype)
         console.print(f"dtype: {choice.dtype} ({choice.reason})")

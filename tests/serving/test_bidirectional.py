@@ -54,7 +54,8 @@ def reference():
         yield conversation(d.url, "ref"), conversation(d.url, "ref-edited", edit_turn=3)
 
 
-@pytest.mark.parametrize("connector", ["shm", "tcp"])
+# NOTE: tcp in the slow tier: the 5-minute tier keeps shm (test_connectors pulls tails over both)
+@pytest.mark.parametrize("connector", ["shm", pytest.param("tcp", marks=pytest.mark.slow)])
 def test_turns_after_the_first_compute_only_their_new_tokens(reference, connector):
     topo = Topology(mode="disagg", model="tiny", dtype="float32", connector=connector,
                     bidirectional=True)
@@ -74,6 +75,7 @@ def test_turns_after_the_first_compute_only_their_new_tokens(reference, connecto
     assert mismatch > 0  # the edited turn reused only up to the edit
 
 
+@pytest.mark.slow  # a P/D deployment over five turns, ~6 s
 def test_plain_pd_recomputes_every_turn_with_the_same_output(reference):
     with launch(Topology(mode="disagg", model="tiny", dtype="float32")) as d:
         pre = d.instance_urls["prefill"][0]
