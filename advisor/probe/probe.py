@@ -20,7 +20,6 @@ from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, served_model, wait_re
 from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.probe import hardware, p2p
-from advisor.probe import host_links as links
 from advisor.probe.wakeup import IDLE_S, NOTABLE, Wakeup, probe_wakeup
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
@@ -67,6 +66,8 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
             (matrix.to_json(), "nvidia-smi") if matrix else (None, None)
         )
     result["wakeup"] = probe_wakeup(opts.wakeup_idle_s)
+    from advisor.probe import host_links as links  # NOTE: torch, after the flags are checked
+
     result["links"] = links.host_links(opts.link_mb << 20)
     n = result["torch"]["device_count"]
     result["links"]["gpu_pairs"] = links.gpu_links(n) if n > 1 else []
