@@ -131,7 +131,7 @@ class Calibration:
         """One line: the unloaded TTFT per prompt length and decode step per batch size."""
         ttft = ", ".join(f"{p} tokens {t:.0f} ms" for p, t in zip(self.prompt_tokens, self.ttft_ms))
         step = ", ".join(f"batch {b} {t:.1f} ms" for b, t in zip(self.batches, self.step_ms))
-        wake = wake_text(zip(self.wake_idle_s, self.wake_extra_ms))
+        wake = wake_text(self.wake_curve()[1:])
         return (f"unloaded TTFT: {ttft}; decode step: {step}"
                 + (f"; TTFT after an idle machine: {wake}" if wake else "")
                 + f" ({self.dtype}, on {self.placement})")

@@ -42,11 +42,12 @@ def _median_ms(values_s: list[float]) -> float:
     return float(np.median(values_s)) * 1000
 
 
-def warm_up(endpoint: Endpoint, bars=None) -> None:
-    """Two short requests one at a time: a fresh instance's first-call costs, paid before
-    the calibration times anything."""
-    measure(endpoint, _workload(PROMPTS[0], 2, 2, SEED - 1), max_concurrency=1,
-            label="warmup", bars=bars)
+def warm_up(endpoint: Endpoint, workload=None, bars=None) -> None:
+    """A fresh instance's first-call costs, paid before anything is timed: `workload`'s
+    requests one at a time (default: two of the calibration's shortest prompts)."""
+    if workload is None:
+        workload = _workload(PROMPTS[0], 2, 2, SEED - 1)
+    measure(endpoint, workload, max_concurrency=1, label="warmup", bars=bars)
 
 
 def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:

@@ -171,4 +171,4 @@ def resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:
     opts = SweepOptions(**config)
     ran = (manifest.get("dtype") or {}).get("ran", opts.dtype)  # as the interrupted sweep ran
     return run_dir, replace(opts, dtype=ran, model=opts.model_to_run(),
-                                        slo=opts.slo or DEFAULT_SLO, api_key=api_key)
+                            slo=opts.slo or DEFAULT_SLO, api_key=api_key)

@@ -239,13 +239,10 @@ class _Sweep:
 
         NOTE: before sizing, the preset's lengths are unscaled (long-prompt: ~8k tokens in,
         256 out); two of those cost ~35 s of a default sweep on a CPU, for nothing."""
-        if self.calibration is None and self.calibrates:
-            warm_up(self._endpoint(url, False), self.bars)
-            return
         opts = self.opts
-        w = opts.workload_at(1000.0, seed_for(opts.seed, 0.0) + 1, 2)
-        measure(self._endpoint(url, w.chat), w, max_concurrency=1, label="warmup",
-                bars=self.bars)
+        w = None if self.calibration is None and self.calibrates else opts.workload_at(
+            1000.0, seed_for(opts.seed, 0.0) + 1, 2)
+        warm_up(self._endpoint(url, w is not None and w.chat), w, self.bars)
 
 
 def _collocated(opts: SweepOptions) -> int:
