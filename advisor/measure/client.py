@@ -4,7 +4,8 @@ Requests go out at their scheduled times whatever earlier responses are doing
 (open loop); `max_concurrency` only caps how many are in flight. Every request
 sent, and every turn that could not be sent because an earlier turn of its
 conversation failed, leaves a RequestRecord: nothing is dropped. Times are
-`time.monotonic()` seconds.
+`time.monotonic()` seconds; a chunk's is when the kernel received it (`arrival`), so
+the client's own delays in reading it are not charged to the server.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from advisor.errors import UsageError
+from advisor.measure.arrival import StampedSockets
 from engine.serve.sse import DataEvents
 from workloads.spec import Conversation, Workload
 
@@ -141,6 +143,7 @@ class Client:
         self._records: list[RequestRecord] = []
         self._session: aiohttp.ClientSession | None = None
         self._tools: list[dict] | None = None
+        self._sockets = StampedSockets()
 
     async def run(self, workload: Workload, warmups: int = 0) -> ClientRun:
         """Send `warmups` requests one at a time (recorded, marked warmup), then the workload."""
@@ -155,7 +158,8 @@ class Client:
         headers = (
             {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         )
-        conn = aiohttp.TCPConnector(limit=0)  # NOTE: aiohttp's default 100 would close the loop
+        # NOTE: aiohttp's default limit of 100 connections would close the loop
+        conn = aiohttp.TCPConnector(limit=0, socket_factory=self._sockets)
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_stamp_sent)
         # NOTE: no session-wide timeout: aiohttp's default 300 s total would silently cap a
@@ -280,8 +284,10 @@ class Client:
                             rec.error = _error_text(await resp.text())
                         else:
                             events = DataEvents(resp.content)
+                            # NOTE: taken now: the connection is released when the stream ends
+                            sock = self._sockets.of(resp.connection and resp.connection.transport)
                             async for data in events:
-                                now = time.monotonic()
+                                now = sock.arrived if sock is not None else time.monotonic()
                                 chunk = json.loads(data)
                                 if not isinstance(chunk, dict):
                                     rec.error = f"stream chunk is not a JSON object: {data[:60]!r}"

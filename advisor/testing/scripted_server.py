@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import struct
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from advisor.measure.arrival import SO_TIMESTAMPNS, kernel_stamp
 from engine.render.protocol import error_body
-
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's value; Python does not export it
 
 
 @dataclass(frozen=True)
@@ -89,11 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
             _, ancillary, _, _ = self.connection.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
         except OSError:
             return time.monotonic()
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
-                sec, nsec = struct.unpack("qq", data[:16])
-                return sec + nsec / 1e9 - (time.time() - time.monotonic())
-        return time.monotonic()
+        stamp = kernel_stamp(ancillary)
+        return stamp if stamp is not None else time.monotonic()
 
     def do_POST(self) -> None:
         arrived = self.arrived

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import numpy as np
 import pytest
@@ -75,18 +76,48 @@ def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight(
     )
     assert in_flight >= 100
     assert s["completed"] == 500 and s["failed"] == 0
-    # NOTE: 1 ms at p50 and p90; at p99, 3 ms: on this 2-core VM the client's one event
-    # loop, reading 100 streams, is now and then behind a chunk (measured: 1.06 and 1.45 ms
-    # in tries the ruler kept; 2.00 ms in all three tries of one CI run on a busy host),
-    # against 100-200 ms being measured. The ruler watches only its own core: one pause
-    # of the client's core delays every stream in flight at once, and p99 of 500 is its
-    # fifth-worst request, so a single pause moves it.
-    for q, slack in ((50, 1.0), (90, 1.0), (99, 3.0)):
-        assert abs(s[f"p{q}_ttft_ms"] - np.percentile(ttft, q)) <= slack, q
-        assert abs(s[f"p{q}_itl_ms"] - np.percentile(itl, q)) <= slack, q
+    # NOTE: 1 ms at every percentile. When chunks were stamped as the client's one event
+    # loop read them, a pause of the client's core delayed every stream in flight at once
+    # and p99 missed by 1-3.3 ms on this 2-core VM; the kernel's receive stamps took the
+    # misses to 0.03-0.27 ms here.
+    for q in (50, 90, 99):
+        assert abs(s[f"p{q}_ttft_ms"] - np.percentile(ttft, q)) <= 1.0, q
+        assert abs(s[f"p{q}_itl_ms"] - np.percentile(itl, q)) <= 1.0, q
     # the schedule actually sent is still Poisson at the asked rate
     gaps = np.diff(sorted(r["dispatched"] for r in recs))
     assert stats.kstest(gaps, "expon", args=(0, 1 / 55.0)).pvalue > 0.01
+
+
+def test_a_client_whose_loop_is_busy_still_times_each_chunk_when_it_arrived():
+    # NOTE: the client's own event loop is blocked 15 ms at a time, as by a slow callback
+    # or a paused core. Chunk times come from the kernel's receive stamps, so the client's
+    # TTFT and ITL still match when the server wrote; stamped when read they were off by
+    # up to 15 ms.
+    w = workload(n=20, out=6, rate=20.0)
+
+    async def with_a_busy_loop(client):
+        async def hog():
+            while True:
+                time.sleep(0.015)
+                await asyncio.sleep(0.005)
+
+        hogging = asyncio.create_task(hog())
+        try:
+            return await client.run(w)
+        finally:
+            hogging.cancel()
+
+    with scripted(ttft_ms=50, itl_ms=20) as url:
+        res = asyncio.run(with_a_busy_loop(Client(Endpoint(url, "scripted"))))
+        truth = sorted((g["timing"] for g in received(url)), key=lambda t: t["arrived"])
+    recs = sorted(res.records, key=lambda r: r.sent)
+    assert all(r.ok for r in recs) and len(recs) == len(truth) == 20
+    ttft_err = [(r.chunks[0] - r.sent) - (t["writes"][0] - t["arrived"])
+                for r, t in zip(recs, truth)]
+    itl_err = np.concatenate([np.diff(r.chunks) - np.diff(t["writes"])
+                              for r, t in zip(recs, truth)])
+    assert np.percentile(np.abs(ttft_err), 90) * 1000 <= 1.0
+    assert np.percentile(np.abs(itl_err), 90) * 1000 <= 1.0
 
 
 def test_failed_requests_are_counted_never_dropped():
