@@ -9,8 +9,9 @@ decoder round robin; the prefiller computes the prompt and samples one token, th
 crosses the link (transfers into one decoder queue on its link, one at a time), and the
 decoder computes the last prompt token in its next step, which gives the first token.
 With a wake-up curve (`System.wake`), an engine's first step after it sat idle lasts
-longer by the curve's extra at that idle time (a CPU host measured by the sweep's
-calibration pays it: its memory runs slower right after an idle).
+longer by the curve's extra at that idle time, a fixed part plus a share of the step (a
+CPU host measured by the sweep's calibration pays it: its memory runs slower right after
+an idle).
 
 # NOTE: a request's KV is reserved whole (prompt and output) when its prefill starts:
 # a full cache makes requests queue, never preempts one (vLLM would preempt and recompute).
@@ -69,9 +70,10 @@ class System:
     kv_bytes: object = None  # prompt tokens -> bytes moved (P/D)
     front_ms: float = 1.0  # client -> engine, per request (HTTP, parsing)
     proxy_ms: float = 1.0  # the P/D proxy's extra hop, per request
-    # (idle seconds, extra ms) points, idle growing: what an engine's first step after it
-    # idled that long costs beyond its step model (empty: nothing)
-    wake: tuple[tuple[float, float], ...] = ()
+    # (idle seconds, extra ms, extra per ms of the step) points, idle growing: what an
+    # engine's first step after it idled that long costs beyond its step model (empty:
+    # nothing); Calibration.wake_curve
+    wake: tuple[tuple[float, float, float], ...] = ()
 
 
 @dataclass
@@ -193,7 +195,7 @@ class _Sim:
             budget -= n
         if not chunks and not e.running:
             return
-        wake = self._wake_ms(t, e) if self.sys.wake else 0.0
+        idle_s = None if e.idle_since is None or not self.sys.wake else t - e.idle_since
         e.idle_since = None
         e.busy, e.chunks, e.first_step = True, chunks, len(e.step_ends)
         if not chunks:  # decodes only until the next request's last token, or an arrival
@@ -201,7 +203,7 @@ class _Sim:
             grown = e.context + e.running * np.arange(m)  # [m] context at each step
             ms = spec.step.ms(Step(e.running, 0, grown, grown))
             ms = self._jittered(spec, ms, m) if spec.jitter else ms * np.ones(m)
-            ms[0] += wake
+            ms[0] += self._wake_ms(idle_s, ms[0])
             e.step_ends.extend((t + np.cumsum(ms) / 1000).tolist())
         else:
             tokens = 0
@@ -212,16 +214,16 @@ class _Sim:
             ms = spec.step.ms(Step(e.running, tokens, pairs, read))
             if spec.jitter:
                 ms = self._jittered(spec, ms, 1)[0]
-            e.step_ends.append(t + (float(ms) + wake) / 1000)
+            e.step_ends.append(t + (float(ms) + self._wake_ms(idle_s, float(ms))) / 1000)
         self._at(e.step_ends[-1], self._step_done, e, e.generation)
 
-    def _wake_ms(self, t: float, e: _Engine) -> float:
-        """The extra ms of `e`'s step starting at `t`: the wake-up curve at how long it sat
-        idle (0 when it steps on from its last step)."""
-        if e.idle_since is None:
+    def _wake_ms(self, idle_s: float | None, step_ms: float) -> float:
+        """The extra ms of a `step_ms` step after its engine sat idle `idle_s` seconds: the
+        wake-up curve there (0 when it steps on from its last step)."""
+        if idle_s is None:
             return 0.0
-        idle, extra = zip(*self.sys.wake)
-        return float(np.interp(t - e.idle_since, idle, extra))
+        idle, fixed, share = zip(*self.sys.wake)
+        return float(np.interp(idle_s, idle, fixed) + np.interp(idle_s, idle, share) * step_ms)
 
     def _jittered(self, spec: EngineSpec, ms, m: int) -> np.ndarray:
         """[m] step times `ms` (a scalar or [m]) times a lognormal factor of median 1: its

@@ -94,8 +94,19 @@ class FrontendEvidence:
 
 
 def wake_text(points) -> str:
-    """(idle s, extra ms) points as "+X ms after S s, ..."."""
-    return ", ".join(f"+{x:.0f} ms after {s:g} s" for s, x in points)
+    """Wake-up curve points (Calibration.wake_curve) as "+X ms (+Y% of the step) after
+    S s, ..."."""
+    return ", ".join(f"+{x:.0f} ms" + (f" (+{f:.0%} of the step)" if f else "") + f" after {s:g} s"
+                     for s, x, f in points)
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of y against x through `points`, neither below 0; flat at the
+    mean where the x are not at least 2x apart (noise would make the slope)."""
+    x, y = np.array(points, dtype=float).T
+    apart = x.min() > 0 and x.max() >= 2 * x.min()
+    slope = max(0.0, float(np.polyfit(x, y, 1)[0])) if apart else 0.0
+    return max(0.0, float(np.mean(y - slope * x))), slope
 
 
 @dataclass(frozen=True)
@@ -112,9 +123,11 @@ class Calibration:
     prefill_base_ms: float
     dtype: str | None = None  # what the engine ran in
     placement: str | None = None  # where it was measured
-    # TTFT beyond back to back after the machine idled each time (empty: not measured)
+    # TTFT beyond back to back after the machine idled each time (empty: not measured),
+    # and the prompt each of those requests sent (empty in runs before it was recorded)
     wake_idle_s: tuple = ()
     wake_extra_ms: tuple = ()
+    wake_prompt_tokens: tuple = ()
 
     def ttft_at(self, tokens: float) -> float:
         """Unloaded TTFT of a `tokens`-token prompt (ms), from the fit."""
@@ -136,11 +149,17 @@ class Calibration:
                 + (f"; TTFT after an idle machine: {wake}" if wake else "")
                 + f" ({self.dtype}, on {self.placement})")
 
-    def wake_curve(self) -> tuple[tuple[float, float], ...]:
-        """The wake-up curve as (idle s, extra ms) points from (0 s, 0 ms); empty when it
-        was not measured."""
-        points = tuple(zip(self.wake_idle_s, self.wake_extra_ms))
-        return ((0.0, 0.0), *points) if points else ()
+    def wake_curve(self) -> tuple[tuple[float, float, float], ...]:
+        """The wake-up curve as (idle s, extra ms, extra per ms of the step) points from
+        (0, 0, 0); empty when it was not measured. Where prompts of two lengths were timed
+        after the same idle, the extra is the line through their points against their
+        back-to-back TTFTs (neither part below 0); else it is flat."""
+        lengths = self.wake_prompt_tokens or (None,) * len(self.wake_idle_s)
+        by_idle: dict[float, list] = {}
+        for s, extra, p in zip(self.wake_idle_s, self.wake_extra_ms, lengths):
+            by_idle.setdefault(s, []).append((self.ttft_at(p) if p else 0.0, extra))
+        points = tuple((s, *_line(pts)) for s, pts in sorted(by_idle.items()))
+        return ((0.0, 0.0, 0.0), *points) if points else ()
 
     def floors(self, prompt_tokens: float) -> dict[str, float]:
         """Each SLO metric's unloaded floor (ms): what one request alone gets."""

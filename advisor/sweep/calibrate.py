@@ -27,7 +27,10 @@ PROMPTS = (64, 256, 1024)  # prompt tokens whose unloaded TTFT is measured (capp
 BATCH = 8  # the larger decode batch
 STEPS = 24  # decode steps timed per request
 SEED = 7_777_777  # prompts no measured run uses
-IDLE_S = (0.1, 0.3, 1.0)  # idle before one request each: the wake-up curve's points
+# idle before one request of each WAKE_PROMPTS length: the wake-up curve's points. NOTE: the
+# sweep's low rates leave an instance idle for seconds; here the extra still grew from 1 s
+# to 3 s, and with the prompt (a 437-token one paid +93 ms after 2-5 s, a 62-token one +39)
+IDLE_S = (0.3, 1.0, 3.0)
 
 
 def _workload(prompt: int, output: int, n: int, seed: int):
@@ -64,24 +67,26 @@ def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:
                       label=f"calibrating decode at batch {b}", bars=bars)
         steps.append(_median_ms([g for r in run.records if (lat := latency(r)) for g in lat.itls]))
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
-    mid = len(prompts) // 2
-    idle, extra = _wake_up(endpoint, prompts[mid], ttft[mid], bars)
+    ends = sorted({0, len(prompts) - 1})  # the shortest and the longest prompt
+    idle, extra, tokens = _wake_up(endpoint, [(prompts[i], ttft[i]) for i in ends], bars)
     return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=[1, BATCH], step_ms=steps,
                        prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base),
-                       wake_idle_s=idle, wake_extra_ms=extra)
+                       wake_idle_s=idle, wake_extra_ms=extra, wake_prompt_tokens=tokens)
 
 
-def _wake_up(endpoint: Endpoint, prompt: int, back_to_back_ms: float, bars) -> tuple[list, list]:
-    """(idle s, extra ms) for each idle time in IDLE_S whose request answered: a
-    `prompt`-token request's TTFT after the machine sat idle that long, beyond
-    `back_to_back_ms` (its TTFT right after other work). A failed request leaves its point
-    out."""
-    idle, extra = [], []
+def _wake_up(endpoint: Endpoint, prompts: list[tuple[int, float]], bars) -> tuple[list, ...]:
+    """(idle s, extra ms, prompt tokens) for each idle time in IDLE_S and each (prompt,
+    back-to-back TTFT ms) in `prompts` whose request answered: the TTFT of one request of
+    that prompt after the machine sat idle that long, beyond its TTFT right after other
+    work. A failed request leaves its point out."""
+    idle, extra, tokens = [], [], []
     for i, s in enumerate(IDLE_S):
-        time.sleep(s)
-        run = measure(endpoint, _workload(prompt, 2, 1, SEED + 200 + i),
-                      label=f"calibrating wake-up after {s:g} s idle", bars=bars)
-        for lat in filter(None, map(latency, run.records)):
-            idle.append(s)
-            extra.append(max(0.0, lat.ttft * 1000 - back_to_back_ms))
-    return idle, extra
+        for j, (prompt, back_to_back_ms) in enumerate(prompts):
+            time.sleep(s)
+            run = measure(endpoint, _workload(prompt, 2, 1, SEED + 200 + 10 * i + j),
+                          label=f"calibrating wake-up after {s:g} s idle", bars=bars)
+            for lat in filter(None, map(latency, run.records)):
+                idle.append(s)
+                extra.append(max(0.0, lat.ttft * 1000 - back_to_back_ms))
+                tokens.append(prompt)
+    return idle, extra, tokens

@@ -32,7 +32,7 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
         cal = calibrate(Endpoint(url, "scripted"), context=4096)
         timings = [r["timing"] for r in received(url)]
     n = len(cal.prompt_tokens)
-    assert n == 3 and len(timings) == 3 * n + 1 + 8 + len(IDLE_S)
+    assert n == 3 and len(timings) == 3 * n + 1 + 8 + 2 * len(IDLE_S)
     # the scripted TTFT does not grow with the prompt; the requests sent one after another
     # still idled the server a little between them (the client's turn-around)
     wake = _wake_ms(timings)
@@ -41,19 +41,30 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
         assert truth - 1.0 <= ttft <= truth + CLIENT_MS
     assert cal.prefill_ms_per_token < 0.02
     assert cal.step_ms == pytest.approx([ITL_MS, ITL_MS], abs=1.0)
-    # each wake-up point: beyond the back-to-back TTFT of the same (middle) prompt
-    assert list(cal.wake_idle_s) == list(IDLE_S)
-    back_to_back = np.median(wake[3:6])
-    for idle, extra, truth in zip(IDLE_S, cal.wake_extra_ms, wake[-len(IDLE_S):]):
+    # each wake-up point, the shortest and the longest prompt after each idle: beyond the
+    # back-to-back TTFT of the same prompt
+    assert list(cal.wake_idle_s) == [s for s in IDLE_S for _ in (0, 1)]
+    assert list(cal.wake_prompt_tokens) == [64, 1024] * len(IDLE_S)
+    back_to_back = {64: np.median(wake[0:3]), 1024: np.median(wake[6:9])}
+    for idle, extra, p, truth in zip(cal.wake_idle_s, cal.wake_extra_ms, cal.wake_prompt_tokens,
+                                     wake[-2 * len(IDLE_S):]):
         assert truth >= idle * WAKE_MS_PER_S  # it slept at least that long
-        assert truth - back_to_back - CLIENT_MS <= extra <= truth - back_to_back + CLIENT_WAKE_MS
+        assert truth - back_to_back[p] - CLIENT_MS <= extra \
+            <= truth - back_to_back[p] + CLIENT_WAKE_MS
+    # the scripted extra does not grow with the prompt: the curve is its fixed part
+    for (idle, fixed, share), s in zip(cal.wake_curve()[1:], IDLE_S):
+        assert idle == s and share < 0.05
+        assert s * WAKE_MS_PER_S - CLIENT_MS <= fixed <= s * WAKE_MS_PER_S + CLIENT_WAKE_MS + 5
     assert "TTFT after an idle machine: +" in cal.summary()
 
 
 @pytest.mark.slow  # a second calibration, ~5 s
 def test_a_failed_wake_up_request_leaves_its_point_out_and_nothing_else():
-    # the calibration's 20th request is the wake-up after 0.3 s: the server fails it
+    # the calibration's 20th request is the long prompt's wake-up after 0.3 s: the server
+    # fails it
     with scripted(TTFT_MS, ITL_MS, fail_every=20, wake_ms_per_s=WAKE_MS_PER_S) as url:
         cal = calibrate(Endpoint(url, "scripted"), context=4096)
-    assert list(cal.wake_idle_s) == [IDLE_S[0], IDLE_S[2]]
-    assert len(cal.wake_extra_ms) == 2 and cal.wake_extra_ms[1] > cal.wake_extra_ms[0]
+    assert list(cal.wake_idle_s) == [IDLE_S[0], IDLE_S[1], IDLE_S[1], IDLE_S[2], IDLE_S[2]]
+    assert list(cal.wake_prompt_tokens) == [64, 64, 1024, 64, 1024]
+    assert len(cal.wake_extra_ms) == 5 and cal.wake_extra_ms[-1] > cal.wake_extra_ms[0]
+    assert [p[0] for p in cal.wake_curve()] == [0.0, *IDLE_S]  # 0.3 s from its one prompt

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from advisor.errors import UsageError
-from advisor.rundata.evidence import Evidence
+from advisor.rundata.evidence import Calibration, Evidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import FORMAT, RunDir
 from tests.cli import advisor
@@ -91,3 +91,24 @@ def test_recommend_decides_on_the_checked_in_run(run):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == run.read_recommendation()
     assert RunResult.read(run.run_path("collocated-2", 4)).get("completed") == 6
+
+
+def test_the_wake_up_curve_is_the_line_through_two_prompts_after_each_idle():
+    def cal(idle, extra, tokens=()):
+        # back-to-back TTFT: 20 ms at 64 tokens, 220 ms at 1024 (the fitted line)
+        return Calibration([64, 1024], [20.0, 220.0], [1], [10.0], 0.2083333, 6.6666667,
+                           wake_idle_s=idle, wake_extra_ms=extra, wake_prompt_tokens=tokens)
+
+    two = cal((1.0, 1.0, 3.0, 3.0), (30.0, 70.0, 40.0, 120.0), (64, 1024, 64, 1024))
+    (z, one, three) = two.wake_curve()
+    assert z == (0.0, 0.0, 0.0)
+    # after 1 s: +0.2 ms per ms of the step and +26 ms; after 3 s: +0.4 and +32
+    assert one == pytest.approx((1.0, 26.0, 0.2))
+    assert three == pytest.approx((3.0, 32.0, 0.4))
+    assert "+26 ms (+20% of the step) after 1 s" in two.summary()
+    # one prompt (as runs recorded before the prompt was), or a point left out: flat
+    assert cal((1.0, 3.0), (30.0, 40.0)).wake_curve()[1:] == ((1.0, 30.0, 0.0), (3.0, 40.0, 0.0))
+    assert cal((1.0, 3.0, 3.0), (30.0, 40.0, 120.0), (64, 64, 1024)).wake_curve()[1] == (
+        1.0, 30.0, 0.0)
+    # a longer prompt that paid less does not make the share negative
+    assert cal((1.0, 1.0), (70.0, 30.0), (64, 1024)).wake_curve()[1] == (1.0, 50.0, 0.0)

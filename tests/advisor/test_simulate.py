@@ -150,7 +150,7 @@ def test_a_step_100_times_longer_than_a_decode_step_spreads_10_times_less():
 
 
 def test_an_engines_first_step_after_it_idled_pays_the_wake_up_curve():
-    wake = ((0.0, 0.0), (0.1, 20.0), (1.0, 200.0))
+    wake = ((0.0, 0.0, 0.0), (0.1, 20.0, 0.0), (1.0, 200.0, 0.0))
     # request 1 arrives while request 0's prefill runs, so it steps on without waking;
     # request 2 finds the engine idle for ~0.7 s after request 1's last token
     reqs = [SimRequest(0.0, 100, 5), SimRequest(0.01, 100, 5), SimRequest(1.0, 100, 5)]
@@ -170,8 +170,26 @@ def test_an_engines_first_step_after_it_idled_pays_the_wake_up_curve():
     assert (plain[2].chunks[0] - plain[2].sent) * 1000 == pytest.approx(lone)
 
 
+def test_the_wake_up_extra_has_a_share_of_the_step_so_a_longer_prompt_pays_more():
+    # after 1 s idle: +20 ms, +50% of the step; half of both after 0.5 s
+    wake = ((0.0, 0.0, 0.0), (1.0, 20.0, 0.5))
+    for prompt in (100, 1000):
+        step = 10 + 0.1 * prompt  # the prefill's step, engine()'s model
+        reqs = [SimRequest(0.0, prompt, 2), SimRequest(5.0, prompt, 2)]
+        first, later = simulate(System((engine(),), front_ms=0.0, wake=wake), reqs).records
+        assert (first.chunks[0] - first.sent) * 1000 == pytest.approx(step + 20 + 0.5 * step)
+        assert (later.chunks[0] - later.sent) * 1000 == pytest.approx(step + 20 + 0.5 * step)
+    # between the curve's points both parts are interpolated
+    first, mid = simulate(System((engine(),), front_ms=0.0, wake=wake),
+                          [SimRequest(0.0, 1000, 2), SimRequest(0.6, 1000, 2)]).records
+    idle = mid.sent - first.chunks[-1]
+    assert 0.3 < idle < 0.6
+    step = 10 + 0.1 * 1000
+    assert (mid.chunks[0] - mid.sent) * 1000 == pytest.approx(step + 20 * idle + 0.5 * idle * step)
+
+
 def test_a_decoder_idle_while_the_prompt_prefills_pays_the_curve_for_its_first_step():
-    wake = ((0.0, 0.0), (1.0, 100.0))  # +0.1 ms per ms idle
+    wake = ((0.0, 0.0, 0.0), (1.0, 100.0, 0.0))  # +0.1 ms per ms idle
     system = System(decode=(engine(),), prefill=(engine(),), link=LINK, kv_bytes=lambda t: 0,
                     front_ms=0.0, proxy_ms=0.0, wake=wake)
     first, second = simulate(system, [SimRequest(0.0, 100, 2), SimRequest(0.5, 100, 2)]).records
