@@ -36,23 +36,24 @@ class StampedSocket(socket.socket):
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data, ancillary, _, _ = self.recvmsg(bufsize, _ANCILLARY, flags)
-        self.arrived = _kernel_time(ancillary)
+        self.arrived = receive_time(ancillary)
         return data
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer)
         n, ancillary, _, _ = self.recvmsg_into([view[: nbytes or len(view)]], _ANCILLARY, flags)
-        self.arrived = _kernel_time(ancillary)
+        self.arrived = receive_time(ancillary)
         return n
 
 
-def _kernel_time(ancillary: list) -> float:
-    """The kernel's receive stamp; the time of the read where there is none."""
-    stamp = kernel_stamp(ancillary)
+def receive_time(ancillary: list) -> float:
+    """When the bytes a recvmsg returned with `ancillary` arrived (time.monotonic()
+    seconds): the kernel's stamp among them, else now."""
+    stamp = _kernel_stamp(ancillary)
     return stamp if stamp is not None else time.monotonic()
 
 
-def kernel_stamp(ancillary: list) -> float | None:
+def _kernel_stamp(ancillary: list) -> float | None:
     """The SO_TIMESTAMPNS stamp among a recvmsg's ancillary data, in time.monotonic()
     seconds; None where there is none, or where it is not in the last second (the wall
     clock it is taken on stepped since)."""

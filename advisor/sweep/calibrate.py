@@ -27,9 +27,10 @@ PROMPTS = (64, 256, 1024)  # prompt tokens whose unloaded TTFT is measured (capp
 BATCH = 8  # the larger decode batch
 STEPS = 24  # decode steps timed per request
 SEED = 7_777_777  # prompts no measured run uses
-# idle before one request of each WAKE_PROMPTS length: the wake-up curve's points. NOTE: the
-# sweep's low rates leave an instance idle for seconds; here the extra still grew from 1 s
-# to 3 s, and with the prompt (a 437-token one paid +93 ms after 2-5 s, a 62-token one +39)
+# idle before one request of the shortest and one of the longest prompt: the wake-up
+# curve's points. NOTE: the sweep's low rates leave an instance idle for seconds; here the
+# extra still grew from 1 s to 3 s, and with the prompt (a 437-token one paid +93 ms after
+# 2-5 s, a 62-token one +39)
 IDLE_S = (0.3, 1.0, 3.0)
 
 

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from advisor.measure.arrival import SO_TIMESTAMPNS, kernel_stamp
+from advisor.measure.arrival import SO_TIMESTAMPNS, receive_time
 from engine.render.protocol import error_body
 
 
@@ -87,8 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
             _, ancillary, _, _ = self.connection.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
         except OSError:
             return time.monotonic()
-        stamp = kernel_stamp(ancillary)
-        return stamp if stamp is not None else time.monotonic()
+        return receive_time(ancillary)
 
     def do_POST(self) -> None:
         arrived = self.arrived
