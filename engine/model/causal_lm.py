@@ -13,7 +13,7 @@ from torch import nn
 from engine.core.config import ModelConfig
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.kv_cache import KVCache
-from engine.model.linear import Linear, linear, pack
+from engine.model.linear import SMALL_BATCH, Linear, can_gate, gated, linear, pack
 
 
 class RMSNorm(nn.Module):
@@ -81,13 +81,24 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    halves: tuple[torch.Tensor, torch.Tensor] | None = None  # packed gate, up (pack_weights)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.inter = cfg.intermediate_size
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * self.inter, bias=False)
         self.down_proj = Linear(self.inter, cfg.hidden_size, bias=False)
 
+    def pack_weights(self) -> None:
+        """Pack gate and up apart for prefill-sized inputs (`linear.gated`), where that
+        runs; decode keeps the fused gate|up (one GEMV streams both)."""
+        w = self.gate_up_proj.weight
+        self.halves = (pack(w[: self.inter]), pack(w[self.inter:])) if can_gate(w) else None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [T, D] -> [T, D]
+        if self.halves is not None and x.shape[0] > SMALL_BATCH:
+            return self.down_proj(gated(x, *self.halves))
         gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
         return self.down_proj(F.silu(gate).mul_(up))
 
@@ -132,7 +143,7 @@ class CausalLM(nn.Module):
         """Give every projection and the LM head a copy laid out for decode-sized batches
         (`engine.model.linear`); call once the weights are loaded."""
         for module in self.modules():
-            if isinstance(module, Linear):
+            if isinstance(module, (Linear, MLP)):
                 module.pack_weights()
         self._head_packed = pack(self.embed_tokens.weight) if self.lm_head is None else None
 

@@ -5,7 +5,9 @@ fast the kernel streams the weights. torch's default CPU kernel for a row-major
 weight reaches ~8 GB/s in bfloat16 on one thread here, against ~11 for the same
 weight re-laid out once by oneDNN for small batches (`benchmarks/engine_bench.py`
 shows the step against its read-bandwidth roofline). Prefill-sized inputs keep
-torch's kernel, which is as fast or faster for them.
+torch's kernel, which is as fast or faster for them, except the MLP's gate and up in
+bfloat16 (`gated`): packed apart, with the SiLU and the product in oneDNN's epilogues,
+the 4 MLPs of `small` on 2048 rows took 229-241 ms against 260-281 (Xeon, AMX-BF16).
 
 The packed copy sits beside the original weight (state dicts, weight loading and
 prefill see the plain parameter), so packing costs the weights' size in memory once.
@@ -39,13 +41,17 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def rows_for(n: int) -> int:
-    """The row count the packed kernel runs `n` rows at: 1, 2, 4, 8, then multiples of 16.
+    """The row count the packed kernel runs `n` rows at: 1, 2, 4, 8, then multiples of 16
+    up to 256, then of 1/8 of the power of two below `n` (at most 1/8 more rows).
 
     NOTE: oneDNN compiles and caches one kernel per shape; every distinct batch size made
     a new one, and a server's RSS crept up for as long as new sizes kept arriving (~60 MB
-    over 2400 requests with `tiny`). Twelve shapes per weight bound it; the padded rows
-    cost nothing that shows in a step bound by streaming the weights."""
-    return 1 << (n - 1).bit_length() if n <= 8 else -(-n // 16) * 16
+    over 2400 requests with `tiny`). Twelve shapes per weight up to SMALL_BATCH bound it;
+    the padded rows cost nothing that shows in a step bound by streaming the weights."""
+    if n <= 8:
+        return 1 << (n - 1).bit_length()
+    step = max(16, 1 << (n.bit_length() - 4))
+    return -(-n // step) * step
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -58,6 +64,25 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if rows != n:
         x = F.pad(x, (0, 0, 0, rows - n))  # [rows, in]
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")[:n]
+
+
+def can_gate(weight: torch.Tensor) -> bool:
+    """Whether `gated` runs for this gate|up weight: packable, in bfloat16 (where oneDNN's
+    epilogues were measured to pay: `benchmarks/engine_bench.py`)."""
+    return (weight.dtype == torch.bfloat16 and can_pack(weight)
+            and hasattr(torch.ops.mkldnn._linear_pointwise, "binary"))
+
+
+def gated(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(x @ gate^T) * (x @ up^T) for x: [T, in] -> [T, inter], on packed halves
+    (`pack`), the SiLU and the product done in the GEMMs' epilogues instead of two more
+    passes over [T, inter]. Rows are padded as `rows_for` says (kernels per shape)."""
+    n = x.shape[0]
+    rows = rows_for(n)
+    if rows != n:
+        x = F.pad(x, (0, 0, 0, rows - n))  # [rows, in]
+    g = torch.ops.mkldnn._linear_pointwise(x, gate, None, "swish", [], "")  # [rows, inter]
+    return torch.ops.mkldnn._linear_pointwise.binary(x, g, up, None, "mul")[:n]
 
 
 class Linear(nn.Linear):

@@ -48,3 +48,47 @@ def test_packed_rows_come_in_a_few_sizes_and_padding_leaves_the_real_rows_alone(
     x = torch.randn(40, 64)
     assert torch.equal(layer(x[:37]), layer(x[:37]))  # one shape per size: deterministic
     assert torch.allclose(layer(x[:37]), F.linear(x[:37], layer.weight), atol=1e-5)
+
+
+def test_prefill_sized_rows_come_in_at_most_eight_sizes_per_octave():
+    from engine.model.linear import rows_for
+    for lo in (256, 512, 1024):
+        sizes = {rows_for(n) for n in range(lo + 1, 2 * lo + 1)}
+        assert len(sizes) == 8 and max(sizes) == 2 * lo
+    assert all(n <= rows_for(n) <= n * 1.125 + 16 for n in range(SMALL_BATCH + 1, 4097))
+
+
+@pytest.mark.skipif(not packed_linear.can_gate(torch.zeros(2, 2, dtype=torch.bfloat16)),
+                    reason="oneDNN's bf16 epilogues are not in this build")
+@pytest.mark.parametrize("rows", [SMALL_BATCH + 1, 300])
+def test_the_mlp_gates_prefill_rows_in_the_epilogues_as_the_plain_math_does(rows):
+    from engine.core.config import PRESETS
+    from engine.model.causal_lm import MLP
+    torch.manual_seed(rows)
+    mlp = MLP(PRESETS["tiny"]).to(torch.bfloat16)
+    torch.nn.init.normal_(mlp.gate_up_proj.weight, std=0.2)
+    x = torch.randn(rows, mlp.gate_up_proj.in_features, dtype=torch.bfloat16)
+    gate, up = F.linear(x.float(), mlp.gate_up_proj.weight.float()).split(mlp.inter, dim=-1)
+    want = F.silu(gate) * up  # float32 of the same weights: [rows, inter]
+    mlp.pack_weights()
+    assert mlp.halves is not None
+    got = packed_linear.gated(x, *mlp.halves).float()
+    assert got.shape == want.shape
+    # bfloat16's rounding (8 bits of mantissa) of each product, no more
+    assert torch.allclose(got, want, atol=0.05, rtol=0.02)
+    # and the MLP goes that way above SMALL_BATCH rows
+    assert torch.equal(mlp(x), mlp.down_proj(got.to(torch.bfloat16)))
+
+
+@pytest.mark.skipif(not packed_linear.can_gate(torch.zeros(2, 2, dtype=torch.bfloat16)),
+                    reason="oneDNN's bf16 epilogues are not in this build")
+def test_gated_rows_do_not_depend_on_what_pads_them():
+    from engine.core.config import PRESETS
+    from engine.model.causal_lm import MLP
+    torch.manual_seed(0)
+    mlp = MLP(PRESETS["tiny"]).to(torch.bfloat16)
+    mlp.pack_weights()
+    x = torch.randn(300, mlp.gate_up_proj.in_features, dtype=torch.bfloat16)
+    # 290 and 300 rows both run as 320: padded with zeros, or with the next ten rows
+    assert torch.equal(packed_linear.gated(x, *mlp.halves)[:290],
+                       packed_linear.gated(x[:290], *mlp.halves))
