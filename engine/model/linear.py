@@ -60,15 +60,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     n = x.shape[0]
     if packed is None or n > SMALL_BATCH:
         return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(_padded(x), packed, bias, "none", [], "")[:n]
+
+
+def _padded(x: torch.Tensor) -> torch.Tensor:
+    """x: [T, in] -> [rows_for(T), in], zero rows below (the real rows' results do not
+    depend on them)."""
+    n = x.shape[0]
     rows = rows_for(n)
-    if rows != n:
-        x = F.pad(x, (0, 0, 0, rows - n))  # [rows, in]
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")[:n]
+    return x if rows == n else F.pad(x, (0, 0, 0, rows - n))
 
 
 def can_gate(weight: torch.Tensor) -> bool:
     """Whether `gated` runs for this gate|up weight: packable, in bfloat16 (where oneDNN's
-    epilogues were measured to pay: `benchmarks/engine_bench.py`)."""
+    epilogues were measured to pay, above; bfloat16 is only chosen where it is native)."""
     return (weight.dtype == torch.bfloat16 and can_pack(weight)
             and hasattr(torch.ops.mkldnn._linear_pointwise, "binary"))
 
@@ -77,10 +82,7 @@ def gated(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor
     """silu(x @ gate^T) * (x @ up^T) for x: [T, in] -> [T, inter], on packed halves
     (`pack`), the SiLU and the product done in the GEMMs' epilogues instead of two more
     passes over [T, inter]. Rows are padded as `rows_for` says (kernels per shape)."""
-    n = x.shape[0]
-    rows = rows_for(n)
-    if rows != n:
-        x = F.pad(x, (0, 0, 0, rows - n))  # [rows, in]
+    n, x = x.shape[0], _padded(x)  # x: [rows, in]
     g = torch.ops.mkldnn._linear_pointwise(x, gate, None, "swish", [], "")  # [rows, inter]
     return torch.ops.mkldnn._linear_pointwise.binary(x, g, up, None, "mul")[:n]
 
