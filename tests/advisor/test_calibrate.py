@@ -59,7 +59,7 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     assert "TTFT after an idle machine: +" in cal.summary()
 
 
-@pytest.mark.slow  # a second calibration, ~5 s
+@pytest.mark.slow  # a second calibration, ~14 s
 def test_a_failed_wake_up_request_leaves_its_point_out_and_nothing_else():
     # the calibration's 20th request is the long prompt's wake-up after 0.3 s: the server
     # fails it

@@ -4,8 +4,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engine.core.config import PRESETS
 from engine.model import linear as packed_linear
-from engine.model.linear import SMALL_BATCH, Linear, pack
+from engine.model.causal_lm import MLP
+from engine.model.linear import SMALL_BATCH, Linear, pack, rows_for
+
+needs_gate = pytest.mark.skipif(
+    not packed_linear.can_gate(torch.zeros(2, 2, dtype=torch.bfloat16)),
+    reason="oneDNN's bf16 epilogues are not in this build")
+
+
+def _tiny_mlp() -> MLP:
+    """`tiny`'s MLP in bfloat16 (weights unpacked: call pack_weights)."""
+    return MLP(PRESETS["tiny"]).to(torch.bfloat16)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
@@ -38,7 +49,6 @@ def test_large_batches_and_unpackable_weights_use_f_linear(monkeypatch):
 
 
 def test_packed_rows_come_in_a_few_sizes_and_padding_leaves_the_real_rows_alone():
-    from engine.model.linear import rows_for
     sizes = {rows_for(n) for n in range(1, SMALL_BATCH + 1)}
     assert sizes == {1, 2, 4, 8, *range(16, SMALL_BATCH + 1, 16)}
     assert all(rows_for(n) >= n for n in range(1, SMALL_BATCH + 1))
@@ -51,21 +61,17 @@ def test_packed_rows_come_in_a_few_sizes_and_padding_leaves_the_real_rows_alone(
 
 
 def test_prefill_sized_rows_come_in_at_most_eight_sizes_per_octave():
-    from engine.model.linear import rows_for
     for lo in (256, 512, 1024):
         sizes = {rows_for(n) for n in range(lo + 1, 2 * lo + 1)}
         assert len(sizes) == 8 and max(sizes) == 2 * lo
     assert all(n <= rows_for(n) <= n * 1.125 + 16 for n in range(SMALL_BATCH + 1, 4097))
 
 
-@pytest.mark.skipif(not packed_linear.can_gate(torch.zeros(2, 2, dtype=torch.bfloat16)),
-                    reason="oneDNN's bf16 epilogues are not in this build")
+@needs_gate
 @pytest.mark.parametrize("rows", [SMALL_BATCH + 1, 300])
 def test_the_mlp_gates_prefill_rows_in_the_epilogues_as_the_plain_math_does(rows):
-    from engine.core.config import PRESETS
-    from engine.model.causal_lm import MLP
     torch.manual_seed(rows)
-    mlp = MLP(PRESETS["tiny"]).to(torch.bfloat16)
+    mlp = _tiny_mlp()
     torch.nn.init.normal_(mlp.gate_up_proj.weight, std=0.2)
     x = torch.randn(rows, mlp.gate_up_proj.in_features, dtype=torch.bfloat16)
     gate, up = F.linear(x.float(), mlp.gate_up_proj.weight.float()).split(mlp.inter, dim=-1)
@@ -80,13 +86,10 @@ def test_the_mlp_gates_prefill_rows_in_the_epilogues_as_the_plain_math_does(rows
     assert torch.equal(mlp(x), mlp.down_proj(got.to(torch.bfloat16)))
 
 
-@pytest.mark.skipif(not packed_linear.can_gate(torch.zeros(2, 2, dtype=torch.bfloat16)),
-                    reason="oneDNN's bf16 epilogues are not in this build")
+@needs_gate
 def test_gated_rows_do_not_depend_on_what_pads_them():
-    from engine.core.config import PRESETS
-    from engine.model.causal_lm import MLP
     torch.manual_seed(0)
-    mlp = MLP(PRESETS["tiny"]).to(torch.bfloat16)
+    mlp = _tiny_mlp()
     mlp.pack_weights()
     x = torch.randn(300, mlp.gate_up_proj.in_features, dtype=torch.bfloat16)
     # 290 and 300 rows both run as 320: padded with zeros, or with the next ten rows
