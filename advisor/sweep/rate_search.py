@@ -59,12 +59,18 @@ def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
 
 def replay_grid(leading: list[Outcome], plan: SearchPlan) -> list[float]:
     """The grid rates the other topologies measure first: from the lowest one where the
-    leading topology surely missed the SLO (else where it missed at all; its top rate
-    alone if it missed at none) upwards."""
+    leading topology surely missed the SLO (else where its p99 ITL collapsed, else where it
+    missed at all; its top rate alone if it missed at none) upwards.
+
+    # NOTE: a miss that is not a sure one is within noise of the target: comparing there
+    # decides no more than below it, and the lowest rates are the slowest to measure"""
     grid = grid_of(leading, plan)
-    missed = [o.rate for o in leading if not o.meets and o.rate in grid]
-    sure = [o.rate for o in leading if o.sure_misses and o.rate in grid]
-    return [r for r in grid if r >= min(sure or missed, default=max(grid, default=0.0))]
+    on_grid = [o for o in leading if o.rate in grid]
+    sure = [o.rate for o in on_grid if o.sure_misses]
+    collapsed = [o.rate for o in on_grid if o.collapsed]
+    missed = [o.rate for o in on_grid if not o.meets]
+    first = min(sure or collapsed or missed, default=max(grid, default=0.0))
+    return [r for r in grid if r >= first]
 
 
 def next_rate(

@@ -8,8 +8,11 @@ The rule, for the bundled engine when --scale / --output-scale are left to it:
 - decoding a request's output lasts DECODE_PREFILL prefills, so running decodes are
   there for prefills to stall;
 - the rate search starts where a collocated instance's requests would see another
-  prefill land during their decode about (1 - attainment) of the time: the rate where
-  collocated should start to miss the SLO.
+  prefill land during their decode for half the misses the attainment allows, (1 -
+  attainment) / 2 of them (the machine's own noise takes its share of the rest): the
+  rate where collocated should start to miss the SLO. The front deals requests round
+  robin, so an instance's next request comes `instances` arrivals later: the gap is
+  Erlang (gamma of shape `instances`), not exponential at rate / instances.
 Why not longer: collocated's goodput falls as 1 / (decode time), and every rate gets at
 least MIN_REQUESTS requests, so longer requests would push the default sweep past its
 five minutes without showing the effect any better.
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from scipy.special import gammaincinv
 
 from advisor.rundata.evidence import Calibration
 from advisor.sweep.calibrate import BATCH
@@ -39,7 +44,7 @@ REGIME = {  # the preset's mean prompt's prefill, in ITL SLOs
 TTFT_SHARE = 0.25
 DECODE_PREFILL = 2.5
 ITL_HEADROOM = 1.5
-MIN_PROMPT, MIN_OUTPUT = 32, 16
+MIN_PROMPT, MIN_OUTPUT = 32, 12
 
 
 @dataclass(frozen=True)
@@ -94,8 +99,18 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
                      f"lasts {output * cal.step_at(1) / cal.ttft_at(prompt):.1f}x its prefill")
     output = max(1, round(mean_out * output_scale))
     decode_s = output * cal.step_at(1) / 1000
-    start = float(f"{-math.log(min(attainment, 0.99)) * instances / decode_s:.2g}")
+    start = float(f"{start_rate(decode_s, instances, attainment):.2g}")
     notes.append(f"rate search from {start:g} req/s: where a collocated instance's requests "
                  f"(decoding ~{decode_s:.2f} s) start to meet other prefills")
     slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
     return Sizing(scale, output_scale, prompt, output, slo, start, notes)
+
+
+def start_rate(decode_s: float, instances: int, attainment: float) -> float:
+    """The rate (req/s) at which (1 - attainment) / 2 of a collocated instance's requests
+    see the instance's next request arrive while they decode (`decode_s`), with arrivals
+    Poisson and dealt round robin over `instances` replicas."""
+    # NOTE: P(gamma(instances, rate) < decode_s) = share <=> rate x decode_s is the
+    # share-quantile of gamma(instances, 1): the inverse regularized incomplete gamma
+    share = (1 - min(attainment, 0.99)) / 2
+    return float(gammaincinv(instances, share)) / decode_s

@@ -73,6 +73,11 @@ def test_followers_replay_the_grid_from_where_the_leader_first_missed():
     # a miss that is not a sure one is not where the others start: its neighbour is
     unsure = drive(capacity=0.8, collapse_at=2.0, sure_from=1.5)  # missed 1.0 (unsure), 2.0
     assert replay_grid(unsure, PLAN) == [2.0]
+    # no sure miss at all: where its p99 ITL collapsed, not its first (unsure) miss
+    unsure = drive(capacity=0.6, collapse_at=2.0, sure_from=9.0)  # missed 1.0 and 2.0
+    assert replay_grid(unsure, PLAN) == [2.0]
+    no_collapse = drive(capacity=0.6, sure_from=9.0)  # missed 1.0, 2.0, 4.0: none sure
+    assert replay_grid(no_collapse, PLAN) == [1.0, 2.0, 4.0]
 
 
 def test_search_goes_on_upward_until_a_rate_surely_misses():
