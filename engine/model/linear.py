@@ -21,6 +21,11 @@ from torch import nn
 
 SMALL_BATCH = 128  # rows up to which the packed kernel is used (decode batches)
 _PACK_FOR = 32  # the batch size oneDNN lays the weight out for
+# NOTE: in float32 at 1-2 rows torch's kernel (MKL's GEMV) streams the weights at the
+# read limit, ~9 GB/s on one thread, and the packed kernel at 7.4-7.9: 8-25% slower on
+# `small`'s shapes, 1.5-2x faster from 4 rows (Xeon with AVX-512 and no BF16). In
+# bfloat16 the packed kernel is the faster one at every decode batch.
+GEMV_ROWS = 2
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -56,9 +61,10 @@ def rows_for(n: int) -> int:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
            packed: torch.Tensor | None) -> torch.Tensor:
-    """x: [T, in] -> [T, out]; the packed kernel for T <= SMALL_BATCH when there is one."""
+    """x: [T, in] -> [T, out]; the packed kernel for T <= SMALL_BATCH when there is one,
+    but for float32 vectors (T <= GEMV_ROWS), where torch's own kernel is faster."""
     n = x.shape[0]
-    if packed is None or n > SMALL_BATCH:
+    if packed is None or n > SMALL_BATCH or (n <= GEMV_ROWS and x.dtype == torch.float32):
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(_padded(x), packed, bias, "none", [], "")[:n]
 

@@ -39,11 +39,16 @@ def test_large_batches_and_unpackable_weights_use_f_linear(monkeypatch):
     layer.pack_weights()
     calls = []
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
-                        lambda *a: calls.append(a[0].shape[0]) or F.linear(a[0], layer.weight),
+                        lambda *a: calls.append(a[0].shape[0]) or a[0].new_zeros(a[0].shape[0], 8),
                         raising=False)
     layer(torch.randn(SMALL_BATCH + 1, 16))
+    layer(torch.randn(packed_linear.GEMV_ROWS, 16))  # a float32 vector: torch's GEMV
     assert layer(torch.randn(3, 16)).shape == (3, 8)
     assert calls == ([4] if layer.packed is not None else [])  # 3 rows run padded to 4
+    half = Linear(16, 8, bias=False).to(torch.bfloat16)
+    half.pack_weights()
+    half(torch.randn(1, 16, dtype=torch.bfloat16))  # bfloat16 packs at every decode batch
+    assert calls[1:] == ([1] if half.packed is not None else [])
     assert pack(torch.zeros(4, 4, dtype=torch.float16)) is None
     assert pack(torch.zeros(4, 4, device="meta")) is None
 
