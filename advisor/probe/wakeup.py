@@ -59,17 +59,20 @@ def measure(work: Callable[[], object], idle_s: float = IDLE_S, repeats: int = R
     return Wakeup(idle_s, statistics.median(busy), statistics.median(idle))
 
 
-def probe_wakeup(idle_s: float = IDLE_S) -> dict | None:
+def host_wakeup(idle_s: float = IDLE_S, repeats: int = REPEATS) -> Wakeup:
     """This host's wake-up penalty for a READ_BYTES float32 sum on one thread, as the
-    engine runs, as JSON; None when `idle_s` is 0 (not measured)."""
-    if idle_s <= 0:
-        return None
+    engine runs."""
     import torch  # NOTE: here, so that importing this module stays torch-free
 
     x = torch.ones(READ_BYTES // 4, dtype=torch.float32)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return measure(x.sum, idle_s).to_json()
+        return measure(x.sum, idle_s, repeats)
     finally:
         torch.set_num_threads(threads)
+
+
+def probe_wakeup(idle_s: float = IDLE_S) -> dict | None:
+    """host_wakeup as JSON; None when `idle_s` is 0 (not measured)."""
+    return host_wakeup(idle_s).to_json() if idle_s > 0 else None

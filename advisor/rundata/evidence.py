@@ -128,6 +128,7 @@ class Calibration:
     wake_idle_s: tuple = ()
     wake_extra_ms: tuple = ()
     wake_prompt_tokens: tuple = ()
+    wake_host: str | None = None  # the host's own wake-up check, where one was made
 
     def ttft_at(self, tokens: float) -> float:
         """Unloaded TTFT of a `tokens`-token prompt (ms), from the fit."""
@@ -145,6 +146,8 @@ class Calibration:
         ttft = ", ".join(f"{p} tokens {t:.0f} ms" for p, t in zip(self.prompt_tokens, self.ttft_ms))
         step = ", ".join(f"batch {b} {t:.1f} ms" for b, t in zip(self.batches, self.step_ms))
         wake = wake_text(self.wake_curve()[1:])
+        if not wake and self.wake_host:
+            wake = f"not measured, the host does not slow down after an idle ({self.wake_host})"
         return (f"unloaded TTFT: {ttft}; decode step: {step}"
                 + (f"; TTFT after an idle machine: {wake}" if wake else "")
                 + f" ({self.dtype}, on {self.placement})")

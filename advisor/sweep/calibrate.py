@@ -18,6 +18,7 @@ import numpy as np
 from advisor.measure.client import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.stats import latency
+from advisor.probe.wakeup import NOTABLE, Wakeup
 from advisor.rundata.evidence import Calibration
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
@@ -54,8 +55,12 @@ def warm_up(endpoint: Endpoint, workload=None, bars=None) -> None:
     measure(endpoint, workload, max_concurrency=1, label="warmup", bars=bars)
 
 
-def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:
-    """Measure `endpoint` (one engine instance, nothing else running on it)."""
+def calibrate(endpoint: Endpoint, context: int, bars=None,
+              host: Wakeup | None = None) -> Calibration:
+    """Measure `endpoint` (one engine instance, nothing else running on it). `host`: the
+    host's own wake-up check (advisor.probe.wakeup); where it shows no slowdown after an
+    idle (under NOTABLE), the wake-up points are not measured: they would cost ~10 s of
+    idling to find nothing."""
     prompts = [p for p in PROMPTS if p + STEPS < context // 2] or [min(PROMPTS[0], context // 4)]
     ttft = []
     for i, p in enumerate(prompts):  # one at a time, three of each: the median
@@ -69,10 +74,13 @@ def calibrate(endpoint: Endpoint, context: int, bars=None) -> Calibration:
         steps.append(_median_ms([g for r in run.records if (lat := latency(r)) for g in lat.itls]))
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
     ends = sorted({0, len(prompts) - 1})  # the shortest and the longest prompt
-    idle, extra, tokens = _wake_up(endpoint, [(prompts[i], ttft[i]) for i in ends], bars)
+    idle = extra = tokens = ()
+    if host is None or host.ratio >= NOTABLE:
+        idle, extra, tokens = _wake_up(endpoint, [(prompts[i], ttft[i]) for i in ends], bars)
     return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=[1, BATCH], step_ms=steps,
                        prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base),
-                       wake_idle_s=idle, wake_extra_ms=extra, wake_prompt_tokens=tokens)
+                       wake_idle_s=idle, wake_extra_ms=extra, wake_prompt_tokens=tokens,
+                       wake_host=host.summary() if host else None)
 
 
 def _wake_up(endpoint: Endpoint, prompts: list[tuple[int, float]], bars) -> tuple[list, ...]:

@@ -17,6 +17,7 @@ from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import served_model
 from advisor.measure.run import measure, progress_bars, record_row
 from advisor.measure.stats import parse_percentiles, summarize
+from advisor.probe.wakeup import host_wakeup
 from advisor.report import run_report
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult
@@ -182,7 +183,8 @@ class _Sweep:
         opts = self.opts
         context = load_model_config(opts.model).max_position_embeddings if opts.bundled \
             else URL_CONTEXT
-        cal = calibrate(self._endpoint(url, False), context, self.bars)
+        host = host_wakeup(repeats=2) if opts.bundled else None
+        cal = calibrate(self._endpoint(url, False), context, self.bars, host)
         self.calibration = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
         scale = opts.scale if opts.scale is not None or opts.bundled else 1.0
         sized = sizing.size(opts.workload, opts.slos, self.calibration, context, scale,

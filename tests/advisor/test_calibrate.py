@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from advisor.measure.client import Endpoint
+from advisor.probe.wakeup import Wakeup
 from advisor.sweep.calibrate import IDLE_S, calibrate
 from tests.advisor.helpers import received, scripted
 
@@ -57,6 +58,16 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
         extras = [x for i, x in zip(cal.wake_idle_s, cal.wake_extra_ms) if i == s]
         assert idle == s and share == 0.0 and fixed == pytest.approx(np.mean(extras))
     assert "TTFT after an idle machine: +" in cal.summary()
+
+
+def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
+    calm = Wakeup(1.0, busy_ms=17.0, after_idle_ms=17.5)  # 1.03x: nothing to find
+    with scripted(TTFT_MS, ITL_MS, wake_ms_per_s=WAKE_MS_PER_S) as url:
+        cal = calibrate(Endpoint(url, "scripted"), context=4096, host=calm)
+        assert len(received(url)) == 3 * 3 + 1 + 8  # TTFT and decode only: no idling
+    assert cal.wake_curve() == () and cal.wake_host == calm.summary()
+    assert "TTFT after an idle machine: not measured, the host does not slow down" \
+        in cal.summary()
 
 
 @pytest.mark.slow  # a second calibration, ~14 s
