@@ -58,19 +58,21 @@ def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
 
 
 def replay_grid(leading: list[Outcome], plan: SearchPlan) -> list[float]:
-    """The grid rates the other topologies measure first: from the lowest one where the
-    leading topology surely missed the SLO (else where its p99 ITL collapsed, else where it
-    missed at all; its top rate alone if it missed at none) upwards.
+    """The rates the other topologies measure first: the lowest rate where the leading
+    topology surely missed the SLO (any rate its search measured; else the lowest grid rate
+    where its p99 ITL collapsed, else where it missed at all; its top grid rate alone if it
+    missed at none), then the grid's rates above it.
 
     # NOTE: a miss that is not a sure one is within noise of the target: comparing there
-    # decides no more than below it, and the lowest rates are the slowest to measure"""
+    # decides no more than at the sure miss above it, and the lowest rates are the slowest
+    # to measure"""
     grid = grid_of(leading, plan)
     on_grid = [o for o in leading if o.rate in grid]
-    sure = [o.rate for o in on_grid if o.sure_misses]
+    sure = [o.rate for o in leading if o.sure_misses]
     collapsed = [o.rate for o in on_grid if o.collapsed]
     missed = [o.rate for o in on_grid if not o.meets]
     first = min(sure or collapsed or missed, default=max(grid, default=0.0))
-    return [r for r in grid if r >= first]
+    return [first, *(r for r in grid if r > first)]
 
 
 def next_rate(
@@ -101,7 +103,8 @@ def next_rate(
     if not above:  # everything meets: look higher
         return lo * 2 if extra < plan.max_steps else None
     hi = min(above)
-    bisections = sum(1 for o in done if not _on_lattice(o.rate, plan.start))
+    # NOTE: a follower's replayed rates may be the leader's bisections: not its own
+    bisections = sum(1 for o in done if not _on_lattice(o.rate, plan.start) and o.rate not in grid)
     if bisections < plan.bisect_steps and hi / lo >= plan.min_ratio:
         return round(math.sqrt(lo * hi), 4)
     if any(o.sure_misses for o in done if o.rate > lo):

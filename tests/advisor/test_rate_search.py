@@ -68,11 +68,25 @@ def test_followers_replay_the_grid_from_where_the_leader_first_missed():
     follower = drive(capacity=3.0, grid=replay_grid(leader, PLAN))
     assert [o.rate for o in follower][:2] == [1.0, 2.0] and 0.5 not in {o.rate for o in follower}
     never_missed = drive(capacity=9.0, collapse_at=9.0)
-    assert replay_grid(never_missed, PLAN) == [4.0]  # the top of its grid alone
+    # met on its whole grid, surely missed past it (16.0 and the bisection 11.3137)
+    assert replay_grid(never_missed, PLAN) == [11.3137]
+    unsure_above = drive(capacity=9.0, collapse_at=9.0, sure_from=99.0)
+    assert replay_grid(unsure_above, PLAN) == [4.0]  # no sure miss: its top grid rate alone
     assert [o.rate for o in drive(capacity=0.3, grid=[1.0])][:2] == [1.0, 0.7071]  # steps down
     # a miss that is not a sure one is not where the others start: its neighbour is
     unsure = drive(capacity=0.8, collapse_at=2.0, sure_from=1.5)  # missed 1.0 (unsure), 2.0
     assert replay_grid(unsure, PLAN) == [2.0]
+    # its lowest sure miss came after the grid (a confirming rate): the others start there
+    confirmed = drive(capacity=0.45, collapse_at=0.5, sure_from=1.0)  # 0.5: collapsed, unsure
+    assert [o.rate for o in confirmed] == [0.5, 0.3536, 1.0]
+    assert replay_grid(confirmed, PLAN) == [1.0]
+    # a replayed bisection of the leader's leaves the follower its own bisection
+    leader = drive(capacity=0.8, collapse_at=2.0, sure_from=1.0)  # sure miss at 1.0 only
+    leader_bisected = [*leader[:-1], Outcome(0.7071, False, False, sure_misses=True)]
+    grid = replay_grid(leader_bisected, PLAN)
+    assert grid == [0.7071, 1.0, 2.0]
+    follower = drive(capacity=3.0, grid=grid)
+    assert [o.rate for o in follower] == [0.7071, 1.0, 2.0, 4.0, 2.8284]
     # no sure miss at all: where its p99 ITL collapsed, not its first (unsure) miss
     unsure = drive(capacity=0.6, collapse_at=2.0, sure_from=9.0)  # missed 1.0 and 2.0
     assert replay_grid(unsure, PLAN) == [2.0]
