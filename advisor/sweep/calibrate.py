@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from advisor.errors import UsageError
 from advisor.measure.client import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.stats import latency
@@ -41,9 +42,14 @@ def _workload(prompt: int, output: int, n: int, seed: int):
     return synthesize(spec, seed, "calibration")
 
 
-def _median_ms(values_s: list[float]) -> float:
+def _median_ms(values_s: list[float], run, what: str, url: str) -> float:
+    """The median in ms; a clear error naming the failure when every request of `run`
+    failed (a deployment that fails its calibration cannot be measured)."""
     if not values_s:
-        raise RuntimeError("calibration got no timings: every request failed")
+        why = next((f"HTTP {r.status}: {r.error}" if r.status else r.error
+                    for r in run.records if r.error), "no tokens streamed")
+        raise UsageError(f"{url}: every request {what} failed ({why}): the deployment "
+                         "cannot be calibrated")
     return float(np.median(values_s)) * 1000
 
 
@@ -66,12 +72,14 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     for i, p in enumerate(prompts):  # one at a time, three of each: the median
         run = measure(endpoint, _workload(p, 2, 3, SEED + i), max_concurrency=1,
                       label=f"calibrating TTFT at {p} tokens", bars=bars)
-        ttft.append(_median_ms([lat.ttft for r in run.records if (lat := latency(r))]))
+        ttft.append(_median_ms([lat.ttft for r in run.records if (lat := latency(r))], run,
+                               f"timing TTFT at {p} tokens", endpoint.base_url))
     steps = []
     for b in (1, BATCH):
         run = measure(endpoint, _workload(16, STEPS + 1, b, SEED + 100 + b),
                       label=f"calibrating decode at batch {b}", bars=bars)
-        steps.append(_median_ms([g for r in run.records if (lat := latency(r)) for g in lat.itls]))
+        steps.append(_median_ms([g for r in run.records if (lat := latency(r)) for g in lat.itls],
+                                run, f"timing decode at batch {b}", endpoint.base_url))
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
     ends = sorted({0, len(prompts) - 1})  # the shortest and the longest prompt
     idle = extra = tokens = ()

@@ -3,13 +3,16 @@
 Per topology: first the grid (the leading topology builds it by doubling the
 rate until its p99 ITL falls apart; the others replay it from the first rate where
 the leading one missed the SLO: below that both meet it, which decides nothing, and
-low rates are the slowest to measure), then the bracket is extended (down by sqrt(2)
-while no rate meets the SLO, doubling while every rate does), then the highest passing and
-lowest failing rates are bisected geometrically. Last, if no rate above the highest
-passing one surely missed the SLO (its attainment interval below the target), the top
-rate is doubled until one does (at most `max_confirm` rates above the lowest miss):
-without a sure miss the max goodput's interval has no upper bound and no comparison can
-be confident.
+low rates are the slowest to measure), then the bracket is extended upward (doubling
+while every rate meets the SLO); if no rate above the highest passing one surely missed
+the SLO (its attainment interval below the target), the top rate is doubled until one
+does (at most `max_confirm` rates above the lowest miss): without a sure miss the max
+goodput's interval has no upper bound and no comparison can be confident.
+That is the first pass, every topology's. The second (`refine`) is only for topologies
+whose max-goodput interval still overlaps another's (`unsettled`): the bracket is
+extended down by sqrt(2) while no rate meets the SLO, and the highest passing and lowest
+failing rates are bisected geometrically. Where the intervals already part, those rates
+decide nothing, and they are the slowest to measure (the lowest rates).
 Being a function of the results alone, a resumed sweep makes the same choices.
 """
 
@@ -76,12 +79,14 @@ def replay_grid(leading: list[Outcome], plan: SearchPlan) -> list[float]:
 
 
 def next_rate(
-    done: list[Outcome], plan: SearchPlan, grid: list[float] | None, fixed: bool = False
+    done: list[Outcome], plan: SearchPlan, grid: list[float] | None, fixed: bool = False,
+    refine: bool = True,
 ) -> float | None:
     """The next rate for a topology, or None when it is finished.
 
     `grid`: None for the leading topology (it builds the grid by doubling);
     otherwise the rates to replay first. `fixed`: only the grid, no search.
+    `refine`: the second pass (down-steps and bisection) too; without it, the first.
     """
     rates = {o.rate for o in done}
     if grid is None:  # leading: double until collapse or out of steps
@@ -95,22 +100,36 @@ def next_rate(
         return None
     ok = [o.rate for o in done if o.meets]
     bad = [o.rate for o in done if not o.meets]
-    extra = len(done) - len(grid)
     if not ok:  # nothing meets: look lower
-        return round(min(rates) / math.sqrt(2), 4) if extra < plan.max_down else None
+        down = sum(1 for r in rates if r < min(grid, default=math.inf))
+        return round(min(rates) / math.sqrt(2), 4) if refine and down < plan.max_down else None
     lo = max(ok)
     above = [r for r in bad if r > lo]
     if not above:  # everything meets: look higher
-        return lo * 2 if extra < plan.max_steps else None
+        return lo * 2 if len(done) - len(grid) < plan.max_steps else None
     hi = min(above)
     # NOTE: a follower's replayed rates may be the leader's bisections: not its own
     bisections = sum(1 for o in done if not _on_lattice(o.rate, plan.start) and o.rate not in grid)
-    if bisections < plan.bisect_steps and hi / lo >= plan.min_ratio:
+    if refine and bisections < plan.bisect_steps and hi / lo >= plan.min_ratio:
         return round(math.sqrt(lo * hi), 4)
     if any(o.sure_misses for o in done if o.rate > lo):
         return None
     beyond = sum(1 for r in rates if r > hi)
     return max(rates) * 2 if beyond < plan.max_confirm else None
+
+
+def unsettled(done: dict[str, list[Outcome]]) -> list[str]:
+    """The topologies whose max-goodput interval overlaps another's (every one when there
+    is no other): only a second pass can tell them apart."""
+    spans = {name: goodput_interval(outs) for name, outs in done.items()}
+    top = lambda span: math.inf if span[1] is None else span[1]  # noqa: E731
+
+    def apart(a, b) -> bool:
+        return a[0] >= top(b) or b[0] >= top(a)
+
+    return [name for name, span in spans.items()
+            if len(spans) < 2 or any(not apart(span, other)
+                                     for n, other in spans.items() if n != name)]
 
 
 def _on_lattice(rate: float, start: float) -> bool:

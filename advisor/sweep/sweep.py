@@ -42,6 +42,7 @@ from advisor.sweep.rate_search import (
     next_rate,
     outcome_of,
     replay_grid,
+    unsettled,
 )
 from engine.core.config import DTYPES, load_model_config
 from engine.model.dtype import DtypeChoice
@@ -66,6 +67,10 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
         sweep = _Sweep(opts, run_dir, bars)
         for p in placements:
             sweep.measure(p)
+        # NOTE: a second pass only where the first left intervals that overlap: the lowest
+        # rates and bisections are the slowest to measure and, there, decide nothing
+        for name in unsettled(sweep.done):
+            sweep.measure(next(p for p in placements if p.name == name), refine=True)
     evidence = build_evidence(sweep.opts, placements, sweep.done, sweep.grid or [], run_dir,
                               sweep.calibration, sweep.prompt_tokens)
     run_dir.write_evidence(evidence)
@@ -117,6 +122,7 @@ class _Sweep:
         self.pcts = parse_percentiles(opts.percentiles)
         self.grid: list[float] | None = list(opts.rates) or None  # the leading one's rates
         self.replay: list[float] | None = self.grid  # what the others measure first
+        self.leader: str | None = None  # the placement that builds the grid
         self.done: dict[str, list[Outcome]] = {}
 
     def _plan(self, start: float) -> SearchPlan:
@@ -138,11 +144,15 @@ class _Sweep:
                 f"{m} floor {v:.0f} ms > {m}:{self.opts.slos[m]:g}" for m, v in self.missed.items())
                 + ": no rate search", flush=True)
 
-    def measure(self, p: Placement) -> None:
-        """Calibrate on the first deployment, then run `p`'s rate search; a deployment starts
-        only when a run of it is missing."""
+    def measure(self, p: Placement, refine: bool = False) -> None:
+        """Calibrate on the first deployment, then run `p`'s rate search (its first pass, and
+        with `refine` its second: advisor.sweep.rate_search); a deployment starts only when
+        a run of it is missing."""
         outcomes: list[Outcome] = []
         self.done[p.name] = outcomes
+        lead = not self.opts.rates and self.leader in (None, p.name)
+        self.leader = p.name if lead else self.leader
+        grid = None if lead else self.replay
         with contextlib.ExitStack() as stack:
             url = metrics = None
             if self.calibration is None and self.calibrates:
@@ -151,16 +161,18 @@ class _Sweep:
             if self.missed:
                 return
             slos = self.opts.slos
-            while (rate := next_rate(outcomes, self.plan, self.replay,
-                                     fixed=bool(self.opts.rates))) is not None:
-                if not self.run_dir.has_run(p.name, rate):
-                    if url is None:
-                        url, metrics, _ = self._deploy(p, stack)
-                    self.run_dir.write_run(self._run_one(url, metrics, p, rate))
-                result = self.run_dir.read_run(p.name, rate)
-                outcomes.append(outcome_of(result, rate, self.opts.attainment, slos["itl"]))
-                self.bars.advance(self.task)
-        if self.grid is None:
+            # NOTE: the first pass is replayed (from the run directory) before the second
+            for second in (False, True)[:1 + refine]:
+                while (rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
+                                         refine=second)) is not None:
+                    if not self.run_dir.has_run(p.name, rate):
+                        if url is None:
+                            url, metrics, _ = self._deploy(p, stack)
+                        self.run_dir.write_run(self._run_one(url, metrics, p, rate))
+                    result = self.run_dir.read_run(p.name, rate)
+                    outcomes.append(outcome_of(result, rate, self.opts.attainment, slos["itl"]))
+                    self.bars.advance(self.task)
+        if lead and self.grid is None:
             self.grid = grid_of(outcomes, self.plan)
             self.replay = replay_grid(outcomes, self.plan)
 

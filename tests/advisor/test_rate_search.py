@@ -7,16 +7,19 @@ from advisor.sweep.rate_search import (
     max_goodput_rate,
     next_rate,
     replay_grid,
+    unsettled,
 )
 
 PLAN = SearchPlan(start=0.5, max_steps=4, bisect_steps=1)
 
 
-def drive(capacity: float, grid=None, collapse_at=None, fixed=False, plan=PLAN, sure_from=0.0):
-    """Run the search against a topology that meets the SLO up to `capacity` req/s and whose
-    p99 ITL collapses from `collapse_at`; a miss is a sure one from `sure_from` req/s."""
-    done = []
-    while (r := next_rate(done, plan, grid, fixed)) is not None:
+def drive(capacity: float, grid=None, collapse_at=None, fixed=False, plan=PLAN, sure_from=0.0,
+          refine=True, done=()):
+    """Run the search (after `done`) against a topology that meets the SLO up to `capacity`
+    req/s and whose p99 ITL collapses from `collapse_at`; a miss is a sure one from
+    `sure_from` req/s."""
+    done = list(done)
+    while (r := next_rate(done, plan, grid, fixed, refine)) is not None:
         meets = r <= capacity
         done.append(Outcome(r, meets, collapse_at is not None and r >= collapse_at,
                             sure_meets=meets, sure_misses=not meets and r >= sure_from))
@@ -103,3 +106,36 @@ def test_search_goes_on_upward_until_a_rate_surely_misses():
     # at most max_confirm (2) rates above the lowest miss (0.7071): 1.0 and 2.0
     assert [o.rate for o in never_sure][3:] == [2.0]
     assert goodput_interval(never_sure) == (0.5, None)
+
+
+def test_first_pass_leaves_down_steps_and_bisection_to_the_second():
+    first = drive(capacity=1.5, collapse_at=2.0, refine=False)
+    assert [o.rate for o in first] == [0.5, 1.0, 2.0]  # the bracket, no bisection
+    assert [o.rate for o in drive(1.5, collapse_at=2.0, done=first)] == [0.5, 1.0, 2.0, 1.4142]
+    # nothing meets: no step down in the first pass, one in the second
+    assert [o.rate for o in drive(capacity=0.4, grid=[0.5], refine=False)] == [0.5]
+    assert [o.rate for o in drive(capacity=0.4, grid=[0.5])] == [0.5, 0.3536]
+    # the first pass still looks for a sure miss above its highest pass: an upper bound
+    unsure = drive(capacity=0.6, collapse_at=1.0, sure_from=1.5, refine=False)
+    assert [o.rate for o in unsure] == [0.5, 1.0, 2.0] and goodput_interval(unsure) == (0.5, 2.0)
+    # the second pass after the first measures what one pass alone would have
+    for capacity in (0.3, 0.8, 1.5, 3.0):
+        first = drive(capacity, collapse_at=2.0, refine=False)
+        assert {o.rate for o in drive(capacity, collapse_at=2.0, done=first)} \
+            == {o.rate for o in drive(capacity, collapse_at=2.0)}
+
+
+def out(rate: float, meets: bool) -> Outcome:
+    return Outcome(rate, meets, False, sure_meets=meets, sure_misses=not meets)
+
+
+def test_only_placements_whose_intervals_overlap_are_refined():
+    low = [out(0.5, False), out(1.0, False)]  # [0, 0.5]
+    high = [out(1.0, True), out(2.0, True), out(4.0, False)]  # [2.0, 4.0]
+    assert unsettled({"collocated": low, "disagg": high}) == []
+    near = [out(0.5, False), out(0.25, True)]  # [0.25, 0.5] inside [0, 0.5]
+    assert unsettled({"collocated": low, "disagg": near}) == ["collocated", "disagg"]
+    unbounded = [out(0.5, True), Outcome(1.0, False, False)]  # no sure miss: [0.5, inf)
+    assert unsettled({"collocated": low, "disagg": unbounded, "other": high}) \
+        == ["disagg", "other"]
+    assert unsettled({"collocated": high}) == ["collocated"]  # alone: nothing to part from

@@ -178,3 +178,35 @@ def test_repeats_pool_into_one_timeline_and_the_operating_rate_is_where_rows_are
     assert ev["collocated"]["rate_rps"] == 2 and "operating rate 3 req/s" in ev["judged_at"]
     rec = json.loads((run / "recommendation.json").read_text())
     assert "operating rate 3" in rec["judged_at"]
+
+
+def _rates(run) -> dict[str, list[float]]:
+    rows = list(csv.DictReader((run / "summary.csv").open()))
+    return {p: sorted(float(r["request_rate"]) for r in rows if r["topology"] == p)
+            for p in {r["topology"] for r in rows}}
+
+
+@pytest.mark.slow  # a sweep with its calibration, ~25 s
+def test_a_placement_whose_interval_already_parts_from_the_others_gets_no_second_pass(tmp_path):
+    # collocated meets the SLO at every rate; disaggregated misses it at every rate (every
+    # other request fails): apart after the first pass ([64, unbounded) against [0, 16]), so
+    # disaggregated takes no step down below 16 req/s: it would decide nothing
+    with scripted(ttft_ms=20, itl_ms=5) as good, \
+            scripted(ttft_ms=20, itl_ms=5, fail_every=2) as failing:
+        out = advisor("sweep", "--collocated-url", good, "--disagg-url", failing,
+                      "--start-rate", "8", "--max-steps", "2", "--num-prompts", "6",
+                      "--scale", "0.01", "--output-scale", "0.02", "--slo", "ttft:1000",
+                      "itl:50", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    run = run_dir_of(tmp_path)
+    assert _rates(run) == {"collocated-url": [8.0, 16.0, 32.0, 64.0], "disagg-url": [16.0]}
+    ev = json.loads((run / "evidence.json").read_text())
+    assert ev["disaggregated"]["max_goodput_interval_rps"] == [0.0, 16.0]
+
+
+def test_a_deployment_that_fails_its_calibration_is_one_line_naming_why(tmp_path):
+    with scripted(ttft_ms=20, itl_ms=5, fail_every=1) as failing:
+        out = advisor("sweep", "--collocated-url", failing, "--disagg-url", failing,
+                      "--scale", "0.01", "--out", str(tmp_path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "cannot be calibrated" in out.stderr and "scripted failure" in out.stderr
