@@ -9,10 +9,11 @@ the SLO (its attainment interval below the target), the top rate is doubled unti
 does (at most `max_confirm` rates above the lowest miss): without a sure miss the max
 goodput's interval has no upper bound and no comparison can be confident.
 That is the first pass, every topology's. The second (`refine`) is only for topologies
-whose max-goodput interval still overlaps another's (`unsettled`): the bracket is
-extended down by sqrt(2) while no rate meets the SLO, and the highest passing and lowest
-failing rates are bisected geometrically. Where the intervals already part, those rates
-decide nothing, and they are the slowest to measure (the lowest rates).
+whose max-goodput interval still overlaps another's (`to_refine`, the least bounded
+first, one at a time: its new bounds may part the others): the bracket is extended down
+by sqrt(2) while no rate meets the SLO, and the highest passing and lowest failing rates
+are bisected geometrically. Where the intervals already part, those rates decide
+nothing, and they are the slowest to measure (the lowest rates).
 Being a function of the results alone, a resumed sweep makes the same choices.
 """
 
@@ -122,14 +123,29 @@ def unsettled(done: dict[str, list[Outcome]]) -> list[str]:
     """The topologies whose max-goodput interval overlaps another's (every one when there
     is no other): only a second pass can tell them apart."""
     spans = {name: goodput_interval(outs) for name, outs in done.items()}
-    top = lambda span: math.inf if span[1] is None else span[1]  # noqa: E731
 
     def apart(a, b) -> bool:
-        return a[0] >= top(b) or b[0] >= top(a)
+        return a[0] >= _top(b) or b[0] >= _top(a)
 
     return [name for name, span in spans.items()
             if len(spans) < 2 or any(not apart(span, other)
                                      for n, other in spans.items() if n != name)]
+
+
+def to_refine(done: dict[str, list[Outcome]], refined: set[str]) -> str | None:
+    """The next topology for a second pass: of the unsettled ones not refined yet, the one
+    whose interval is widest (unbounded above, then from 0, then by hi / lo); None when
+    none is left."""
+    def width(name: str) -> tuple:
+        lo, hi = goodput_interval(done[name])
+        return hi is None, lo == 0, _top((lo, hi)) / lo if lo else math.inf
+
+    todo = [n for n in unsettled(done) if n not in refined]
+    return max(todo, key=width, default=None)
+
+
+def _top(span: tuple[float, float | None]) -> float:
+    return math.inf if span[1] is None else span[1]
 
 
 def _on_lattice(rate: float, start: float) -> bool:

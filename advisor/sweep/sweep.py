@@ -42,7 +42,7 @@ from advisor.sweep.rate_search import (
     next_rate,
     outcome_of,
     replay_grid,
-    unsettled,
+    to_refine,
 )
 from engine.core.config import DTYPES, load_model_config
 from engine.model.dtype import DtypeChoice
@@ -65,11 +65,17 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
     placements = opts.validate()
     with progress_bars() as bars:
         sweep = _Sweep(opts, run_dir, bars)
-        for p in placements:
-            sweep.measure(p)
         # NOTE: a second pass only where the first left intervals that overlap: the lowest
-        # rates and bisections are the slowest to measure and, there, decide nothing
-        for name in unsettled(sweep.done):
+        # rates and bisections are the slowest to measure and, there, decide nothing. The
+        # last placement goes on while it is still deployed when it is the one to refine.
+        refined: set[str] = set()
+        for p in placements:
+            last = p is placements[-1]
+            if sweep.measure(p, refine=last and (lambda n=p.name: to_refine(
+                    sweep.done, set()) == n)):
+                refined.add(p.name)
+        while (name := to_refine(sweep.done, refined)) is not None:
+            refined.add(name)
             sweep.measure(next(p for p in placements if p.name == name), refine=True)
     evidence = build_evidence(sweep.opts, placements, sweep.done, sweep.grid or [], run_dir,
                               sweep.calibration, sweep.prompt_tokens)
@@ -144,10 +150,11 @@ class _Sweep:
                 f"{m} floor {v:.0f} ms > {m}:{self.opts.slos[m]:g}" for m, v in self.missed.items())
                 + ": no rate search", flush=True)
 
-    def measure(self, p: Placement, refine: bool = False) -> None:
-        """Calibrate on the first deployment, then run `p`'s rate search (its first pass, and
-        with `refine` its second: advisor.sweep.rate_search); a deployment starts only when
-        a run of it is missing."""
+    def measure(self, p: Placement, refine=False) -> bool:
+        """Calibrate on the first deployment, then run `p`'s rate search: its first pass,
+        then its second (advisor.sweep.rate_search) when `refine` is true or, called after
+        the first, returns true; whether it ran the second. A deployment starts only when a
+        run of it is missing."""
         outcomes: list[Outcome] = []
         self.done[p.name] = outcomes
         lead = not self.opts.rates and self.leader in (None, p.name)
@@ -159,10 +166,12 @@ class _Sweep:
                 url, metrics, one = self._deploy(p, stack)
                 self._calibrate(p, one)
             if self.missed:
-                return
+                return False
             slos = self.opts.slos
             # NOTE: the first pass is replayed (from the run directory) before the second
-            for second in (False, True)[:1 + refine]:
+            for second in (False, True):
+                if second and not (refine() if callable(refine) else refine):
+                    return False
                 while (rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
                                          refine=second)) is not None:
                     if not self.run_dir.has_run(p.name, rate):
@@ -172,9 +181,10 @@ class _Sweep:
                     result = self.run_dir.read_run(p.name, rate)
                     outcomes.append(outcome_of(result, rate, self.opts.attainment, slos["itl"]))
                     self.bars.advance(self.task)
-        if lead and self.grid is None:
-            self.grid = grid_of(outcomes, self.plan)
-            self.replay = replay_grid(outcomes, self.plan)
+                if lead and self.grid is None:
+                    self.grid = grid_of(outcomes, self.plan)
+                    self.replay = replay_grid(outcomes, self.plan)
+        return True
 
     def _deploy(self, p: Placement, stack) -> tuple[str, list[str], str]:
         """(front URL, every instance's /metrics, one instance's URL) of `p`, started (or,

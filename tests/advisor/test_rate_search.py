@@ -7,6 +7,7 @@ from advisor.sweep.rate_search import (
     max_goodput_rate,
     next_rate,
     replay_grid,
+    to_refine,
     unsettled,
 )
 
@@ -139,3 +140,16 @@ def test_only_placements_whose_intervals_overlap_are_refined():
     assert unsettled({"collocated": low, "disagg": unbounded, "other": high}) \
         == ["disagg", "other"]
     assert unsettled({"collocated": high}) == ["collocated"]  # alone: nothing to part from
+
+
+def test_the_least_bounded_placement_is_refined_first_and_each_once():
+    # measured: collocated met 0.55, surely missed 1.1; P/D missed 1.1, not surely
+    done = {"collocated": [out(0.55, True), out(1.1, False)],
+            "disagg": [Outcome(1.1, False, False)]}
+    assert unsettled(done) == ["collocated", "disagg"]
+    assert to_refine(done, set()) == "disagg"  # [0, unbounded) before [0.55, 1.1]
+    # its second pass met 0.78 and 2.2 and surely missed 4.4: apart, collocated is left be
+    done["disagg"] += [out(0.7778, True), out(2.2, True), out(4.4, False)]
+    assert to_refine(done, {"disagg"}) is None
+    assert to_refine({"a": [out(1.0, True)], "b": [out(1.0, True)]}, {"a"}) == "b"
+    assert to_refine({"a": [out(1.0, True)], "b": [out(1.0, True)]}, {"a", "b"}) is None
