@@ -4,10 +4,11 @@ Per topology: first the grid (the leading topology builds it by doubling the
 rate until its p99 ITL falls apart; the others replay it from the first rate where
 the leading one missed the SLO: below that both meet it, which decides nothing, and
 low rates are the slowest to measure), then the bracket is extended upward (doubling
-while every rate meets the SLO); if no rate above the highest passing one surely missed
-the SLO (its attainment interval below the target), the top rate is doubled until one
-does (at most `max_confirm` rates above the lowest miss): without a sure miss the max
-goodput's interval has no upper bound and no comparison can be confident.
+while every rate meets the SLO); if no rate above the highest passing one (or, where none
+passed, no rate at all) surely missed the SLO (its attainment interval below the target),
+the top rate is doubled until one does (at most `max_confirm` rates above the lowest
+miss): without a sure miss the max goodput's interval has no upper bound and no
+comparison can be confident.
 That is the first pass, every topology's. The second (`refine`) is only for topologies
 whose max-goodput interval still overlaps another's (`to_refine`, the least bounded
 first, one at a time: its new bounds may part the others): the bracket is extended down
@@ -101,9 +102,11 @@ def next_rate(
         return None
     ok = [o.rate for o in done if o.meets]
     bad = [o.rate for o in done if not o.meets]
-    if not ok:  # nothing meets: look lower
+    if not ok:  # nothing meets: look lower (second pass), else bound it from above
         down = sum(1 for r in rates if r < min(grid, default=math.inf))
-        return round(min(rates) / math.sqrt(2), 4) if refine and down < plan.max_down else None
+        if refine and down < plan.max_down:
+            return round(min(rates) / math.sqrt(2), 4)
+        return _bound(done, plan, 0.0, min(rates))
     lo = max(ok)
     above = [r for r in bad if r > lo]
     if not above:  # everything meets: look higher
@@ -113,10 +116,16 @@ def next_rate(
     bisections = sum(1 for o in done if not _on_lattice(o.rate, plan.start) and o.rate not in grid)
     if refine and bisections < plan.bisect_steps and hi / lo >= plan.min_ratio:
         return round(math.sqrt(lo * hi), 4)
+    return _bound(done, plan, lo, hi)
+
+
+def _bound(done: list[Outcome], plan: SearchPlan, lo: float, hi: float) -> float | None:
+    """None once a rate above `lo` surely missed; else the top rate doubled (at most
+    `max_confirm` rates above the lowest miss `hi`)."""
     if any(o.sure_misses for o in done if o.rate > lo):
         return None
-    beyond = sum(1 for r in rates if r > hi)
-    return max(rates) * 2 if beyond < plan.max_confirm else None
+    beyond = sum(1 for o in done if o.rate > hi)
+    return max(o.rate for o in done) * 2 if beyond < plan.max_confirm else None
 
 
 def unsettled(done: dict[str, list[Outcome]]) -> list[str]:

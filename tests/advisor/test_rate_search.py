@@ -116,6 +116,11 @@ def test_first_pass_leaves_down_steps_and_bisection_to_the_second():
     # nothing meets: no step down in the first pass, one in the second
     assert [o.rate for o in drive(capacity=0.4, grid=[0.5], refine=False)] == [0.5]
     assert [o.rate for o in drive(capacity=0.4, grid=[0.5])] == [0.5, 0.3536]
+    # nothing met and no miss was a sure one: the first pass looks up for an upper bound
+    # (higher rates are quick to measure), the second down for a rate that meets
+    unsure = drive(capacity=0.0, grid=[0.66], sure_from=2.0, refine=False)
+    assert [o.rate for o in unsure] == [0.66, 1.32, 2.64] and goodput_interval(unsure) == (0, 2.64)
+    assert [o.rate for o in drive(0.5, grid=[0.66], sure_from=2.0, done=unsure)][3:] == [0.4667]
     # the first pass still looks for a sure miss above its highest pass: an upper bound
     unsure = drive(capacity=0.6, collapse_at=1.0, sure_from=1.5, refine=False)
     assert [o.rate for o in unsure] == [0.5, 1.0, 2.0] and goodput_interval(unsure) == (0.5, 2.0)
