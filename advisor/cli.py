@@ -375,7 +375,6 @@ def plan(
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Predict collocated and every xPyD split on GPUs not here, by simulation (labelled)."""
-    from advisor.plan.calibrated import run_calibrated
     from advisor.plan.plan import PlanOptions, run_plan
     from advisor.sweep.options import parse_rates
 
@@ -385,6 +384,8 @@ def plan(
         if calibrate or replay:
             if not calibrate:
                 fail("--replay needs --calibrate RUN_DIR (what to fit the models to)")
+            from advisor.plan.calibrated import run_calibrated
+
             run_calibrated(calibrate, replay, out, json_out)
             return
         run_plan(PlanOptions(

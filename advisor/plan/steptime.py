@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from advisor.plan.hardware import GPU, Link
 from advisor.probe.shapes import ModelShape
@@ -65,6 +64,8 @@ def fit(cal: Calibration, decode_context: float = 28.0) -> FittedStep:
     """Fit to a calibration: its unloaded TTFTs give the prefill line and the attention
     term; its decode steps (at `decode_context` tokens of context: the calibration's 16-token
     prompts, halfway through its 24 steps) give the decode line. Coefficients >= 0."""
+    from scipy.optimize import nnls  # NOTE: 0.5 s to import; only a calibrated plan fits
+
     rows = [[1.0, t, prefill_step(t).pairs] for t in cal.prompt_tokens]
     if len(rows) >= 3:
         (a, b, c), _ = nnls(np.array(rows), np.array(cal.ttft_ms, dtype=float))

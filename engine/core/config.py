@@ -8,6 +8,7 @@ from pathlib import Path
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPES = ("auto", *DTYPE_BYTES)  # what a user may ask for; auto is resolved before running
+API_KEY_ENV = "ADVISOR_API_KEY"  # how the launcher hands a front its key (not argv: ps shows it)
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str) -> int:

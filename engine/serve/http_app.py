@@ -13,12 +13,12 @@ import socket
 
 from aiohttp import web
 
+from engine.core.config import API_KEY_ENV
 from engine.render.protocol import error_body
 
 # a decoder keeping a conversation's turn says where, as kv_transfer_params (JSON); only the
 # proxy reads it, and never passes it on to clients
 KEPT_HEADER = "X-Advisor-Kept-KV"
-API_KEY_ENV = "ADVISOR_API_KEY"  # how the launcher hands a front its key (not argv: ps shows it)
 PROTECTED = ("/v1/", "/inference/")  # /health and /metrics stay open, as in vLLM
 
 

@@ -25,8 +25,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from engine.core.config import DTYPES
-from engine.serve.http_app import API_KEY_ENV
+from engine.core.config import API_KEY_ENV, DTYPES
 
 _PR_SET_PDEATHSIG = 1
 MODES = ("collocated", "disagg", "render", "render-split")
