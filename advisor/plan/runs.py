@@ -17,12 +17,11 @@ from advisor.measure.prom import TransferTotals
 from advisor.measure.run import record_row
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.transfer import verdict
-from advisor.plan.simulate import Outcome, SimRequest, System, simulate
-from advisor.report import run_report
+from advisor.plan.simulate import Outcome, simulate
+from advisor.plan.system import SimRequest, System
 from advisor.rundata.evidence import Calibration, FrontendEvidence, KVTransferEvidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.evidence import build_evidence, write_summary
 from advisor.sweep.placements import Placement
 from advisor.sweep.rate_search import Outcome as RateOutcome
 from advisor.sweep.rate_search import outcome_of
@@ -85,6 +84,11 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
            extra: dict) -> dict:
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
     commands, summary.csv and the report, written to `run_dir`; the recommendation."""
+    # NOTE: imported here, where files are written: pandas and matplotlib take ~1 s to
+    # import, and `advisor plan` with a bad flag answers before (tested as a subprocess)
+    from advisor.report import run_report
+    from advisor.sweep.evidence import build_evidence, write_summary
+
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
     front = FrontendEvidence(placement=shown[0].name,
                              undecided="simulated: the front end's CPU is not modelled")

@@ -11,7 +11,9 @@ decoder computes the last prompt token in its next step, which gives the first t
 With a wake-up curve (`System.wake`), an engine's first step after it sat idle lasts
 longer by the curve's extra at that idle time, a fixed part plus a share of the step (a
 CPU host measured by the sweep's calibration pays it: its memory runs slower right after
-an idle).
+an idle). With `System.contention`, a step that starts while other engines step lasts
+longer (instances sharing one host's cores); when an engine starts or stops stepping, the
+others' planned runs of decode steps end after their step in progress, to be planned again.
 
 # NOTE: a request's KV is reserved whole (prompt and output) when its prefill starts:
 # a full cache makes requests queue, never preempts one (vLLM would preempt and recompute).
@@ -33,47 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from advisor.measure.client import RequestRecord
-from advisor.plan.hardware import Link
 from advisor.plan.steptime import Step
-
-
-@dataclass(frozen=True)
-class SimRequest:
-    arrival: float  # seconds from t=0
-    prompt: int
-    output: int
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    step: object  # a step model: .ms(Step) -> milliseconds
-    kv_tokens: int  # KV capacity
-    max_batched_tokens: int = 2048
-    max_num_seqs: int = 256
-    chunked_prefill: bool = True
-    # each step's time times a lognormal factor of median 1 and this sigma for a decode
-    # step (0: exact; less for longer steps, see _Sim._jittered): a machine's own noise
-    # (OS, other processes), fitted where there is a measurement
-    jitter: float = 0.0
-
+from advisor.plan.system import EngineSpec, SimRequest, System
 
 JITTER_SEED = 0
-
-
-@dataclass(frozen=True)
-class System:
-    """Collocated: `prefill` empty, `decode` the replicas. P/D: both tiers and the link."""
-
-    decode: tuple[EngineSpec, ...]
-    prefill: tuple[EngineSpec, ...] = ()
-    link: Link | None = None
-    kv_bytes: object = None  # prompt tokens -> bytes moved (P/D)
-    front_ms: float = 1.0  # client -> engine, per request (HTTP, parsing)
-    proxy_ms: float = 1.0  # the P/D proxy's extra hop, per request
-    # (idle seconds, extra ms, extra per ms of the step) points, idle growing: what an
-    # engine's first step after it idled that long costs beyond its step model (empty:
-    # nothing); Calibration.wake_curve
-    wake: tuple[tuple[float, float, float], ...] = ()
 
 
 @dataclass
@@ -130,6 +95,7 @@ class _Sim:
         self.rng = np.random.default_rng(JITTER_SEED)
         self.decoders = [_Engine(s, "decode" if system.prefill else "both") for s in system.decode]
         self.prefillers = [_Engine(s, "prefill") for s in system.prefill]
+        self.engines = self.decoders + self.prefillers
         self.events: list = []
         self.seq = itertools.count()
         self.first: dict[int, tuple[_Engine, int]] = {}  # request -> (engine, first step)
@@ -196,12 +162,15 @@ class _Sim:
         if not chunks and not e.running:
             return
         idle_s = None if e.idle_since is None or not self.sys.wake else t - e.idle_since
+        if e.idle_since is not None:
+            self._disturb(t, e)
         e.idle_since = None
+        shared = 1.0 + self.sys.contention * sum(o.busy for o in self.engines if o is not e)
         e.busy, e.chunks, e.first_step = True, chunks, len(e.step_ends)
         if not chunks:  # decodes only until the next request's last token, or an arrival
             m = min(e.finishing) - e.first_step + 1
             grown = e.context + e.running * np.arange(m)  # [m] context at each step
-            ms = spec.step.ms(Step(e.running, 0, grown, grown))
+            ms = spec.step.ms(Step(e.running, 0, grown, grown)) * shared
             ms = self._jittered(spec, ms, m) if spec.jitter else ms * np.ones(m)
             ms[0] += self._wake_ms(idle_s, ms[0])
             e.step_ends.extend((t + np.cumsum(ms) / 1000).tolist())
@@ -211,7 +180,7 @@ class _Sim:
                 tokens += n
                 pairs += n * (job.before + (n + 1) / 2)
                 read += job.before + n
-            ms = spec.step.ms(Step(e.running, tokens, pairs, read))
+            ms = spec.step.ms(Step(e.running, tokens, pairs, read)) * shared
             if spec.jitter:
                 ms = self._jittered(spec, ms, 1)[0]
             e.step_ends.append(t + (float(ms) + self._wake_ms(idle_s, float(ms))) / 1000)
@@ -285,6 +254,15 @@ class _Sim:
         self._start(t, e)
         if not e.busy:
             e.idle_since = t
+            self._disturb(t, e)
+
+    def _disturb(self, t: float, e: _Engine) -> None:
+        """`e` starts or stops stepping at `t`: with contention, the others' planned runs
+        end after their step in progress, so their next steps see the change."""
+        if self.sys.contention:
+            for o in self.engines:
+                if o is not e and o.busy and not o.chunks:
+                    self._cut(t, o)
 
     # ---- P/D ----------------------------------------------------------------------------------
     def _send(self, t: float, e: _Engine, job: _Job) -> None:

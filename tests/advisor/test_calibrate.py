@@ -4,6 +4,7 @@ what a request pays for finding the server idle."""
 import numpy as np
 import pytest
 
+from advisor.errors import UsageError
 from advisor.measure.client import Endpoint
 from advisor.probe.wakeup import Wakeup
 from advisor.sweep.calibrate import IDLE_S, calibrate
@@ -80,3 +81,10 @@ def test_a_failed_wake_up_request_leaves_its_point_out_and_nothing_else():
     assert list(cal.wake_prompt_tokens) == [64, 64, 1024, 64, 1024]
     assert len(cal.wake_extra_ms) == 5 and cal.wake_extra_ms[-1] > cal.wake_extra_ms[0]
     assert [p[0] for p in cal.wake_curve()] == [0.0, *IDLE_S]  # 0.3 s from its one prompt
+
+
+def test_a_deployment_that_fails_every_calibration_request_is_a_clear_error():
+    with scripted(TTFT_MS, ITL_MS, fail_every=1) as url:
+        with pytest.raises(UsageError, match=r"timing TTFT at 64 tokens failed \(HTTP 500: "
+                                             r".*scripted failure.*cannot be calibrated"):
+            calibrate(Endpoint(url, "scripted"), context=4096)

@@ -3,15 +3,17 @@ tails, the advice with and without P2P), bad input, labels, and `--calibrate` re
 a sweep whose timing is known."""
 
 import json
+import re
 
 import pytest
 
 from advisor.errors import UsageError
 from advisor.plan import candidates, hardware, runs
-from advisor.plan.calibrated import PROXY_MS, _scaled, run_calibrated
+from advisor.plan.calibrated import run_calibrated
+from advisor.plan.loadfit import PROXY_MS, scaled
 from advisor.plan.plan import PlanOptions, run_plan
-from advisor.plan.simulate import EngineSpec, System
 from advisor.plan.steptime import FittedStep, Step, prefill_step
+from advisor.plan.system import EngineSpec, System
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import (
     Calibration,
@@ -126,9 +128,10 @@ TRUTH = FittedStep(18.0, 0.15, 18.0, 0.6, 2e-5, "truth")
 TRUTH_FRONT_MS = 2.0  # the request's way in and out, outside the steps
 
 
-def _measured_sweep(parent, collocated_prefill: float = 1.0) -> RunDir:
+def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float = 0.0) -> RunDir:
     """A run directory as the bundled sweep writes it, whose engine is TRUTH exactly (its
-    prefill `collocated_prefill` times slower in the collocated runs)."""
+    prefill `collocated_prefill` times slower in the collocated runs; each step
+    `contention` of itself slower per other engine stepping)."""
     run_dir = RunDir.create(parent, "long-prompt")
     prompts = [64, 256, 1024]
     cal = Calibration(prompts, [TRUTH_FRONT_MS + TRUTH.ms(prefill_step(p)) for p in prompts],
@@ -144,11 +147,12 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0) -> RunDir:
     link = hardware.Link("measured", 0.5, 0.0, 0.0, "test")
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
     slos = {"ttft": 2000.0, "itl": 100.0}
-    mixed = _scaled(engine, collocated_prefill, 1.0)
+    mixed = scaled(engine, collocated_prefill, 1.0)
     for p, system in ((Placement("collocated-2", "collocated"),
-                       System((mixed, mixed), front_ms=TRUTH_FRONT_MS)),
+                       System((mixed, mixed), front_ms=TRUTH_FRONT_MS, contention=contention)),
                       (Placement("disagg-1p1d", "disagg"),
-                       System((engine,), (engine,), link, kv, TRUTH_FRONT_MS, PROXY_MS))):
+                       System((engine,), (engine,), link, kv, TRUTH_FRONT_MS, PROXY_MS,
+                              contention=contention))):
         for rate in (1.0, 3.0, 6.0):
             sim = runs.run(system, runs.requests(spec, rate, 200, int(rate)), p, rate, slos, 0.9,
                            "truth", "long-prompt", {})
@@ -175,9 +179,23 @@ def test_a_prefiller_faster_than_collocateds_prefill_is_fitted_to_its_own_ttft(t
     prefill scale taken from collocated alone would fill the prefiller's queue too soon."""
     measured = _measured_sweep(tmp_path / "measured", collocated_prefill=1.3)
     rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True)
-    assert "disagg-1p1d: prefill x1.00" in rec["simulated"]
+    fitted = re.search(r"disagg-1p1d: prefill x([0-9.]+)", rec["simulated"])
+    assert float(fitted[1]) == pytest.approx(1.0, abs=0.02), rec["simulated"]
     for row in rec["compare"]:
         for k in ("median_ttft_ms", "p99_itl_ms"):
+            assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.03), row
+
+
+@pytest.mark.slow  # fits and replays a sweep, ~10 s
+def test_engines_slowing_each_other_down_are_fitted_to_the_median_itl_across_rates(tmp_path):
+    """Instances sharing a host's cores step slower while the others step: the decoder's
+    median ITL grows with its prefiller's load beyond what its batch explains."""
+    measured = _measured_sweep(tmp_path / "measured", contention=0.3)
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True)
+    fitted = [float(k) for k in re.findall(r"\+([0-9.]+) of a step", rec["simulated"])]
+    assert fitted == [pytest.approx(0.3, abs=0.03)] * 2, rec["simulated"]
+    for row in rec["compare"]:
+        for k in ("median_ttft_ms", "p50_itl_ms", "p99_itl_ms"):
             assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.03), row
 
 

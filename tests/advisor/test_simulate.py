@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from advisor.plan import hardware
-from advisor.plan.simulate import EngineSpec, SimRequest, System, simulate
+from advisor.plan.simulate import simulate
 from advisor.plan.steptime import FittedStep, RooflineStep, Step, fit, prefill_step
+from advisor.plan.system import EngineSpec, SimRequest, System
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import Calibration
 
@@ -204,3 +205,22 @@ def test_a_decoder_idle_while_the_prompt_prefills_pays_the_curve_for_its_first_s
     dec_idle = pre_end - first.chunks[-1]
     assert (second.chunks[0] - second.sent) * 1000 == pytest.approx(
         prefill + 100 * pre_idle + decode_first + 100 * dec_idle)
+
+
+def test_contention_slows_a_step_by_its_share_per_busy_neighbour():
+    # two replicas, one request each from the same moment: every step but the first of the
+    # earlier one starts while the other steps; one alone never has a neighbour stepping
+    both = [SimRequest(0.0, 10, 30), SimRequest(0.0, 10, 30)]
+    for contention, shared in ((0.0, 1.0), (0.5, 1.5)):
+        system = System((engine(), engine()), front_ms=0.0, contention=contention)
+        for rec in simulate(system, both).records:
+            assert np.median(gaps_ms(rec)) == pytest.approx(6.0 * shared)
+        (alone,) = simulate(system, both[:1]).records
+        assert gaps_ms(alone) == pytest.approx([6.0] * 29)
+    # a prefiller's step starting stretches the decoder's run from its next step on, and
+    # only while the prefiller steps
+    reqs = [SimRequest(0.0, 10, 200), SimRequest(0.3, 5000, 1)]
+    pd = System(decode=(engine(),), prefill=(engine(budget=512),), link=LINK,
+                kv_bytes=lambda t: 0, front_ms=0.0, proxy_ms=0.0, contention=0.5)
+    g = gaps_ms(simulate(pd, reqs).records[0])
+    assert set(np.round(g, 6)) == {6.0, 9.0, 11.1}  # alone; beside the prefiller; its prompt

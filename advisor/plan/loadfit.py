@@ -1,0 +1,217 @@
+"""Fitting the simulator to a measured sweep's runs: what the unloaded calibration cannot
+know about the loaded machine (the request's way in and out, slower steps, their jitter,
+engines slowing each other down on shared cores), each taken from the runs themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from advisor.errors import UsageError
+from advisor.measure.stats import latency
+from advisor.plan.hardware import Link
+from advisor.plan.simulate import simulate
+from advisor.plan.system import EngineSpec, SimRequest, System
+from advisor.rundata.evidence import wake_text
+from advisor.sweep.rate_search import COLLAPSE
+
+PROXY_MS = 3.0  # the bundled P/D's extra HTTP leg and proxy hop per request (assumed)
+MAX_CONTENTION = 1.0  # a neighbour that doubles a step is the most fitted
+CLOSE = 0.02  # median ITLs this close at every rate without contention: none is fitted
+
+
+def system_of(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
+              front_ms: float = 0.0, wake: tuple = (), contention: float = 0.0) -> System:
+    """A bundled-engine placement by its sweep name: collocated-N or disagg-XpYd."""
+    kind, _, shape = name.partition("-")
+    if kind == "collocated" and shape.isdigit():
+        return System(decode=(engine,) * int(shape), front_ms=front_ms, wake=wake,
+                      contention=contention)
+    p, _, d = shape.removesuffix("d").partition("p")
+    if kind == "disagg" and p.isdigit() and d.isdigit():
+        return System(decode=(engine,) * int(d), prefill=(engine,) * int(p), link=link,
+                      kv_bytes=kv_bytes, front_ms=front_ms, proxy_ms=PROXY_MS, wake=wake,
+                      contention=contention)
+    raise UsageError(f"placement {name!r} cannot be simulated (collocated-N and disagg-XpYd "
+                     "can)")
+
+
+def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
+    s = engine.step
+    return dataclasses.replace(engine, step=dataclasses.replace(
+        s, prefill_base_ms=s.prefill_base_ms * prefill,
+        prefill_ms_per_token=s.prefill_ms_per_token * prefill,
+        ms_per_pair=s.ms_per_pair * prefill, decode_base_ms=s.decode_base_ms * decode,
+        decode_ms_per_token=s.decode_ms_per_token * decode))
+
+
+def _figures(system: System, run) -> tuple[float, float, float]:
+    """(median TTFT, median ITL, p99 ITL) in ms of `run`'s requests simulated on `system`,
+    as `summarize` has them (its intervals, which a fit has no use for, left out)."""
+    lats = [lat for r in simulate(system, requests_of(run)).records if (lat := latency(r))]
+    ttft = np.median([lat.ttft for lat in lats]) if lats else 0.0
+    gaps = [g for lat in lats for g in lat.itls]
+    p50, p99 = np.percentile(gaps, [50, 99]) if gaps else (0.0, 0.0)
+    return max(ttft * 1000, 1e-9), max(p50 * 1000, 1e-9), max(p99 * 1000, 1e-9)
+
+
+def _outside_steps(engine: EngineSpec) -> tuple[EngineSpec, float]:
+    """(`engine` with its prefill's fixed cost cut to a decode step's, the ms cut): what an
+    unloaded TTFT has beyond that is the request's own way in and out (HTTP, tokenizing,
+    waiting for a step boundary), paid once per request, not in every step it shares.
+
+    # NOTE: both steps run the same layers once with the same per-step Python; only the
+    # calibration's TTFT line also holds the request's path through the server."""
+    s = engine.step
+    outside = max(0.0, s.prefill_base_ms - s.decode_base_ms)
+    step = dataclasses.replace(s, prefill_base_ms=s.prefill_base_ms - outside)
+    return dataclasses.replace(engine, step=step), outside
+
+
+def _solve(figure, lo: float, hi: float, target: float) -> float:
+    """The x in [lo, hi] at which `figure(x)`, growing with x, reaches `target`
+    (bisection); `lo` when it is there already."""
+    if figure(lo) >= target:
+        return lo
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if figure(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _jitter_for(system, low, p99: float) -> float:
+    """The step jitter (lognormal sigma) with which `low`'s requests simulated on
+    `system(sigma)` have p99 ITL `p99` (0 when none is needed)."""
+    return _solve(lambda j: _figures(system(j), low)[2], 0.0, 1.5, p99)
+
+
+def _closest(error, lo: float, hi: float, log: bool = True) -> float:
+    """The x in [lo, hi] where `error(x)`, one valley, is least: golden section on log x
+    (both > 0) or, without `log`, on x."""
+    to, back = (np.log, np.exp) if log else (float, float)
+    g = (np.sqrt(5) - 1) / 2
+    a, b = to(lo), to(hi)
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = error(back(c)), error(back(d))
+    for _ in range(10):  # the bracket shrinks to 0.8% of its width
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = error(back(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = error(back(d))
+    return float(back((a + b) / 2))
+
+
+def _ttft_error(system, rows: list) -> float:
+    """Squared log ratio of simulated to measured median TTFT, summed over `rows`."""
+    return sum(np.log(_figures(system, r)[0] / r.get("median_ttft_ms")) ** 2 for r in rows)
+
+
+def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
+    """(contention, decode scale) with which `make(contention, decode scale)`'s simulated
+    median ITLs fit the measured ones at every rate in `rows` (below collapse), the decode
+    scale re-fitted at the lowest rate `low` for each contention tried; (0, `dec`) with
+    fewer than two rates to fit to, or where none fits them within CLOSE already.
+
+    # NOTE: the calibration times one engine alone. In a run the other instances share
+    # the cores and the memory: a P/D decoder steps slower the busier its prefiller is,
+    # which the batch alone does not explain (measured: p50 ITL 18.3 ms at 2.76 req/s,
+    # 21.5 at 5.52)"""
+    if len({r.rate for r in rows}) < 2:
+        return 0.0, dec
+    target = low.get("p50_itl_ms")
+
+    def dec_at(k: float) -> float:
+        return dec * target / _figures(make(k, dec), low)[1]
+
+    def error(k: float) -> float:
+        d = dec_at(k)
+        return sum(np.log(_figures(make(k, d), r)[1] / r.get("p50_itl_ms")) ** 2 for r in rows)
+
+    if error(0.0) <= len(rows) * np.log(1 + CLOSE) ** 2:
+        return 0.0, dec
+    k = _closest(error, 0.0, MAX_CONTENTION, log=False)
+    return k, dec_at(k)
+
+
+def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link,
+                kv_bytes, slo, wake: tuple = ()) -> tuple[dict[str, System], str]:
+    """Each placement in `names` as a system fitted to the rates measured (in `measured`):
+    the request's path outside the steps (_outside_steps) as a fixed latency, prefill
+    steps scaled to collocated's median TTFT at its lowest rate, each placement's decode
+    steps to its own median ITL there, how much a busy neighbour slows a step to its median
+    ITLs at every rate below collapse (`slo`: the sweep's), step jitter to its p99 ITL at
+    the lowest rate, and P/D's prefill steps to its median TTFTs at every rate below
+    collapse.
+
+    # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
+    # proxy and the other instances share this machine's cores: every step is slower, and
+    # its time varies (the p99 gap of an unloaded run is well above its median here).
+    """
+    lowest = {}
+    for r in measured:
+        if r.placement not in lowest or r.rate < lowest[r.placement].rate:
+            lowest[r.placement] = r
+    engine, outside = _outside_steps(engine)
+
+    def system(name: str, spec: EngineSpec, contention: float = 0.0) -> System:
+        return system_of(name, spec, link, kv_bytes, outside, wake, contention)
+
+    pre = 1.0
+    col = next((r for r in lowest.values() if r.kind == "collocated"), None)
+    if col is not None:
+        ttft, _, _ = _figures(system(col.placement, engine), col)
+        pre = max(1e-3, (col.get("median_ttft_ms") or ttft) - outside) / max(1e-3, ttft - outside)
+    systems, notes = {}, [f"{outside:.1f} ms per request outside the steps"]
+    if wake:
+        notes.append("an idle engine's first step " + wake_text(wake[1:]))
+    for name in names:
+        low = lowest.get(name)
+        if low is None:
+            systems[name] = system(name, scaled(engine, pre, 1.0))
+            notes.append(f"{name}: prefill x{pre:.2f}, not measured there")
+            continue
+        _, itl, _ = _figures(system(name, scaled(engine, pre, 1.0)), low)
+        dec = (low.get("p50_itl_ms") or itl) / itl
+        p, rows = pre, [r for r in measured if r.placement == name and _below(r, slo)]
+        k, dec = _contention(lambda x, d, n=name: system(n, scaled(engine, pre, d), x), low,
+                             rows, dec) if low.get("p50_itl_ms") else (0.0, dec)
+        spec = scaled(engine, pre, dec)
+        jitter = _jitter_for(lambda j, n=name, e=spec, x=k: system(n, dataclasses.replace(
+            e, jitter=j), x), low, low.get("p99_itl_ms") or 0.0)
+        spec = dataclasses.replace(spec, jitter=jitter)
+        if low.kind == "disagg" and rows:
+            # NOTE: the prefiller runs no decodes but shares the cores with the decoder and
+            # the proxy, and its queue (one prefiller) decides P/D's TTFT from low rates to
+            # the knee: its prefill scale is the one that fits them all
+            p = _closest(lambda x, n=name, e=spec, at=rows, c=k: _ttft_error(
+                system(n, scaled(e, x / pre, 1.0), c), at), 0.5 * pre, 2.0 * pre)
+            spec = scaled(spec, p / pre, 1.0)
+        systems[name] = system(name, spec, k)
+        notes.append(f"{name}: prefill x{p:.2f}"
+                     + (f" (fitted at {len(rows)} rates)" if low.kind == "disagg" else "")
+                     + f", decode x{dec:.2f}, jitter {jitter:.2f} (at {low.rate:g} req/s)"
+                     + f", +{k:.2f} of a step per busy neighbour")
+    return systems, "; ".join(notes)
+
+
+def _below(run, slo) -> bool:
+    """Whether a measured run is below collapse (its p99 ITL within the sweep's bound) and
+    its median TTFT within the TTFT SLO (past it, a queue that grows for the whole run)."""
+    return (run.get("p99_itl_ms") or 0.0) <= COLLAPSE * slo.itl_ms \
+        and 0.0 < (run.get("median_ttft_ms") or 0.0) <= slo.ttft_ms
+
+
+def requests_of(run) -> list[SimRequest]:
+    """A measured run's requests as they were scheduled, with the lengths they had (a
+    failed request: the run's median output)."""
+    outs = [x["output_tokens"] for x in run.records if x["ok"]] or [1]
+    typical = int(np.median(outs))
+    return [SimRequest(x["scheduled"] or 0.0, x["prompt_tokens"],
+                       x["output_tokens"] if x["ok"] else typical)
+            for x in sorted(run.records, key=lambda x: x["scheduled"] or 0.0)]
