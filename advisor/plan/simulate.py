@@ -165,7 +165,8 @@ class _Sim:
         if e.idle_since is not None:
             self._disturb(t, e)
         e.idle_since = None
-        shared = 1.0 + self.sys.contention * sum(o.busy for o in self.engines if o is not e)
+        shared = 1.0 + self.sys.contention * sum(o.busy for o in self.engines if o is not e) \
+            if self.sys.contention else 1.0
         e.busy, e.chunks, e.first_step = True, chunks, len(e.step_ends)
         if not chunks:  # decodes only until the next request's last token, or an arrival
             m = min(e.finishing) - e.first_step + 1

@@ -12,6 +12,7 @@ Two models behind one interface:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -92,17 +93,28 @@ class RooflineStep:
                 f"{BANDWIDTH_EFFICIENCY:.0%} of bandwidth, {COMPUTE_EFFICIENCY:.0%} of "
                 f"bf16 peak, {STEP_OVERHEAD_MS} ms per step")
 
+    @cached_property
+    def _per(self) -> tuple[float, ...]:
+        """(weight s, s per KV token read, s per SSM state read, s per token's FLOPs, s per
+        attention pair): one rank's share at the assumed efficiencies."""
+        sh, d = self.shape, self.dtype
+        read = self.tp * self.gpu.hbm_gbps * 1e9 * BANDWIDTH_EFFICIENCY
+        flop = self.tp * self.gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY
+        return (sh.weight_bytes(d) / read, sh.kv_bytes_per_token(d) / read,
+                sh.state_bytes(d) / read, 2 * sh.active_params / flop,
+                sh.attention_flops_per_pair() / flop)
+
     def ms(self, s: Step) -> float:
-        sh, tokens = self.shape, s.decodes + s.prefill_tokens
+        weights, kv, state, token, pair = self._per
+        tokens = s.decodes + s.prefill_tokens
         # NOTE: a hybrid model reads each running request's SSM state once per step too
         states = s.decodes + (1 if s.prefill_tokens else 0)
-        read = (sh.weight_bytes(self.dtype) + s.kv_read_tokens * sh.kv_bytes_per_token(self.dtype)
-                + states * sh.state_bytes(self.dtype))
-        memory_s = read / self.tp / (self.gpu.hbm_gbps * 1e9 * BANDWIDTH_EFFICIENCY)
-        flops = 2 * sh.active_params * tokens + sh.attention_flops_per_pair() * s.pairs
-        compute_s = flops / self.tp / (self.gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY)
-        return STEP_OVERHEAD_MS + 1000 * (np.maximum(memory_s, compute_s)
-                                           + self._allreduce_s(tokens))
+        memory_s = weights + s.kv_read_tokens * kv + states * state
+        compute_s = token * tokens + pair * s.pairs
+        # NOTE: floats for one step (numpy's scalar maximum costs ~10x a float's max)
+        slower = np.maximum(memory_s, compute_s) if isinstance(memory_s, np.ndarray) \
+            else max(memory_s, compute_s)
+        return STEP_OVERHEAD_MS + 1000 * (slower + self._allreduce_s(tokens))
 
     def _allreduce_s(self, tokens: int) -> float:
         """Two ring all-reduces of the step's activations per layer."""
