@@ -84,6 +84,7 @@ KEYS = [
 bodies = st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6) | json_values
 
 
+@pytest.mark.slow  # 500 bodies, ~11 s on a CPU without native BF16
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=bodies, chat=st.booleans())
 def test_fuzzed_bodies_never_get_a_5xx(url, body, chat):

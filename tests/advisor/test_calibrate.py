@@ -29,6 +29,7 @@ def _wake_ms(timings: list[dict]) -> list[float]:
     return out
 
 
+@pytest.mark.slow  # idles 8.6 s for the wake-up points; the next test calibrates without
 def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     with scripted(TTFT_MS, ITL_MS, wake_ms_per_s=WAKE_MS_PER_S) as url:
         cal = calibrate(Endpoint(url, "scripted"), context=4096)

@@ -66,6 +66,7 @@ def _series(out, name: str) -> dict:
             for p in (run_dir / "runs" / name).glob("rate-*/result.json")}
 
 
+@pytest.mark.slow  # a plan with its report, ~10 s
 def test_the_guides_l40s_case_without_p2p_is_fix_the_transfer(guide_no_p2p):
     rec, out = guide_no_p2p
     assert rec["action"] == "fix-transfer" and rec["simulated"]
@@ -83,6 +84,7 @@ def test_the_guides_l40s_case_without_p2p_is_fix_the_transfer(guide_no_p2p):
     assert ev["simulated"] and all(r["simulated"] for r in pd.values())
 
 
+@pytest.mark.slow  # a plan with its report, ~10 s
 def test_with_p2p_the_same_case_is_disaggregate(tmp_path):
     rec = run_plan(PlanOptions(**GUIDE, p2p=True, out=str(tmp_path)))
     assert rec["action"] == "disaggregate"
@@ -91,6 +93,7 @@ def test_with_p2p_the_same_case_is_disaggregate(tmp_path):
     assert "--kv-transfer-config" in json.dumps(rec["deploy"])
 
 
+@pytest.mark.slow  # the L40S plan above
 def test_every_report_and_file_says_simulated(guide_no_p2p):
     _, out = guide_no_p2p
     (run_dir,) = out.iterdir()

@@ -123,7 +123,7 @@ def test_report_files_replace_symlinks_never_write_through_them(engine_run, tmp_
     target.write_bytes(b"keep me")
     (engine_run / "report-itl.png").symlink_to(target)
     (engine_run / "report.md").symlink_to(tmp_path / "elsewhere.md")
-    assert advisor("report", str(engine_run)).returncode == 0
+    assert advisor("report", str(engine_run), "--format", "md").returncode == 0
     assert target.read_bytes() == b"keep me" and not (tmp_path / "elsewhere.md").exists()
     assert not (engine_run / "report-itl.png").is_symlink()
     assert (engine_run / "report-itl.png").read_bytes().startswith(b"\x89PNG")
