@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from advisor import console
@@ -150,7 +151,7 @@ class _Sweep:
                 f"{m} floor {v:.0f} ms > {m}:{self.opts.slos[m]:g}" for m, v in self.missed.items())
                 + ": no rate search", flush=True)
 
-    def measure(self, p: Placement, refine=False) -> bool:
+    def measure(self, p: Placement, refine: bool | Callable[[], bool] = False) -> bool:
         """Calibrate on the first deployment, then run `p`'s rate search: its first pass,
         then its second (advisor.sweep.rate_search) when `refine` is true or, called after
         the first, returns true; whether it ran the second. A deployment starts only when a
