@@ -45,7 +45,8 @@ class SearchPlan:
     bisect_steps: int = 1
     # steps of 1/sqrt(2) below the grid when nothing meets: the first rate is sized near the
     # knee, so a small step usually finds one that meets; low rates are slow to measure (30
-    # requests at 0.3 req/s: 100 s), so one step, and the interval says the rest
+    # requests at 0.3 req/s: 100 s), so one step below `start`, and the interval says the
+    # rest (a follower replaying from high rates steps down freely until it gets there)
     max_down: int = 1
     min_ratio: float = 1.15  # stop bisecting when hi / lo is this close
     max_confirm: int = 2  # rates above the lowest miss, to find one that surely misses
@@ -103,9 +104,10 @@ def next_rate(
     ok = [o.rate for o in done if o.meets]
     bad = [o.rate for o in done if not o.meets]
     if not ok:  # nothing meets: look lower (second pass), else bound it from above
-        down = sum(1 for r in rates if r < min(grid, default=math.inf))
-        if refine and down < plan.max_down:
-            return round(min(rates) / math.sqrt(2), 4)
+        down = sum(1 for r in rates if r < min([*grid, plan.start]))
+        below = round(min(rates) / math.sqrt(2), 4)
+        if refine and (down < plan.max_down or below >= plan.start):
+            return below
         return _bound(done, plan, 0.0, min(rates))
     lo = max(ok)
     above = [r for r in bad if r > lo]

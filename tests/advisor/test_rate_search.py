@@ -54,6 +54,11 @@ def test_nothing_meets_steps_down_by_root_two_within_budget():
     two = drive(capacity=0.3, grid=[0.5], plan=SearchPlan(start=0.5, max_down=2))
     assert [o.rate for o in two] == [0.5, 0.3536, 0.25]  # no bisection left after
     assert [o.rate for o in drive(capacity=0.0, grid=[0.5])] == [0.5, 0.3536]
+    # a follower that replayed from high rates steps down quickly until the first rate,
+    # then once more
+    assert [o.rate for o in drive(capacity=0.0, grid=[2.0])] == [2.0, 1.4142, 1.0, 0.7071, 0.5,
+                                                                 0.3536]
+    assert [o.rate for o in drive(capacity=1.2, grid=[2.0])][:3] == [2.0, 1.4142, 1.0]
 
 
 def test_fixed_grid_measures_only_the_grid():
