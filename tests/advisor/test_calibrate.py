@@ -13,7 +13,9 @@ from tests.advisor.helpers import received, scripted
 pytestmark = pytest.mark.integration  # starts a server
 
 TTFT_MS, ITL_MS, WAKE_MS_PER_S = 40.0, 10.0, 200.0
-CLIENT_MS = 10.0  # the client's own share of a TTFT (HTTP, parsing): 2-8 ms measured
+# the client's own share of a TTFT (HTTP, parsing): 2-8 ms measured, 10.7 once in CI against
+# the scripted figure, which the server's own sleep overshoot was part of (now taken out)
+CLIENT_MS = 12.0
 # NOTE: this VM wakes slowly after an idle (advisor probe), the client too: after a 1 s
 # sleep its own side of a TTFT grew by up to 14 ms (it is in the sweep's figures as well)
 CLIENT_WAKE_MS = 25.0
@@ -29,6 +31,12 @@ def _wake_ms(timings: list[dict]) -> list[float]:
     return out
 
 
+def _served_ms(timings: list[dict]) -> list[float]:
+    """Each request's TTFT as the server realized it, from the kernel's arrival stamp to its
+    first write: the scripted TTFT plus the wake-up, plus whatever its sleep overshot."""
+    return [(t["writes"][0] - t["arrived"]) * 1000 for t in timings]
+
+
 @pytest.mark.slow  # idles 8.6 s for the wake-up points; the next test calibrates without
 def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     with scripted(TTFT_MS, ITL_MS, wake_ms_per_s=WAKE_MS_PER_S) as url:
@@ -38,9 +46,10 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     assert n == 3 and len(timings) == 3 * n + 1 + 8 + 2 * len(IDLE_S)
     # the scripted TTFT does not grow with the prompt; the requests sent one after another
     # still idled the server a little between them (the client's turn-around)
-    wake = _wake_ms(timings)
+    wake, served = _wake_ms(timings), _served_ms(timings)
     for i, ttft in enumerate(cal.ttft_ms):
-        truth = TTFT_MS + np.median(wake[3 * i:3 * i + 3])
+        assert np.median(served[3 * i:3 * i + 3]) >= TTFT_MS + np.median(wake[3 * i:3 * i + 3])
+        truth = np.median(served[3 * i:3 * i + 3])
         assert truth - 1.0 <= ttft <= truth + CLIENT_MS
     assert cal.prefill_ms_per_token < 0.02
     assert cal.step_ms == pytest.approx([ITL_MS, ITL_MS], abs=1.0)
@@ -48,10 +57,11 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     # back-to-back TTFT of the same prompt
     assert list(cal.wake_idle_s) == [s for s in IDLE_S for _ in (0, 1)]
     assert list(cal.wake_prompt_tokens) == [64, 1024] * len(IDLE_S)
-    back_to_back = {64: np.median(wake[0:3]), 1024: np.median(wake[6:9])}
-    for idle, extra, p, truth in zip(cal.wake_idle_s, cal.wake_extra_ms, cal.wake_prompt_tokens,
-                                     wake[-2 * len(IDLE_S):]):
-        assert truth >= idle * WAKE_MS_PER_S  # it slept at least that long
+    back_to_back = {64: np.median(served[0:3]), 1024: np.median(served[6:9])}
+    k = 2 * len(IDLE_S)
+    for idle, extra, p, slept, truth in zip(cal.wake_idle_s, cal.wake_extra_ms,
+                                            cal.wake_prompt_tokens, wake[-k:], served[-k:]):
+        assert slept >= idle * WAKE_MS_PER_S  # it slept at least that long
         assert truth - back_to_back[p] - CLIENT_MS <= extra \
             <= truth - back_to_back[p] + CLIENT_WAKE_MS
     # the scripted TTFT does not grow with the prompt, so the two prompts' back-to-back
