@@ -171,10 +171,15 @@ class _Sim:
         if not chunks:  # decodes only until the next request's last token, or an arrival
             m = min(e.finishing) - e.first_step + 1
             grown = e.context + e.running * np.arange(m)  # [m] context at each step
-            ms = spec.step.ms(Step(e.running, 0, grown, grown)) * shared
-            ms = self._jittered(spec, ms, m) if spec.jitter else ms * np.ones(m)
+            ms = spec.step.ms(Step(e.running, 0, grown, grown))  # [m], a new array
+            if shared != 1.0:
+                ms *= shared
+            if spec.jitter:
+                ms = self._jittered(spec, ms, m)
             ms[0] += self._wake_ms(idle_s, ms[0])
-            e.step_ends.extend((t + np.cumsum(ms) / 1000).tolist())
+            ms /= 1000
+            ms[0] += t
+            e.step_ends.extend(np.cumsum(ms, out=ms).tolist())
         else:
             tokens = 0
             for job, n in chunks:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,10 +29,12 @@ COMPUTE_EFFICIENCY = 0.6
 STEP_OVERHEAD_MS = 1.5  # scheduling, sampling, launches per step (CUDA graphs on)
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """One step's work. `pairs` and `kv_read_tokens` may be arrays (a run of decode-only
-    steps at once): every model's `ms` then gives an array."""
+    steps at once): every model's `ms` then gives an array.
+
+    # NOTE: a named tuple, not a dataclass: the simulator builds one per step, and a frozen
+    # dataclass's constructor costs ~4x a tuple's"""
 
     decodes: int = 0  # single-token queries
     prefill_tokens: int = 0
