@@ -43,7 +43,7 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
         cal = calibrate(Endpoint(url, "scripted"), context=4096)
         timings = [r["timing"] for r in received(url)]
     n = len(cal.prompt_tokens)
-    assert n == 3 and len(timings) == 3 * n + 1 + 8 + 2 * len(IDLE_S)
+    assert n == 4 and len(timings) == 3 * n + 1 + 8 + 2 * len(IDLE_S)
     # the scripted TTFT does not grow with the prompt; the requests sent one after another
     # still idled the server a little between them (the client's turn-around)
     wake, served = _wake_ms(timings), _served_ms(timings)
@@ -56,11 +56,13 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     # each wake-up point, the shortest and the longest prompt after each idle: beyond the
     # back-to-back TTFT of the same prompt
     assert list(cal.wake_idle_s) == [s for s in IDLE_S for _ in (0, 1)]
-    assert list(cal.wake_prompt_tokens) == [64, 1024] * len(IDLE_S)
-    back_to_back = {64: np.median(served[0:3]), 1024: np.median(served[6:9])}
-    k = 2 * len(IDLE_S)
-    for idle, extra, p, slept, truth in zip(cal.wake_idle_s, cal.wake_extra_ms,
-                                            cal.wake_prompt_tokens, wake[-k:], served[-k:]):
+    assert list(cal.wake_prompt_tokens) == [16, 1024] * len(IDLE_S)
+    back_to_back = {16: np.median(served[0:3]), 1024: np.median(served[9:12])}
+    # the short prompt's 3 s idle was sent first (it decides whether the rest is needed)
+    sent = [1, 2, 3, 4, 0, 5]  # each point's place among the last six requests
+    for idle, extra, p, k in zip(cal.wake_idle_s, cal.wake_extra_ms, cal.wake_prompt_tokens,
+                                 sent):
+        slept, truth = wake[k - 6], served[k - 6]
         assert slept >= idle * WAKE_MS_PER_S  # it slept at least that long
         assert truth - back_to_back[p] - CLIENT_MS <= extra \
             <= truth - back_to_back[p] + CLIENT_WAKE_MS
@@ -76,7 +78,7 @@ def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
     calm = Wakeup(1.0, busy_ms=17.0, after_idle_ms=17.5)  # 1.03x: nothing to find
     with scripted(TTFT_MS, ITL_MS, wake_ms_per_s=WAKE_MS_PER_S) as url:
         cal = calibrate(Endpoint(url, "scripted"), context=4096, host=calm)
-        assert len(received(url)) == 3 * 3 + 1 + 8  # TTFT and decode only: no idling
+        assert len(received(url)) == 3 * 4 + 1 + 8  # TTFT and decode only: no idling
     assert cal.wake_curve() == () and cal.wake_host == calm.summary()
     assert "TTFT after an idle machine: not measured, the host does not slow down" \
         in cal.summary()
@@ -84,18 +86,32 @@ def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
 
 @pytest.mark.slow  # a second calibration, ~14 s
 def test_a_failed_wake_up_request_leaves_its_point_out_and_nothing_else():
-    # the calibration's 20th request is the long prompt's wake-up after 0.3 s: the server
-    # fails it
-    with scripted(TTFT_MS, ITL_MS, fail_every=20, wake_ms_per_s=WAKE_MS_PER_S) as url:
+    # the calibration's 24th request is the long prompt's wake-up after 0.3 s (the short
+    # one's after 3 s went first): the server fails it
+    with scripted(TTFT_MS, ITL_MS, fail_every=24, wake_ms_per_s=WAKE_MS_PER_S) as url:
         cal = calibrate(Endpoint(url, "scripted"), context=4096)
     assert list(cal.wake_idle_s) == [IDLE_S[0], IDLE_S[1], IDLE_S[1], IDLE_S[2], IDLE_S[2]]
-    assert list(cal.wake_prompt_tokens) == [64, 64, 1024, 64, 1024]
+    assert list(cal.wake_prompt_tokens) == [16, 16, 1024, 16, 1024]
     assert len(cal.wake_extra_ms) == 5 and cal.wake_extra_ms[-1] > cal.wake_extra_ms[0]
     assert [p[0] for p in cal.wake_curve()] == [0.0, *IDLE_S]  # 0.3 s from its one prompt
 
 
+@pytest.mark.slow  # idles 3 s
+def test_a_deployment_that_does_not_slow_down_after_the_longest_idle_gets_that_one_point():
+    with scripted(TTFT_MS, ITL_MS) as url:
+        cal = calibrate(Endpoint(url, "scripted"), context=4096)
+        timings = [r["timing"] for r in received(url)]
+    assert len(timings) == 3 * 4 + 1 + 8 + 1
+    assert list(cal.wake_idle_s) == [IDLE_S[-1]] and list(cal.wake_prompt_tokens) == [16]
+    truth = _served_ms(timings)
+    extra = truth[-1] - np.median(truth[0:3])  # ~0: the scripted server does not slow down
+    assert extra - CLIENT_MS <= cal.wake_extra_ms[0] <= extra + CLIENT_WAKE_MS
+    assert cal.wake_extra_ms[0] < 0.5 * TTFT_MS  # under NOTABLE: why it stopped there
+    assert cal.wake_curve() == ((0.0, 0.0, 0.0), (IDLE_S[-1], cal.wake_extra_ms[0], 0.0))
+
+
 def test_a_deployment_that_fails_every_calibration_request_is_a_clear_error():
     with scripted(TTFT_MS, ITL_MS, fail_every=1) as url:
-        with pytest.raises(UsageError, match=r"timing TTFT at 64 tokens failed \(HTTP 500: "
+        with pytest.raises(UsageError, match=r"timing TTFT at 16 tokens failed \(HTTP 500: "
                                              r".*scripted failure.*cannot be calibrated"):
             calibrate(Endpoint(url, "scripted"), context=4096)

@@ -32,11 +32,13 @@ def inspect(url: str, screenshot: str, timeout_s: float = 60.0) -> dict:
     port = free_port()
     with tempfile.TemporaryDirectory() as profile:
         # its own process group: Chromium's helpers (renderer, GPU, zygote) are stopped with
-        # it, so none is still writing the profile when it is removed (ENOTEMPTY)
+        # it, so none is still writing the profile when it is removed (ENOTEMPTY). Its
+        # TMPDIR is the profile too: it puts its singleton socket's directory there, and a
+        # stopped Chromium left one in /tmp per run
         proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}",
                                  f"--remote-debugging-port={port}", "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, "TMPDIR": profile})
         try:
             ws_url = _page_ws(port, timeout_s)
             return asyncio.run(asyncio.wait_for(_drive(ws_url, url, screenshot), timeout_s))
