@@ -169,7 +169,7 @@ def setup(data: ReportData) -> list[tuple[str, str]]:
             ", ".join(
                 f"{k} {v.get('gbps', 0):.2f} GB/s" for k, v in links.items() if isinstance(v, dict)
             )
-            or "-",
+            or probe.get("links_note") or "-",
         ),
         ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)),
         ("calibration", data.evidence.calibration.summary()

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-import torch
-
 AUTO = "auto"
 _SHAPE = (256, 512, 512)  # m, k, n: big enough to run the kernels, small enough for ~1 ms
 
@@ -30,6 +28,8 @@ class DtypeChoice:
 
 def matmul_gflops(dtype: str, seconds: float = 0.02) -> float:
     """Single-thread matmul rate in `dtype` on the CPU, GFLOP/s."""
+    import torch  # NOTE: here, not above: a sweep of deployments by URL never loads torch
+
     m, k, n = _SHAPE
     a, b = torch.randn(m, k).to(getattr(torch, dtype)), torch.randn(k, n).to(getattr(torch, dtype))
     threads = torch.get_num_threads()
@@ -65,6 +65,8 @@ def resolve(dtype: str, device: str = "cpu") -> DtypeChoice:
     if dtype != AUTO:
         return DtypeChoice(dtype, "asked for", {})
     if device.startswith("cuda"):
+        import torch
+
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
             return DtypeChoice("bfloat16", "the GPU supports bfloat16", {})
         return DtypeChoice("float16", "the GPU lacks bfloat16", {})
