@@ -107,9 +107,10 @@ def _closest(error, lo: float, hi: float, log: bool = True) -> float:
     return float(back((a + b) / 2))
 
 
-def _ttft_error(system, rows: list) -> float:
-    """Squared log ratio of simulated to measured median TTFT, summed over `rows`."""
-    return sum(np.log(_figures(system, r)[0] / r.get("median_ttft_ms")) ** 2 for r in rows)
+def _log_error(system, rows: list, figure: int, key: str) -> float:
+    """Squared log ratio of simulated (`_figures`' `figure`-th) to measured (`key`),
+    summed over `rows`."""
+    return sum(np.log(_figures(system, r)[figure] / r.get(key)) ** 2 for r in rows)
 
 
 def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
@@ -130,8 +131,7 @@ def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
         return dec * target / _figures(make(k, dec), low)[1]
 
     def error(k: float) -> float:
-        d = dec_at(k)
-        return sum(np.log(_figures(make(k, d), r)[1] / r.get("p50_itl_ms")) ** 2 for r in rows)
+        return _log_error(make(k, dec_at(k)), rows, 1, "p50_itl_ms")
 
     if error(0.0) <= len(rows) * np.log(1 + CLOSE) ** 2:
         return 0.0, dec
@@ -189,8 +189,9 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
             # NOTE: the prefiller runs no decodes but shares the cores with the decoder and
             # the proxy, and its queue (one prefiller) decides P/D's TTFT from low rates to
             # the knee: its prefill scale is the one that fits them all
-            p = _closest(lambda x, n=name, e=spec, at=rows, c=k: _ttft_error(
-                system(n, scaled(e, x / pre, 1.0), c), at), 0.5 * pre, 2.0 * pre)
+            p = _closest(lambda x, n=name, e=spec, at=rows, c=k: _log_error(
+                system(n, scaled(e, x / pre, 1.0), c), at, 0, "median_ttft_ms"),
+                0.5 * pre, 2.0 * pre)
             spec = scaled(spec, p / pre, 1.0)
         systems[name] = system(name, spec, k)
         notes.append(f"{name}: prefill x{p:.2f}"
