@@ -23,10 +23,10 @@ from pathlib import Path
 
 from advisor.plan import candidates, hardware, runs
 from advisor.plan.calibrated import run_calibrated
+from advisor.plan.loadfit import below_collapse
 from advisor.plan.simulate import simulate
 from advisor.probe.shapes import shape_of
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.rate_search import COLLAPSE
 from workloads.presets import preset_spec
 
 WITHIN = 0.2
@@ -51,8 +51,10 @@ def ordering(run_dir: str) -> str:
     return out
 
 
-def table(title: str, rec: dict, itl_slo: float) -> tuple[int, int]:
-    """Print predicted against measured; (rows within 20% on both, rows below collapse)."""
+def table(title: str, rec: dict, slo) -> tuple[int, int]:
+    """Print predicted against measured; (rows within 20% on both, rows below collapse:
+    measured p99 ITL within twice its SLO and median TTFT within its SLO, as the fit has
+    them)."""
     print(f"\n{title}")
     print(f"  {'placement':>14} {'rate':>6}  {'median TTFT ms: pred / meas':>30}  "
           f"{'p99 ITL ms: pred / meas':>28}")
@@ -64,7 +66,8 @@ def table(title: str, rec: dict, itl_slo: float) -> tuple[int, int]:
             ratio = p / m if m else float("nan")
             good &= abs(ratio - 1) <= WITHIN
             cells.append(f"{p:9.1f} / {m:9.1f} ({ratio:4.2f})")
-        collapsed = (r["measured_p99_itl_ms"] or 0) > COLLAPSE * itl_slo
+        collapsed = not below_collapse(r["measured_p99_itl_ms"], r["measured_median_ttft_ms"],
+                                       slo)
         if not collapsed:
             counted += 1
             ok += good
@@ -96,10 +99,7 @@ def main() -> None:
     out = Path(a.out)
     fit_run = a.fit_run or sweep("long-prompt", out / "measured")
     other = a.other_run or sweep("short-chat", out / "measured")
-    itl = {}
-    for run in (fit_run, other):
-        ev = RunDir(run).read_evidence()
-        itl[run] = ev.slo.itl_ms
+    slo = {run: RunDir(run).read_evidence().slo for run in (fit_run, other)}
     results = {}
     for title, replay in (("fitted to and predicting the default sweep", None),
                           ("fitted to the default sweep, predicting short-chat (not fitted)",
@@ -108,7 +108,7 @@ def main() -> None:
         results[title] = (rec, replay or fit_run)
     print("\n==== plan accuracy: the bundled engine on this machine (say which CPU: lscpu) ====")
     for title, (rec, measured) in results.items():
-        ok, counted = table(title, rec, itl[measured])
+        ok, counted = table(title, rec, slo[measured])
         print(f"  within 20% on both below collapse: {ok} of {counted} rows")
         m_order, p_order = ordering(measured), ordering(rec["run_dir"])
         print(f"  max-goodput ordering (req/s): measured {m_order}; predicted {p_order}")

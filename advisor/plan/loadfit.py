@@ -178,7 +178,8 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
             continue
         _, itl, _ = _figures(system(name, scaled(engine, pre, 1.0)), low)
         dec = (low.get("p50_itl_ms") or itl) / itl
-        p, rows = pre, [r for r in measured if r.placement == name and _below(r, slo)]
+        p, rows = pre, [r for r in measured if r.placement == name and below_collapse(
+            r.get("p99_itl_ms"), r.get("median_ttft_ms"), slo)]
         k, dec = _contention(lambda x, d, n=name: system(n, scaled(engine, pre, d), x), low,
                              rows, dec) if low.get("p50_itl_ms") else (0.0, dec)
         spec = scaled(engine, pre, dec)
@@ -201,11 +202,13 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     return systems, "; ".join(notes)
 
 
-def _below(run, slo) -> bool:
-    """Whether a measured run is below collapse (its p99 ITL within the sweep's bound) and
-    its median TTFT within the TTFT SLO (past it, a queue that grows for the whole run)."""
-    return (run.get("p99_itl_ms") or 0.0) <= COLLAPSE * slo.itl_ms \
-        and 0.0 < (run.get("median_ttft_ms") or 0.0) <= slo.ttft_ms
+def below_collapse(p99_itl_ms: float | None, median_ttft_ms: float | None, slo) -> bool:
+    """Whether a run with these figures is below collapse: its p99 ITL within the sweep's
+    bound (COLLAPSE x the ITL SLO) and its median TTFT within the TTFT SLO (past it, a
+    queue that grows for the whole run). The fit uses only such runs, and
+    benchmarks/plan_accuracy.py judges the predictions at them."""
+    return (p99_itl_ms or 0.0) <= COLLAPSE * slo.itl_ms \
+        and 0.0 < (median_ttft_ms or 0.0) <= slo.ttft_ms
 
 
 def requests_of(run) -> list[SimRequest]:
