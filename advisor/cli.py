@@ -293,6 +293,9 @@ def sweep(
         envvar="OPENAI_API_KEY",
         help="bearer token for --collocated-url / --disagg-url (default: $OPENAI_API_KEY)",
     ),
+    report: bool = typer.Option(True, "--report/--no-report",
+                                help="draw report.html and report.md at the end (`advisor "
+                                     "report RUN_DIR` draws them later)"),
 ) -> None:
     """Measure collocated against disaggregated on this machine and recommend a placement."""
     from advisor.sweep.config_file import merged
@@ -339,7 +342,7 @@ def sweep(
         from advisor.sweep.sweep import run_sweep  # NOTE: loads torch: bad flags answer first
 
         try:
-            run_sweep(opts, resume=run_dir)
+            run_sweep(opts, resume=run_dir, report=report)
         except KeyboardInterrupt:
             typer.echo("advisor: interrupted; every finished run is saved (see --resume)", err=True)
             raise typer.Exit(130) from None

@@ -19,7 +19,6 @@ from advisor.measure.ready import served_model
 from advisor.measure.run import measure, progress_bars, record_row
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.probe.wakeup import host_wakeup
-from advisor.report import run_report
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import MANIFEST, RunDir
@@ -57,9 +56,10 @@ REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rat
 
 
 def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
-              argv: list[str] | None = None) -> RunDir:
+              argv: list[str] | None = None, report: bool = True) -> RunDir:
     """Measure every placement, decide, and write the run dir; with `resume` (and the
-    options from `options.resumed`), go on in that interrupted sweep's directory."""
+    options from `options.resumed`), go on in that interrupted sweep's directory; with
+    `report`, draw its HTML and Markdown reports too."""
     run_dir, opts = (resume, opts) if resume else _created(opts, argv)
     print(f"run directory: {run_dir} (resume an interrupted sweep with --resume {run_dir})",
           flush=True)
@@ -85,9 +85,14 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
     rec["deploy"] = deploy.from_evidence(rec, evidence, sweep.opts.model)
     run_dir.write_recommendation(rec)
     write_summary(run_dir, placements, sweep.done)
-    run_report(str(run_dir))
+    if report:
+        from advisor.report import run_report  # NOTE: matplotlib: ~1 s to import
+
+        run_report(str(run_dir))
     console.print_recommendation(rec)
-    print(f"run directory: {run_dir}: report.html, report.md, evidence.json, recommendation.json")
+    drawn = "report.html, report.md, " if report else ""
+    print(f"run directory: {run_dir}: {drawn}evidence.json, recommendation.json"
+          + ("" if report else f" (draw its report with: advisor report {run_dir})"))
     return run_dir
 
 

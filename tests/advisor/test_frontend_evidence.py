@@ -51,7 +51,7 @@ def test_the_chat_agent_workload_sends_text_messages_with_its_tools():
 def test_a_sweep_records_the_front_ends_measured_cpu_in_its_evidence(tmp_path):
     p = advisor("sweep", "--model", "tiny", "--dtype", "float32", "--workload", "chat-agent",
                 "--topologies", "collocated:1", "--rates", "2", "--num-prompts", "6",
-                "--scale", "0.02", "--out", str(tmp_path))
+                "--scale", "0.02", "--out", str(tmp_path), "--no-report")
     assert p.returncode == 0, p.stderr
     (run,) = [d for d in tmp_path.iterdir() if d.is_dir()]
     fe = json.loads((run / "evidence.json").read_text())["frontend"]

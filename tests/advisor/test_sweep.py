@@ -77,12 +77,16 @@ def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_
         # an interrupted sweep: one run and the decision are missing
         kept = run / "runs" / "collocated-url" / "rate-2" / "result.json"
         before = kept.stat().st_mtime_ns
+        drawn = (run / "report.html").stat().st_mtime_ns
         (run / "runs" / "disagg-url" / "rate-4" / "result.json").unlink()
         (run / "recommendation.json").unlink()
-        again = advisor("sweep", "--resume", str(run))
+        again = advisor("sweep", "--resume", str(run), "--no-report")
         assert again.returncode == 0, again.stderr
     assert (run / "runs" / "disagg-url" / "rate-4" / "result.json").is_file()
     assert (run / "recommendation.json").is_file() and kept.stat().st_mtime_ns == before
+    # --no-report: the report stays as it was, and the last line says how to draw it
+    assert (run / "report.html").stat().st_mtime_ns == drawn
+    assert f"advisor report {run}" in again.stdout.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(
@@ -170,7 +174,7 @@ def test_repeats_pool_into_one_timeline_and_the_operating_rate_is_where_rows_are
     with scripted(ttft_ms=20, itl_ms=5) as col, scripted(ttft_ms=40, itl_ms=5) as dis:
         out = advisor("sweep", "--collocated-url", col, "--disagg-url", dis, "--rates", "2,4",
                       "--num-prompts", "4", "--repeats", "2", "--scale", "0.01",
-                      "--operating-rate", "3", "--out", str(tmp_path))
+                      "--operating-rate", "3", "--out", str(tmp_path), "--no-report")
     assert out.returncode == 0, out.stderr
     run = run_dir_of(tmp_path)
     result = json.loads((run / "runs" / "disagg-url" / "rate-4" / "result.json").read_text())
@@ -199,7 +203,7 @@ def test_a_placement_whose_interval_already_parts_from_the_others_gets_no_second
         out = advisor("sweep", "--collocated-url", good, "--disagg-url", failing,
                       "--start-rate", "8", "--max-steps", "2", "--num-prompts", "6",
                       "--scale", "0.01", "--output-scale", "0.02", "--slo", "ttft:1000",
-                      "itl:50", "--out", str(tmp_path))
+                      "itl:50", "--out", str(tmp_path), "--no-report")
     assert out.returncode == 0, out.stderr
     run = run_dir_of(tmp_path)
     assert _rates(run) == {"collocated-url": [8.0, 16.0, 32.0, 64.0], "disagg-url": [16.0]}

@@ -82,16 +82,16 @@ def _kv(run_dir) -> dict:
 def test_sweep_evidence_comes_from_the_decoder_and_survives_a_resume(toy, tmp_path):
     url, _, dec = toy
     p = advisor("sweep", "--disagg-url", url, "--disagg-metrics", dec + "/metrics",
-                "--rates", "1,2", *SMALL, "--out", str(tmp_path))
+                "--rates", "1,2", *SMALL, "--out", str(tmp_path), "--no-report")
     assert p.returncode == 0, p.stderr
     kv, run = _kv(tmp_path)
     assert kv["transfers"] == 8 and kv["failures"] == 0 and kv["verdict"]
     # resumed with nothing missing: the same evidence, from the stored per-run deltas
-    assert advisor("sweep", "--resume", str(run)).returncode == 0
+    assert advisor("sweep", "--resume", str(run), "--no-report").returncode == 0
     assert _kv(tmp_path)[0] == kv
     # one disaggregated run deleted: measured again, counted the same
     shutil.rmtree(run / "runs" / "disagg-url" / "rate-2")
-    p = advisor("sweep", "--resume", str(run))
+    p = advisor("sweep", "--resume", str(run), "--no-report")
     assert p.returncode == 0, p.stderr
     again = _kv(tmp_path)[0]
     assert again["transfers"] == kv["transfers"] and again["failures"] == 0
