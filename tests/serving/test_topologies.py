@@ -7,6 +7,8 @@ import urllib.request
 import pytest
 from openai import OpenAI
 
+from engine.core.sequence import SamplingParams
+from engine.llm import LLM
 from engine.render.frontend import Frontend, FrontendConfig
 from engine.serve.launch import Topology, launch
 from engine.serve.render_server import RenderServer
@@ -42,8 +44,10 @@ def deployment(request):
 
 @pytest.fixture(scope="module")
 def collocated_tokens():
-    with launch(Topology(mode="collocated", replicas=1, dtype="float32")) as d:
-        return [post(d.url, {"prompt": p, **GREEDY})[1]["choices"][0]["token_ids"] for p in PROMPTS]
+    """The truth: the same engine offline (one instance, no server, no KV transfer)."""
+    llm = LLM("tiny", dtype="float32")
+    params = SamplingParams(max_tokens=GREEDY["max_tokens"], temperature=0.0, ignore_eos=True)
+    return [out.token_ids for out in llm.generate(PROMPTS, params)]
 
 
 def test_greedy_output_is_identical_across_topologies(deployment, collocated_tokens):
