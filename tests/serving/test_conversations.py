@@ -40,10 +40,23 @@ def _turns(url: str, conversation: str | None, turns: int = 4) -> list[dict]:
     return out
 
 
-def test_a_conversation_sticks_to_one_replica_whose_prefix_cache_serves_it():
+@pytest.fixture(scope="module")
+def deployment():
     with launch(Topology(mode="collocated", replicas=2, model="tiny", dtype="float32")) as d:
-        replies = _turns(d.url, "conv-a")
-        per = [_counters(u) for u in d.instance_urls["both"]]
+        yield d
+
+
+def _counted(d, run) -> list[dict[str, float]]:
+    """Each replica's counters grown while `run()` ran (the deployment is shared)."""
+    before = [_counters(u) for u in d.instance_urls["both"]]
+    run()
+    after = [_counters(u) for u in d.instance_urls["both"]]
+    return [{k: a[k] - b.get(k, 0.0) for k in a} for a, b in zip(after, before)]
+
+
+def test_a_conversation_sticks_to_one_replica_whose_prefix_cache_serves_it(deployment):
+    replies = []
+    per = _counted(deployment, lambda: replies.extend(_turns(deployment.url, "conv-a")))
     used = [c for c in per if c["vllm:prompt_tokens_total"] > 0]
     assert len(used) == 1  # every turn on one replica
     c = used[0]
@@ -53,8 +66,6 @@ def test_a_conversation_sticks_to_one_replica_whose_prefix_cache_serves_it():
     assert c["engine:prefill_tokens_computed_total"] + reused == c["vllm:prompt_tokens_total"]
 
 
-def test_without_a_conversation_id_requests_still_go_round_robin():
-    with launch(Topology(mode="collocated", replicas=2, model="tiny", dtype="float32")) as d:
-        _turns(d.url, None, turns=2)
-        per = [_counters(u) for u in d.instance_urls["both"]]
+def test_without_a_conversation_id_requests_still_go_round_robin(deployment):
+    per = _counted(deployment, lambda: _turns(deployment.url, None, turns=2))
     assert all(c["vllm:prompt_tokens_total"] > 0 for c in per)
