@@ -9,6 +9,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.core.sequence import SamplingParams
+from engine.llm import LLM
 from engine.serve.launch import Topology, launch
 from tests.engine.helpers import random_prompts
 
@@ -31,18 +33,23 @@ def _counter(instance: str, name: str) -> float:
                if s.name == name + "_total")
 
 
-def conversation(url: str, cid: str, seed: int = 0, edit_turn: int | None = None):
-    """TURNS completions turns (each prompt: the last one + its reply + NEW tokens); with
-    `edit_turn`, that turn's history is edited early on (a template dropping something).
-    Returns every turn's output token IDs and prompt length."""
+def conversation(url: str | LLM, cid: str, seed: int = 0, edit_turn: int | None = None):
+    """TURNS completions turns (each prompt: the last one + its reply + NEW tokens) on a
+    deployment at `url`, or offline on an LLM; with `edit_turn`, that turn's history is
+    edited early on (a template dropping something). Returns every turn's output token IDs
+    and prompt length."""
     news = random_prompts(TURNS, (NEW, NEW), seed=seed)
     prompt, outs = random_prompts(1, (40, 40), seed=seed + 100)[0], []
     for k in range(TURNS):
         if k == edit_turn:
             prompt = prompt[:5] + [7] + prompt[6:]
-        r = _post(url, {"model": "tiny", "prompt": prompt, "max_tokens": OUT, "temperature": 0,
-                        "ignore_eos": True}, cid)
-        ids = r["choices"][0]["token_ids"]
+        if isinstance(url, LLM):
+            params = SamplingParams(max_tokens=OUT, temperature=0.0, ignore_eos=True)
+            ids = url.generate([prompt], params)[0].token_ids
+        else:
+            r = _post(url, {"model": "tiny", "prompt": prompt, "max_tokens": OUT,
+                            "temperature": 0, "ignore_eos": True}, cid)
+            ids = r["choices"][0]["token_ids"]
         outs.append((ids, len(prompt)))
         prompt = prompt + ids + news[k]
     return outs
@@ -50,8 +57,9 @@ def conversation(url: str, cid: str, seed: int = 0, edit_turn: int | None = None
 
 @pytest.fixture(scope="module")
 def reference():
-    with launch(Topology(mode="collocated", replicas=1, model="tiny", dtype="float32")) as d:
-        yield conversation(d.url, "ref"), conversation(d.url, "ref-edited", edit_turn=3)
+    """The truth: the same conversations on the engine offline (one instance, no server)."""
+    llm = LLM("tiny", dtype="float32")
+    return conversation(llm, "ref"), conversation(llm, "ref-edited", edit_turn=3)
 
 
 # NOTE: tcp in the slow tier: the 5-minute tier keeps shm (test_connectors pulls tails over both)
