@@ -376,6 +376,9 @@ def plan(
     replay: str = typer.Option(None, help="with --calibrate: predict this other measured run "
                                           "directory's runs instead (a workload not fitted)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    report: bool = typer.Option(True, "--report/--no-report",
+                                help="draw report.html and report.md (`advisor report RUN_DIR` "
+                                     "draws them later)"),
 ) -> None:
     """Predict collocated and every xPyD split on GPUs not here, by simulation (labelled)."""
     from advisor.plan.plan import PlanOptions, run_plan
@@ -389,14 +392,14 @@ def plan(
                 fail("--replay needs --calibrate RUN_DIR (what to fit the models to)")
             from advisor.plan.calibrated import run_calibrated
 
-            run_calibrated(calibrate, replay, out, json_out)
+            run_calibrated(calibrate, replay, out, json_out, report)
             return
         run_plan(PlanOptions(
             model=model, gpu=gpu, gpus=gpus, link=link, p2p=p2p == "yes", workload=workload,
             slo=tuple(_slo_items(slo, ctx)) or PlanOptions.slo, attainment=attainment,
             rates=parse_rates(rates), num_prompts=num_prompts,
             max_num_batched_tokens=max_num_batched_tokens, operating_rate=operating_rate,
-            seed=seed, out=out, as_json=json_out))
+            seed=seed, out=out, as_json=json_out, report=report))
 
 
 @app.command()

@@ -68,9 +68,11 @@ def _engine(step: FittedStep, shape, dtype: str) -> EngineSpec:
                       base.max_num_batched_tokens, base.max_num_seqs, base.enable_chunked_prefill)
 
 
-def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool) -> dict:
+def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
+                   report: bool = True) -> dict:
     """Fit to `measured`, predict `replay` (default: `measured` itself); the recommendation
-    with `compare` (predicted beside measured, per placement and rate)."""
+    with `compare` (predicted beside measured, per placement and rate); with `report`, its
+    report drawn too."""
     fitted_on = _dir(measured, "--calibrate")
     target = _dir(replay, "--replay") if replay else fitted_on
     cal = _calibration(fitted_on)
@@ -96,7 +98,8 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool) -
     slo = tuple((m.get("sizing") or {}).get("slo") or cfg.get("slo") or DEFAULT_SLO)
     opts = PlanOptions(model=cfg.get("model") or "small", slo=slo, dtype=dtype,
                        attainment=cfg.get("attainment", 0.9),
-                       operating_rate=cfg.get("operating_rate"), workload=cfg.get("workload"))
+                       operating_rate=cfg.get("operating_rate"), workload=cfg.get("workload"),
+                       report=report)
     label = (f"simulated by advisor plan --calibrate: step times fitted to {fitted_on.name}'s "
              f"calibration, scaled to its measured runs ({why}); KV link "
              f"{link.source}; replaying {target.name}'s requests")

@@ -51,6 +51,7 @@ class PlanOptions:
     max_num_batched_tokens: int | None = None
     operating_rate: float | None = None
     as_json: bool = False
+    report: bool = True  # draw report.html and report.md
     # what the evidence builder asks of a sweep's options
     bundled: bool = False
     connector: str | None = None

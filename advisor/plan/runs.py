@@ -83,10 +83,10 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
            prompt: float, kv: KVTransferEvidence | None, label: str, model: str,
            extra: dict) -> dict:
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
-    commands, summary.csv and the report, written to `run_dir`; the recommendation."""
-    # NOTE: imported here, where files are written: pandas and matplotlib take ~1 s to
-    # import, and `advisor plan` with a bad flag answers before (tested as a subprocess)
-    from advisor.report import run_report
+    commands, summary.csv and (with `opts.report`) the report, written to `run_dir`; the
+    recommendation."""
+    # NOTE: imported here, where files are written: pandas takes ~0.5 s to import, and
+    # `advisor plan` with a bad flag answers before (tested as a subprocess)
     from advisor.sweep.evidence import build_evidence, write_summary
 
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
@@ -100,5 +100,8 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     run_dir.write_recommendation(rec)
     rec["run_dir"] = str(run_dir)
     write_summary(run_dir, every, done)
-    run_report(str(run_dir))
+    if opts.report:
+        from advisor.report import run_report  # NOTE: matplotlib: ~1 s to import
+
+        run_report(str(run_dir))
     return rec

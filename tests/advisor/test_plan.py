@@ -4,6 +4,7 @@ a sweep whose timing is known."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -168,8 +169,10 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
 
 def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
     measured = _measured_sweep(tmp_path / "measured")
-    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True)
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
+                         report=False)
     assert rec["simulated"].startswith("simulated by advisor plan --calibrate")
+    assert not list(Path(rec["run_dir"]).glob("report*"))  # report=False: none drawn
     assert len(rec["compare"]) == 6
     for row in rec["compare"]:
         for k in ("median_ttft_ms", "p99_itl_ms"):
@@ -181,7 +184,8 @@ def test_a_prefiller_faster_than_collocateds_prefill_is_fitted_to_its_own_ttft(t
     """Collocated prefills share their steps with decodes; P/D's prefiller runs alone. A
     prefill scale taken from collocated alone would fill the prefiller's queue too soon."""
     measured = _measured_sweep(tmp_path / "measured", collocated_prefill=1.3)
-    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True)
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
+                         report=False)
     fitted = re.search(r"disagg-1p1d: prefill x([0-9.]+)", rec["simulated"])
     assert float(fitted[1]) == pytest.approx(1.0, abs=0.02), rec["simulated"]
     for row in rec["compare"]:
@@ -194,7 +198,8 @@ def test_engines_slowing_each_other_down_are_fitted_to_the_median_itl_across_rat
     """Instances sharing a host's cores step slower while the others step: the decoder's
     median ITL grows with its prefiller's load beyond what its batch explains."""
     measured = _measured_sweep(tmp_path / "measured", contention=0.3)
-    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True)
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
+                         report=False)
     fitted = [float(k) for k in re.findall(r"\+([0-9.]+) of a step", rec["simulated"])]
     assert fitted == [pytest.approx(0.3, abs=0.03)] * 2, rec["simulated"]
     for row in rec["compare"]:
