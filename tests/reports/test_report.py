@@ -108,6 +108,7 @@ def test_damaged_run_directories_are_named_never_a_traceback(engine_run, tmp_pat
         assert p.returncode == 2 and "Traceback" not in p.stderr and str(bad) in p.stderr
 
 
+@pytest.mark.slow  # draws a report with the overlay, ~7 s
 def test_compare_overlays_two_runs(engine_run, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(engine_run, other)
