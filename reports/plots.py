@@ -32,8 +32,10 @@ def _label(data: ReportData, placement: str) -> str:
 def _finish(
     fig, ax, title: str, data: ReportData, ylabel: str, xlabel: str = "request rate (req/s)"
 ):
+    # NOTE: the emulation on a line of its own: beside the longest title it ran past the
+    # figure's edge, which tight_layout does not shrink titles to fit
     ax.set_title(
-        title + (f"  [KV link emulated: {data.emulated}]" if data.emulated else ""), fontsize=10
+        title + (f"\n[KV link emulated: {data.emulated}]" if data.emulated else ""), fontsize=10
     )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
