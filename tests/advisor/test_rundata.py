@@ -10,7 +10,7 @@ from advisor.errors import UsageError
 from advisor.rundata.evidence import Calibration, Evidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import FORMAT, RunDir
-from tests.cli import advisor
+from tests.cli import advisor, advisor_here
 from tests.fixtures import FIXTURE_RUN
 
 
@@ -42,7 +42,7 @@ def test_a_newer_format_is_refused_by_name(run):
     (run.path / "manifest.json").write_text(json.dumps({**manifest, "format": FORMAT + 1}))
     with pytest.raises(UsageError, match=f"manifest.json: run-directory format {FORMAT + 1}"):
         RunDir.existing(run.path)
-    out = advisor("report", str(run.path))
+    out = advisor_here("report", str(run.path))
     assert out.returncode == 2 and "run-directory format" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
@@ -79,7 +79,7 @@ def test_written_runs_and_evidence_read_back_the_same(run, tmp_path):
 def test_resume_over_a_corrupt_result_is_one_line_naming_it(run):
     (run.run_path("disagg-1p1d", 4) / "result.json").write_text("{oops")
     (run.path / "recommendation.json").unlink()
-    out = advisor("sweep", "--resume", str(run.path))
+    out = advisor_here("sweep", "--resume", str(run.path))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "disagg-1p1d/rate-4/result.json is not valid JSON" in out.stderr
 

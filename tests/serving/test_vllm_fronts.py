@@ -2,6 +2,7 @@
 here: no /v1/models, no /metrics, SSE labelled application/json) in front of the bundled
 prefill and decode engines; and deployments the sweep starts and stops itself."""
 
+import functools
 import json
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from aiohttp import web
 
 from advisor.testing.toy_proxy import make_app
 from engine.serve.launch import Topology, free_port, launch
-from tests.cli import advisor
+from tests.cli import advisor, advisor_here
 from tests.serving.helpers import post, post_stream, running_app
 
 pytestmark = pytest.mark.integration
@@ -180,8 +181,10 @@ def _metrics_app(text: str) -> web.Application:
 def test_bad_metrics_urls_are_one_line_naming_the_flag(tmp_path, page, needle):
     with running_app(_metrics_app(page or "")) as url:
         metrics = f"http://127.0.0.1:{free_port()}/metrics" if page is None else url + "/metrics"
-        p = advisor("sweep", "--disagg-url", url, "--disagg-metrics", metrics, "--model", "tiny",
-                    "--rates", "1", "--out", str(tmp_path), timeout=60)
+        # the second case takes the same path in-process
+        cli = functools.partial(advisor, timeout=60) if page is None else advisor_here
+        p = cli("sweep", "--disagg-url", url, "--disagg-metrics", metrics, "--model", "tiny",
+                "--rates", "1", "--out", str(tmp_path))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     (line,) = p.stderr.strip().splitlines()
     assert line.startswith(f"advisor: error: --disagg-metrics {metrics}: {needle}")
