@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -132,10 +134,37 @@ class Deployment:
         return [c.proc for c in self.children]
 
 
+_HANDED_OUT: set[int] = set()  # ports free_port gave this process, never given twice
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out on its own (a bind to port 0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port free on `host` now, for a child to bind, below the kernel's ephemeral range.
+
+    # NOTE: a port the kernel picked (a bind to 0) is free again once closed, and the kernel
+    # may pick it again for the next bind to 0, such as a starting instance's KV side
+    # channel, before the child it was meant for binds it: its health check then reached
+    # the side channel (seen in CI). Ports below the range are never picked that way."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 20000), low) if low > 2048 else 0
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind((host, port))
+            port = s.getsockname()[1]
+            _HANDED_OUT.add(port)
+            return port
+    raise OSError(f"no free port below {low} on {host}")
 
 
 def die_with_parent() -> None:
@@ -169,7 +198,9 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
         if proc.poll() is not None:
             raise LaunchError(f"instance {url} exited with code {proc.returncode}: "
                               f"{log_tail(proc)}")
-        with contextlib.suppress(OSError):
+        # NOTE: HTTPException: something other than the child answered there (the child
+        # then fails to bind and exits, which the next pass reports with its log)
+        with contextlib.suppress(OSError, http.client.HTTPException):
             with urllib.request.urlopen(url + "/health", timeout=1) as r:
                 if r.status == 200:
                     return
