@@ -116,8 +116,11 @@ def test_a_client_whose_loop_is_busy_still_times_each_chunk_when_it_arrived():
                 for r, t in zip(recs, truth)]
     itl_err = np.concatenate([np.diff(r.chunks) - np.diff(t["writes"])
                               for r, t in zip(recs, truth)])
-    assert np.percentile(np.abs(ttft_err), 90) * 1000 <= 1.0
-    assert np.percentile(np.abs(itl_err), 90) * 1000 <= 1.0
+    # NOTE: 2 ms at p90: what is left is the kernel's delivery from the server's write to
+    # the client's socket, which a loaded 2-core host stretched past 1 ms at p90 in CI
+    # (1.0005 ms); read-time stamps miss by up to the 15 ms the loop is blocked
+    assert np.percentile(np.abs(ttft_err), 90) * 1000 <= 2.0
+    assert np.percentile(np.abs(itl_err), 90) * 1000 <= 2.0
 
 
 def test_failed_requests_are_counted_never_dropped():
