@@ -18,8 +18,9 @@ TTFT_MS, ITL_MS, WAKE_MS_PER_S = 40.0, 10.0, 200.0
 # the scripted figure, which the server's own sleep overshoot was part of (now taken out)
 CLIENT_MS = 12.0
 # NOTE: this VM wakes slowly after an idle (advisor probe), the client too: after a 1 s
-# sleep its own side of a TTFT grew by up to 14 ms (it is in the sweep's figures as well)
-CLIENT_WAKE_MS = 25.0
+# sleep its own side of a TTFT grew by up to 14 ms (it is in the sweep's figures as well),
+# and by 28.5 ms in CI on 2026-12-01 with the host ~25% slower than that morning
+CLIENT_WAKE_MS = 40.0
 
 
 # NOTE: the wake-up points' idle times, a third of the sweep's (0.3, 1 and 3 s): the same
