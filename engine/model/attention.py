@@ -63,8 +63,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: in
     q: [T, H, hd]; k, v: [T, kvh, hd] -> out: [T, H, hd]
     """
     cache.write(layer, meta.slot_mapping, k, v)
-    out = torch.empty_like(q)
     nd = meta.num_decodes
+    if not meta.prefills:  # decodes only: no copy into a mixed output
+        return _decode_attention(q, cache, layer, meta)
+    out = torch.empty_like(q)
     if nd:
         out[:nd] = _decode_attention(q[:nd], cache, layer, meta)
     for seg in meta.prefills:
