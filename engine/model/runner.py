@@ -141,9 +141,10 @@ class ModelRunner:
             padded = [t + [0] * (width - len(t)) for t in decode_tables]
             meta.decode_block_tables = torch.tensor(padded, device=dev)
             lens = torch.tensor(decode_lens, device=dev)
-            meta.decode_mask = (torch.arange(width * bs, device=dev)[None, :] < lens[:, None])[
-                :, None, None, :
-            ]
+            # NOTE: additive, in the model's dtype: SDPA converts a boolean mask in every layer
+            pad = torch.arange(width * bs, device=dev)[None, :] >= lens[:, None]  # [Bd, W*bs]
+            meta.decode_mask = torch.zeros(pad.shape, dtype=self.dtype, device=dev).masked_fill_(
+                pad, float("-inf"))[:, None, None, :]
         return (
             torch.tensor(ids, device=dev),
             torch.tensor(positions, device=dev),
