@@ -10,6 +10,10 @@ here, else float32) on one thread:
   single-thread read bandwidth; batch 8 and 32 against the slower of that and the GEMM
   time of the step's projections and LM head at their batch; goal >= 0.7 each.
 
+The host's speed drifts by tens of percent within a minute, so each figure and its limit
+are measured in alternating rounds (ours, then the limit, ROUNDS times) and compared best
+against best, so that a slow spell is less likely to fall on one side of a ratio only.
+
 Usage: python benchmarks/engine_bench.py [--model small] [--tokens 2048] [--threads 1] [--dtype]
 """
 
@@ -67,32 +71,52 @@ def step_gemm_s(llm: LLM, batch: int, dtype: torch.dtype) -> float:
     return proj + best_of(lambda: torch.nn.functional.linear(x, head))
 
 
-def prefill_s(llm: LLM, n: int) -> float:
+ROUNDS = 5  # alternating measurements of each figure and of its limit
+PROMPT, WINDOW = 128, 12  # decode: ROUNDS windows of WINDOW steps after PROMPT-token prompts
+
+
+def prefill_rounds(llm: LLM, n: int, dtype: torch.dtype) -> tuple[float, float, float]:
+    """Best seconds of a prefill of `n` tokens, and of its GEMMs alone (projections,
+    attention matmuls), over alternating rounds."""
     rng = random.Random(0)
     vocab = llm.config.vocab_size
     params = SamplingParams(max_tokens=1, temperature=0.0)
-    return best_of(lambda: llm.generate([[rng.randrange(3, vocab) for _ in range(n)]], params))
+    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for _ in range(ROUNDS + 1)]
+    llm.generate([prompts[-1]], params)  # warm-up
+    pre, proj, attn = [], [], []
+    for prompt in prompts[:ROUNDS]:
+        t = time.perf_counter()
+        llm.generate([prompt], params)
+        pre.append(time.perf_counter() - t)
+        p, a = gemm_baseline_s(llm, n, dtype)
+        proj.append(p)
+        attn.append(a)
+    return min(pre), min(proj), min(attn)
 
 
-PROMPT, STEPS = 128, 48  # decode measured over STEPS steps after PROMPT-token prompts
-
-
-def decode_tokens_per_s(llm: LLM, batch: int, prompt_len: int = PROMPT,
-                        steps: int = STEPS) -> float:
+def decode_rounds(llm: LLM, batch: int, limit_s) -> tuple[float, tuple[float, str]]:
+    """Best tokens/s of `batch` running requests over a WINDOW-step window, and the
+    lowest of `limit_s(kv_tokens)` ((seconds per step, what bounds it)) measured between
+    the windows."""
     rng = random.Random(batch)
     vocab = llm.config.vocab_size
     eng = llm.engine
+    steps = ROUNDS * WINDOW
     params = SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)
     for _ in range(batch):
-        eng.add_request([rng.randrange(3, vocab) for _ in range(prompt_len)], params)
+        eng.add_request([rng.randrange(3, vocab) for _ in range(PROMPT)], params)
     while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in eng.requests.values()):
         eng.step()  # prefill everything first; time decode steps only
     eng.step()
-    t = time.perf_counter()
-    tokens = 0
+    rates, limits = [], []
+    for r in range(ROUNDS):
+        t = time.perf_counter()
+        tokens = sum(len(eng.step()) for _ in range(WINDOW))
+        rates.append(tokens / (time.perf_counter() - t))
+        limits.append(limit_s(batch * (PROMPT + (r + 0.5) * WINDOW)))
     while eng.has_unfinished():
-        tokens += len(eng.step())
-    return tokens / (time.perf_counter() - t)
+        eng.step()
+    return max(rates), min(limits)
 
 
 def main() -> None:
@@ -113,9 +137,10 @@ def main() -> None:
         enable_prefix_caching=False,
     )
     ran = llm.engine.config.dtype
-    proj, attn = gemm_baseline_s(llm, args.tokens, getattr(torch, ran))
-    pre = prefill_s(llm, args.tokens)
-    print(f"model {args.model}, {ran}, {args.threads} thread(s)")
+    dtype = getattr(torch, ran)
+    pre, proj, attn = prefill_rounds(llm, args.tokens, dtype)
+    print(f"model {args.model}, {ran}, {args.threads} thread(s); best of {ROUNDS} alternating "
+          "rounds each")
     print(f"prefill {args.tokens} tokens: {pre * 1000:.0f} ms ({args.tokens / pre:.0f} tok/s)")
     print(
         f"  same GEMMs alone: projections {proj * 1000:.0f} ms + attention matmuls "
@@ -125,18 +150,26 @@ def main() -> None:
         f"  prefill vs GEMM limit: {(proj + attn) / pre:.2f} (goal >= 0.70); "
         f"projections only: {proj / pre:.2f}"
     )
-    bw, weights = read_gbps(), weight_bytes(llm)
+    weights = weight_bytes(llm)
     kv_per_token = llm.engine.runner.layout.bytes_per_token
-    print(f"read bandwidth (one thread): {bw:.1f} GB/s; weights {weights / 1e6:.0f} MB")
+    bws: list[float] = []
+
+    def limit_s(batch: int, kv_tokens: float) -> tuple[float, str]:
+        """One step's limit: reading the weights and KV once, or (batch > 1) the step's
+        GEMMs, whichever is slower."""
+        bws.append(read_gbps())
+        read = (weights + kv_tokens * kv_per_token) / (bws[-1] * 1e9)
+        gemm = step_gemm_s(llm, batch, dtype) if batch > 1 else 0.0
+        return (read, "weight + KV read") if read >= gemm else (gemm, "GEMMs")
+
     for b in (1, 8, 32):
-        rate = decode_tokens_per_s(llm, b, prompt_len=PROMPT, steps=STEPS)
-        read_s = (weights + b * (PROMPT + STEPS // 2) * kv_per_token) / (bw * 1e9)
-        gemm_s = step_gemm_s(llm, b, getattr(torch, ran)) if b > 1 else 0.0
-        limit = b / max(read_s, gemm_s)
-        bound = "weight + KV read" if read_s >= gemm_s else "GEMMs"
+        rate, (step_s, bound) = decode_rounds(llm, b, lambda kv, b=b: limit_s(b, kv))
+        if b == 1:
+            print(f"read bandwidth (one thread): {max(bws):.1f} GB/s; weights "
+                  f"{weights / 1e6:.0f} MB")
+        limit = b / step_s
         print(f"decode batch {b:>2}: {rate:7.1f} tok/s = {rate / limit:.2f} of its limit "
               f"({limit:.0f} tok/s, {bound}) (goal >= 0.70)")
-
 
 if __name__ == "__main__":
     main()
