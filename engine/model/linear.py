@@ -26,6 +26,11 @@ _PACK_FOR = 32  # the batch size oneDNN lays the weight out for
 # `small`'s shapes, 1.5-2x faster from 4 rows (Xeon with AVX-512 and no BF16). In
 # bfloat16 the packed kernel is the faster one at every decode batch.
 GEMV_ROWS = 2
+# NOTE: with AMX, oneDNN's bfloat16 kernel for 17-32 rows streams the weights slower than
+# the one for 33-48: `small`'s projections and head took 15.0 ms at 32 rows against 13.3-14.2
+# at 36-48 on an idle host, 27-32 against 19-22 while neighbours loaded it (Xeon, one
+# thread; 16 rows: 12.8 and 18.5-20.5). Such batches run padded to 48 rows there.
+_SKIP_32 = hasattr(torch.cpu, "_is_amx_tile_supported") and torch.cpu._is_amx_tile_supported()
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -45,9 +50,10 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_FOR)
 
 
-def rows_for(n: int) -> int:
+def rows_for(n: int, skip_32: bool = False) -> int:
     """The row count the packed kernel runs `n` rows at: 1, 2, 4, 8, then multiples of 16
-    up to 256, then of 1/8 of the power of two below `n` (at most 1/8 more rows).
+    up to 256 (48 instead of 32 with `skip_32`), then of 1/8 of the power of two below `n`
+    (at most 1/8 more rows).
 
     NOTE: oneDNN compiles and caches one kernel per shape; every distinct batch size made
     a new one, and a server's RSS crept up for as long as new sizes kept arriving (~60 MB
@@ -56,7 +62,8 @@ def rows_for(n: int) -> int:
     if n <= 8:
         return 1 << (n - 1).bit_length()
     step = max(16, 1 << (n.bit_length() - 4))
-    return -(-n // step) * step
+    rows = -(-n // step) * step
+    return 48 if skip_32 and rows == 32 else rows
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -73,7 +80,7 @@ def _padded(x: torch.Tensor) -> torch.Tensor:
     """x: [T, in] -> [rows_for(T), in], zero rows below (the real rows' results do not
     depend on them)."""
     n = x.shape[0]
-    rows = rows_for(n)
+    rows = rows_for(n, _SKIP_32 and x.dtype == torch.bfloat16)
     return x if rows == n else F.pad(x, (0, 0, 0, rows - n))
 
 

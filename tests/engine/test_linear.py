@@ -20,7 +20,7 @@ def _tiny_mlp() -> MLP:
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize("rows", [1, 7, SMALL_BATCH, SMALL_BATCH + 1])
+@pytest.mark.parametrize("rows", [1, 7, 24, SMALL_BATCH, SMALL_BATCH + 1])
 def test_packed_linear_matches_f_linear(dtype, tol, rows):
     torch.manual_seed(rows)
     layer = Linear(96, 80, bias=True).to(dtype)
@@ -57,6 +57,9 @@ def test_packed_rows_come_in_a_few_sizes_and_padding_leaves_the_real_rows_alone(
     sizes = {rows_for(n) for n in range(1, SMALL_BATCH + 1)}
     assert sizes == {1, 2, 4, 8, *range(16, SMALL_BATCH + 1, 16)}
     assert all(rows_for(n) >= n for n in range(1, SMALL_BATCH + 1))
+    # where oneDNN's 17-32-row kernel is the slow one, those batches run at 48 rows
+    assert {rows_for(n, skip_32=True) for n in range(17, 49)} == {48}
+    assert all(rows_for(n, skip_32=True) == rows_for(n) for n in (*range(1, 17), 49, 100))
     torch.manual_seed(0)
     layer = Linear(64, 32, bias=False)
     layer.pack_weights()
