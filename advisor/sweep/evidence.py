@@ -60,9 +60,13 @@ def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tupl
         return rate, f"the operating rate {operating:g} req/s (measured at {rate:g})"
     best = max(max_goodput_rate(d) for d in done.values())
     rate = max((r for r in common if r <= best), default=common[0])
-    return rate, (f"{rate:g} req/s, the highest rate where the placement with more goodput "
-                  "still meets the SLO" if best > 0 else
-                  f"{rate:g} req/s, the lowest rate tried (no placement met the SLO)")
+    if best <= 0:
+        return rate, f"{rate:g} req/s, the lowest rate tried (no placement met the SLO)"
+    if rate == best:
+        return rate, (f"{rate:g} req/s, the highest rate where the placement with more "
+                      "goodput still meets the SLO")
+    return rate, (f"{rate:g} req/s, the highest rate every placement ran at up to {best:g} "
+                  "req/s, where the placement with more goodput still meets the SLO")
 
 
 def _workload(run_dir: RunDir, name: str, rate: float, lowest: float,

@@ -1,5 +1,6 @@
-"""The rate search, driven by fabricated outcomes."""
+"""The rate search, driven by fabricated outcomes, and the rate its rows are judged at."""
 
+from advisor.sweep.evidence import judged_rate
 from advisor.sweep.rate_search import (
     Outcome,
     SearchPlan,
@@ -163,3 +164,21 @@ def test_the_least_bounded_placement_is_refined_first_and_each_once():
     assert to_refine(done, {"disagg"}) is None
     assert to_refine({"a": [out(1.0, True)], "b": [out(1.0, True)]}, {"a"}) == "b"
     assert to_refine({"a": [out(1.0, True)], "b": [out(1.0, True)]}, {"a", "b"}) is None
+
+
+def test_rows_are_judged_at_the_highest_common_rate_and_say_so():
+    def outs(meets: dict[float, bool]) -> list[Outcome]:
+        return [Outcome(r, m, False) for r, m in meets.items()]
+
+    # P/D meets up to 2.4, collocated ran only at 1.2 (and missed): judged at 1.2, said so
+    rate, why = judged_rate({"col": outs({1.2: False}),
+                             "dis": outs({1.2: True, 2.4: True, 4.8: False})}, None)
+    assert rate == 1.2 and "every placement ran at up to 2.4" in why
+    rate, why = judged_rate({"col": outs({1.2: True, 2.4: False}),
+                             "dis": outs({1.2: True, 2.4: True, 4.8: False})}, None)
+    assert rate == 2.4 and why.startswith("2.4 req/s, the highest rate where")
+    rate, why = judged_rate({"col": outs({1.2: False}), "dis": outs({1.2: False})}, None)
+    assert rate == 1.2 and "no placement met the SLO" in why
+    rate, why = judged_rate({"col": outs({1.2: True, 2.4: False}),
+                             "dis": outs({1.2: True, 2.4: True})}, 2.0)
+    assert rate == 1.2 and "operating rate 2" in why
