@@ -171,5 +171,6 @@ def main() -> None:
         print(f"decode batch {b:>2}: {rate:7.1f} tok/s = {rate / limit:.2f} of its limit "
               f"({limit:.0f} tok/s, {bound}) (goal >= 0.70)")
 
+
 if __name__ == "__main__":
     main()
