@@ -146,7 +146,8 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     steps scaled to collocated's median TTFT at its lowest rate, each placement's decode
     steps to its own median ITL there, how much a busy neighbour slows a step to its median
     ITLs at every rate below collapse (`slo`: the sweep's), step jitter to its p99 ITL at
-    the lowest rate, and P/D's prefill steps to its median TTFTs at every rate below
+    the lowest rate (where that is below collapse: else the jitter fitted on a placement
+    whose is), and P/D's prefill steps to its median TTFTs at every rate below
     collapse.
 
     # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
@@ -167,24 +168,30 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     if col is not None:
         ttft, _, _ = _figures(system(col.placement, engine), col)
         pre = max(1e-3, (col.get("median_ttft_ms") or ttft) - outside) / max(1e-3, ttft - outside)
-    systems, notes = {}, [f"{outside:.1f} ms per request outside the steps"]
-    if wake:
-        notes.append("an idle engine's first step " + wake_text(wake[1:]))
-    for name in names:
+    systems, notes = {}, {}
+    jitters: list[float] = []  # fitted below collapse: the host's own step noise
+    calm = {n: _calm(lowest.get(n), slo) for n in names}
+    for name in sorted(names, key=lambda n: not calm[n]):  # the calm ones first
         low = lowest.get(name)
         if low is None:
             systems[name] = system(name, scaled(engine, pre, 1.0))
-            notes.append(f"{name}: prefill x{pre:.2f}, not measured there")
+            notes[name] = f"{name}: prefill x{pre:.2f}, not measured there"
             continue
         _, itl, _ = _figures(system(name, scaled(engine, pre, 1.0)), low)
         dec = (low.get("p50_itl_ms") or itl) / itl
-        p, rows = pre, [r for r in measured if r.placement == name and below_collapse(
-            r.get("p99_itl_ms"), r.get("median_ttft_ms"), slo)]
+        p, rows = pre, [r for r in measured if r.placement == name and _calm(r, slo)]
         k, dec = _contention(lambda x, d, n=name: system(n, scaled(engine, pre, d), x), low,
                              rows, dec) if low.get("p50_itl_ms") else (0.0, dec)
         spec = scaled(engine, pre, dec)
-        jitter = _jitter_for(lambda j, n=name, e=spec, x=k: system(n, dataclasses.replace(
-            e, jitter=j), x), low, low.get("p99_itl_ms") or 0.0)
+        if calm[name] or not jitters:
+            jitter = _jitter_for(lambda j, n=name, e=spec, x=k: system(n, dataclasses.replace(
+                e, jitter=j), x), low, low.get("p99_itl_ms") or 0.0)
+            jitters += [jitter] if calm[name] else []
+            fitted_at = f"at {low.rate:g} req/s"
+        else:
+            # NOTE: past collapse, p99 ITL is the stalls' (a prompt's steps) and leaves no
+            # room for noise: the jitter fitted where a placement ran calm is the host's
+            jitter, fitted_at = float(np.median(jitters)), "as fitted below collapse"
         spec = dataclasses.replace(spec, jitter=jitter)
         if low.kind == "disagg" and rows:
             # NOTE: the prefiller runs no decodes but shares the cores with the decoder and
@@ -195,11 +202,20 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
                 0.5 * pre, 2.0 * pre)
             spec = scaled(spec, p / pre, 1.0)
         systems[name] = system(name, spec, k)
-        notes.append(f"{name}: prefill x{p:.2f}"
-                     + (f" (fitted at {len(rows)} rates)" if low.kind == "disagg" else "")
-                     + f", decode x{dec:.2f}, jitter {jitter:.2f} (at {low.rate:g} req/s)"
-                     + f", +{k:.2f} of a step per busy neighbour")
-    return systems, "; ".join(notes)
+        notes[name] = (f"{name}: prefill x{p:.2f}"
+                       + (f" (fitted at {len(rows)} rates)" if low.kind == "disagg" else "")
+                       + f", decode x{dec:.2f} (at {low.rate:g} req/s), jitter {jitter:.2f} "
+                       f"({fitted_at}), +{k:.2f} of a step per busy neighbour")
+    head = [f"{outside:.1f} ms per request outside the steps"]
+    if wake:
+        head.append("an idle engine's first step " + wake_text(wake[1:]))
+    return systems, "; ".join(head + [notes[n] for n in names])
+
+
+def _calm(run, slo) -> bool:
+    """Whether `run` (None: not measured) ran below collapse."""
+    return run is not None and below_collapse(run.get("p99_itl_ms"), run.get("median_ttft_ms"),
+                                              slo)
 
 
 def below_collapse(p99_itl_ms: float | None, median_ttft_ms: float | None, slo) -> bool:

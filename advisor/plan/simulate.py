@@ -7,7 +7,8 @@ first (chunked prefill; without it a prompt waits until it fits whole); at most
 says. Collocated: replicas behind round robin. P/D: the proxy picks a prefiller and a
 decoder round robin; the prefiller computes the prompt and samples one token, the KV then
 crosses the link (transfers into one decoder queue on its link, one at a time), and the
-decoder computes the last prompt token in its next step, which gives the first token.
+decoder computes the last prompt token in its next step (a decode's work: one query row
+over the context), which gives the first token.
 With a wake-up curve (`System.wake`), an engine's first step after it sat idle lasts
 longer by the curve's extra at that idle time, a fixed part plus a share of the step (a
 CPU host measured by the sweep's calibration pays it: its memory runs slower right after
@@ -181,12 +182,15 @@ class _Sim:
             ms[0] += t
             e.step_ends.extend(np.cumsum(ms, out=ms).tolist())
         else:
-            tokens = 0
+            tokens = singles = 0
             for job, n in chunks:
                 tokens += n
+                singles += n == 1
                 pairs += n * (job.before + (n + 1) / 2)
                 read += job.before + n
-            ms = spec.step.ms(Step(e.running, tokens, pairs, read)) * shared
+            # NOTE: a one-token chunk (a decoder taking in a transferred prompt's last token)
+            # is a decode's work: one query row over its context
+            ms = spec.step.ms(Step(e.running + singles, tokens - singles, pairs, read)) * shared
             if spec.jitter:
                 ms = self._jittered(spec, ms, 1)[0]
             e.step_ends.append(t + (float(ms) + self._wake_ms(idle_s, float(ms))) / 1000)

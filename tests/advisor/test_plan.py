@@ -134,12 +134,15 @@ def test_an_slo_below_the_unloaded_floor_is_measure_first_with_the_floor(tmp_pat
 # ---- --calibrate: a "measured" sweep made by a known engine is predicted back ---------------
 TRUTH = FittedStep(18.0, 0.15, 18.0, 0.6, 2e-5, "truth")
 TRUTH_FRONT_MS = 2.0  # the request's way in and out, outside the steps
+RATES = (1.0, 3.0, 6.0)
 
 
-def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float = 0.0) -> RunDir:
+def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float = 0.0,
+                    jitter: float = 0.0, collocated_rates=RATES) -> RunDir:
     """A run directory as the bundled sweep writes it, whose engine is TRUTH exactly (its
     prefill `collocated_prefill` times slower in the collocated runs; each step
-    `contention` of itself slower per other engine stepping)."""
+    `contention` of itself slower per other engine stepping, and `jitter` its lognormal
+    noise); P/D runs at RATES, collocated at `collocated_rates`."""
     run_dir = RunDir.create(parent, "long-prompt")
     prompts = [64, 256, 1024]
     cal = Calibration(prompts, [TRUTH_FRONT_MS + TRUTH.ms(prefill_step(p)) for p in prompts],
@@ -150,7 +153,7 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
                                        "slo": ["ttft:2000", "itl:100"], "seed": 0},
                             "dtype": {"ran": "bfloat16"}, "calibration": cal.to_json()})
     shape = shape_of("small")
-    engine = EngineSpec(TRUTH, 10**6)
+    engine = EngineSpec(TRUTH, 10**6, jitter=jitter)
     kv = lambda t: shape.kv_bytes(t)  # noqa: E731
     link = hardware.Link("measured", 0.5, 0.0, 0.0, "test")
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
@@ -161,7 +164,7 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
                       (Placement("disagg-1p1d", "disagg"),
                        System((engine,), (engine,), link, kv, TRUTH_FRONT_MS, PROXY_MS,
                               contention=contention))):
-        for rate in (1.0, 3.0, 6.0):
+        for rate in collocated_rates if p.kind == "collocated" else RATES:
             sim = runs.run(system, runs.requests(spec, rate, 200, int(rate)), p, rate, slos, 0.9,
                            "truth", "long-prompt", {})
             run_dir.write_run(sim.result)
@@ -209,6 +212,22 @@ def test_engines_slowing_each_other_down_are_fitted_to_the_median_itl_across_rat
     for row in rec["compare"]:
         for k in ("median_ttft_ms", "p50_itl_ms", "p99_itl_ms"):
             assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.03), row
+
+
+@pytest.mark.slow  # fits and replays a sweep, ~8 s
+def test_a_placement_measured_only_past_collapse_takes_the_jitter_fitted_below_it(tmp_path):
+    """Past collapse, p99 ITL is a long prompt's stall: fitted there, the step noise would
+    be whatever the stall leaves of it (here nothing). P/D's runs show the host's own."""
+    truth = 0.2
+    measured = _measured_sweep(tmp_path / "measured", collocated_prefill=3.0, jitter=truth,
+                               collocated_rates=(3.0, 6.0))
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
+                         report=False)
+    col = next(r for r in rec["compare"] if r["placement"] == "collocated-2" and r["rate"] == 3)
+    assert col["measured_p99_itl_ms"] > 2 * 100  # past collapse, as meant
+    fitted = re.search(r"disagg-1p1d: .*jitter ([0-9.]+) \(at 1 req/s\)", rec["simulated"])
+    assert float(fitted[1]) == pytest.approx(truth, abs=0.03), rec["simulated"]
+    assert f"(at 3 req/s), jitter {fitted[1]} (as fitted below collapse)" in rec["simulated"]
 
 
 def test_calibrate_needs_a_bundled_sweeps_calibration(tmp_path):

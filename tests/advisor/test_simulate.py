@@ -58,10 +58,22 @@ def test_prefill_queueing_matches_m_d_1_theory():
     out = simulate(system, reqs)
     ttft = np.array([(r.chunks[0] - r.sent) * 1000 for r in out.records])
     # TTFT = wait + service + the decoder's step computing the last prompt token
-    decoder_step = 10 + 0.1
+    decoder_step = 5 + 1.0
     expected_wait = lam * (s_ms / 1000) ** 2 / (2 * (1 - lam * s_ms / 1000)) * 1000
     got_wait = ttft.mean() - s_ms - decoder_step
     assert got_wait == pytest.approx(expected_wait, rel=0.08)
+
+
+def test_a_decoder_takes_in_a_transferred_prompt_with_a_decode_steps_work():
+    """The prompt's last token, computed on the decoder over the transferred KV, is one
+    query row as a decode's is: a decode step, not a prefill's larger fixed cost."""
+    system = System(decode=(engine(),), prefill=(engine(),), link=LINK,
+                    kv_bytes=lambda t: 2e6 * t, front_ms=1.0, proxy_ms=3.0)
+    (rec,) = simulate(system, [SimRequest(0.0, 100, 3)]).records
+    # hop, the prompt's prefill, 200 MB at 1 GB/s after the proxy's hop, one decode
+    ttft_ms = 1 + 3 + (10 + 0.1 * 100) + 3 + 200 + (5 + 1.0)
+    assert (rec.chunks[0] - rec.sent) * 1000 == pytest.approx(ttft_ms)
+    assert gaps_ms(rec) == pytest.approx([5 + 1.0] * 2)
 
 
 def test_transfers_into_one_decoder_queue_on_its_link():
@@ -194,7 +206,7 @@ def test_a_decoder_idle_while_the_prompt_prefills_pays_the_curve_for_its_first_s
     system = System(decode=(engine(),), prefill=(engine(),), link=LINK, kv_bytes=lambda t: 0,
                     front_ms=0.0, proxy_ms=0.0, wake=wake)
     first, second = simulate(system, [SimRequest(0.0, 100, 2), SimRequest(0.5, 100, 2)]).records
-    prefill, decode_first = 10 + 0.1 * 100, 10 + 0.1 * 1  # the decoder's step: 1 token
+    prefill, decode_first = 10 + 0.1 * 100, 5 + 1.0  # the decoder's step: a decode's work
     # both engines idled for ever before the first request: +100 ms each
     assert (first.chunks[0] - first.sent) * 1000 == pytest.approx(
         prefill + 100 + decode_first + 100)
@@ -223,4 +235,5 @@ def test_contention_slows_a_step_by_its_share_per_busy_neighbour():
     pd = System(decode=(engine(),), prefill=(engine(budget=512),), link=LINK,
                 kv_bytes=lambda t: 0, front_ms=0.0, proxy_ms=0.0, contention=0.5)
     g = gaps_ms(simulate(pd, reqs).records[0])
-    assert set(np.round(g, 6)) == {6.0, 9.0, 11.1}  # alone; beside the prefiller; its prompt
+    # alone; beside the prefiller; taking in its prompt's last token (two query rows)
+    assert set(np.round(g, 6)) == {6.0, 9.0, 7.0}
