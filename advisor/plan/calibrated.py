@@ -65,7 +65,8 @@ def _engine(step: FittedStep, shape, dtype: str) -> EngineSpec:
     """The bundled engine's defaults around `step`."""
     base = EngineConfig()
     return EngineSpec(step, int(base.kv_cache_memory_gib * GIB // shape.kv_bytes_per_token(dtype)),
-                      base.max_num_batched_tokens, base.max_num_seqs, base.enable_chunked_prefill)
+                      base.max_num_batched_tokens, base.max_num_seqs, base.enable_chunked_prefill,
+                      block_size=base.block_size)
 
 
 def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,

@@ -1,10 +1,9 @@
 """A discrete-event simulation of a serving system: requests arrive, engines step, KV moves.
 
-Each engine runs the bundled engine's (and vLLM's) policy: every step first gives each
-running request its next token, then fills the token budget with prompt chunks, oldest
-first (chunked prefill; without it a prompt waits until it fits whole); at most
-`max_num_seqs` requests at once; KV capacity in tokens. A step lasts what its step model
-says. Collocated: replicas behind round robin. P/D: the proxy picks a prefiller and a
+Each engine batches as the bundled engine does (advisor.plan.batching: decodes first,
+then prompt chunks under the token budget, at most `max_num_seqs` requests, KV taken a
+block at a time, preemption and recompute when blocks run short). A step lasts what its
+step model says. Collocated: replicas behind round robin. P/D: the proxy picks a prefiller and a
 decoder round robin; the prefiller computes the prompt and samples one token, the KV then
 crosses the link (transfers into one decoder queue on its link, one at a time), and the
 decoder computes the last prompt token in its next step (a decode's work: one query row
@@ -16,13 +15,12 @@ an idle). With `System.contention`, a step that starts while other engines step 
 longer (instances sharing one host's cores); when an engine starts or stops stepping, the
 others' planned runs of decode steps end after their step in progress, to be planned again.
 
-# NOTE: a request's KV is reserved whole (prompt and output) when its prefill starts:
-# a full cache makes requests queue, never preempts one (vLLM would preempt and recompute).
-# A running request gets a token at every step of its engine until done, so its tokens are
-# a run of consecutive steps: records are sliced from the engine's step end times. Steps
-# with nothing to prefill are planned as one run up to the next request's last token (an
-# arrival cuts the run at the step in progress), so the simulation costs O(requests)
-# events, not O(steps).
+# NOTE: a decoding request gets a token at every step of its engine until it is done or
+# preempted, so its tokens are runs of consecutive steps (`Job.segments`): records are
+# sliced from the engine's step end times. Steps with nothing to prefill are planned as
+# one run up to the next request's last token or the first step whose blocks are short
+# (an arrival cuts the run at the step in progress), so the simulation costs
+# O(requests) events, not O(steps).
 """
 
 from __future__ import annotations
@@ -30,12 +28,12 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from advisor.measure.client import RequestRecord
+from advisor.plan.batching import Batcher, Job
 from advisor.plan.steptime import Step
 from advisor.plan.system import EngineSpec, SimRequest, System
 
@@ -43,26 +41,13 @@ JITTER_SEED = 0
 
 
 @dataclass
-class _Job:
-    req: int
-    remaining: int  # prompt tokens still to compute here
-    before: int  # context already in the cache ahead of them
-    out: int  # tokens this engine produces (a prefiller: 1, then the KV leaves)
-    reserve: int  # KV tokens held while here
-
-
-@dataclass
 class _Engine:
     spec: EngineSpec
     role: str  # both | prefill | decode
-    waiting: deque = field(default_factory=deque)
-    prefilling: list = field(default_factory=list)
-    running: int = 0
-    context: float = 0.0  # running requests' context, summed
-    kv_used: int = 0
+    q: Batcher = None  # its queue, requests and blocks
     busy: bool = False
     step_ends: list = field(default_factory=list)
-    finishing: dict = field(default_factory=dict)  # step index -> jobs done after it
+    run: bool = False  # the steps in progress are a planned run of decode-only steps
     chunks: list = field(default_factory=list)  # this step's (job, tokens)
     first_step: int = 0  # of the steps in progress (a run of decode-only steps, or one)
     generation: int = 0  # bumped when a run is cut: its planned end event is stale
@@ -94,12 +79,13 @@ class _Sim:
     def __init__(self, system: System, requests: list[SimRequest]):
         self.sys, self.reqs = system, requests
         self.rng = np.random.default_rng(JITTER_SEED)
-        self.decoders = [_Engine(s, "decode" if system.prefill else "both") for s in system.decode]
-        self.prefillers = [_Engine(s, "prefill") for s in system.prefill]
+        self.decoders = [_Engine(s, "decode" if system.prefill else "both", Batcher(s))
+                         for s in system.decode]
+        self.prefillers = [_Engine(s, "prefill", Batcher(s)) for s in system.prefill]
         self.engines = self.decoders + self.prefillers
         self.events: list = []
         self.seq = itertools.count()
-        self.first: dict[int, tuple[_Engine, int]] = {}  # request -> (engine, first step)
+        self.served: dict[int, tuple[_Engine, Job]] = {}  # request -> where it decoded
         self.link_free = [0.0] * len(self.decoders)
         self.transfers: dict[int, float] = {}
         self.moved = 0.0  # KV bytes sent
@@ -118,9 +104,9 @@ class _Sim:
             self.target[i] = d
             if pd:
                 e = self.prefillers[i % len(self.prefillers)]
-                job = _Job(i, r.prompt, 0, 1, r.prompt)
+                job = Job(i, r.prompt, 1, r.prompt, 0)
             else:
-                e, job = self.decoders[d], _Job(i, r.prompt, 0, r.output, r.prompt + r.output)
+                e, job = self.decoders[d], Job(i, r.prompt, r.output, r.prompt, 0)
             self._at(r.arrival + hop, self._arrive, e, job)
         while self.events:
             t, _, fn, args = heapq.heappop(self.events)
@@ -128,51 +114,40 @@ class _Sim:
         return self._outcome()
 
     # ---- engines ------------------------------------------------------------------------------
-    def _arrive(self, t: float, e: _Engine, job: _Job) -> None:
-        if job.reserve > e.spec.kv_tokens or (
-                not e.spec.chunked_prefill and job.remaining > e.spec.max_batched_tokens):
-            self.failed[job.req] = "does not fit the engine's KV cache or token budget"
+    def _arrive(self, t: float, e: _Engine, job: Job) -> None:
+        why = e.q.refusal(job)
+        if why:
+            self.failed[job.req] = why
             return
-        e.waiting.append(job)
-        if e.busy and not e.chunks:
+        e.q.waiting.append(job)
+        if e.busy and e.run:
             self._cut(t, e)
         self._start(t, e)
 
     def _start(self, t: float, e: _Engine) -> None:
         if e.busy:
             return
-        spec = e.spec
-        budget = spec.max_batched_tokens - e.running
-        chunks, pairs, read = [], e.context, e.context
-        for job in e.prefilling:  # prompts already started go first
-            n = self._chunk(spec, job, budget)
-            if n == 0:
-                break
-            chunks.append((job, n))
-            budget -= n
-        while e.waiting and budget > 0 and e.running + len(e.prefilling) < spec.max_num_seqs:
-            job = e.waiting[0]
-            n = self._chunk(spec, job, budget)
-            if n == 0 or e.kv_used + job.reserve > spec.kv_tokens:
-                break
-            e.waiting.popleft()
-            e.prefilling.append(job)
-            e.kv_used += job.reserve
-            chunks.append((job, n))
-            budget -= n
-        if not chunks and not e.running:
-            return
+        spec, q, k = e.spec, e.q, len(e.step_ends)
+        run = q.only_decodes(k)
+        if run:  # until the next request's last token, the first step short of blocks, or
+            if not q.running:  # an arrival (which cuts the run)
+                return
+            m = q.decode_run(k, min(q.finishing) - k + 1)
+            chunks = []
+        else:
+            chunks = q.schedule(k)
+            if not chunks and not q.running:
+                return
         idle_s = None if e.idle_since is None or not self.sys.wake else t - e.idle_since
         if e.idle_since is not None:
             self._disturb(t, e)
         e.idle_since = None
         shared = 1.0 + self.sys.contention * sum(o.busy for o in self.engines if o is not e) \
             if self.sys.contention else 1.0
-        e.busy, e.chunks, e.first_step = True, chunks, len(e.step_ends)
-        if not chunks:  # decodes only until the next request's last token, or an arrival
-            m = min(e.finishing) - e.first_step + 1
-            grown = e.context + e.running * np.arange(m)  # [m] context at each step
-            ms = spec.step.ms(Step(e.running, 0, grown, grown))  # [m], a new array
+        e.busy, e.run, e.chunks, e.first_step = True, run, chunks, k
+        if run:
+            grown = q.context + q.running * np.arange(m)  # [m] context at each step
+            ms = spec.step.ms(Step(q.running, 0, grown, grown))  # [m], a new array
             if shared != 1.0:
                 ms *= shared
             if spec.jitter:
@@ -183,6 +158,7 @@ class _Sim:
             e.step_ends.extend(np.cumsum(ms, out=ms).tolist())
         else:
             tokens = singles = 0
+            pairs = read = q.context
             for job, n in chunks:
                 tokens += n
                 singles += n == 1
@@ -190,7 +166,7 @@ class _Sim:
                 read += job.before + n
             # NOTE: a one-token chunk (a decoder taking in a transferred prompt's last token)
             # is a decode's work: one query row over its context
-            ms = spec.step.ms(Step(e.running + singles, tokens - singles, pairs, read)) * shared
+            ms = spec.step.ms(Step(q.running + singles, tokens - singles, pairs, read)) * shared
             if spec.jitter:
                 ms = self._jittered(spec, ms, 1)[0]
             e.step_ends.append(t + (float(ms) + self._wake_ms(idle_s, float(ms))) / 1000)
@@ -229,38 +205,23 @@ class _Sim:
             e.generation += 1
             self._at(e.step_ends[j], self._step_done, e, e.generation)
 
-    @staticmethod
-    def _chunk(spec: EngineSpec, job: _Job, budget: int) -> int:
-        if spec.chunked_prefill:
-            return min(job.remaining, budget)
-        return job.remaining if job.remaining <= budget else 0
-
     def _step_done(self, t: float, e: _Engine, generation: int) -> None:
         if generation != e.generation:
             return  # a run that was cut short ends at its new last step instead
-        k = len(e.step_ends) - 1
-        e.context += e.running * (k - e.first_step + 1)
-        for job in e.finishing.pop(k, ()):
-            e.running -= 1
-            e.context -= job.before + job.out
-            e.kv_used -= job.reserve
+        k, q = len(e.step_ends) - 1, e.q
+        q.ran(e.first_step, k - e.first_step + 1, blocks=e.run)
+        q.finish(k)
         for job, n in e.chunks:
             job.remaining -= n
             job.before += n
             if job.remaining:
                 continue
-            e.prefilling.remove(job)
+            q.prefilled(job, k, decodes=e.role != "prefill")
             if e.role == "prefill":
                 self._send(t, e, job)
-                continue
-            self.first[job.req] = (e, k)
-            if job.out == 1:
-                e.kv_used -= job.reserve
-            else:  # decodes from the next step on; its last token comes at step k + out - 1
-                e.running += 1
-                e.context += job.before + 1
-                e.finishing.setdefault(k + job.out - 1, []).append(job)
-        e.busy, e.chunks = False, []
+            else:
+                self.served[job.req] = (e, job)
+        e.busy, e.run, e.chunks = False, False, []
         self._start(t, e)
         if not e.busy:
             e.idle_since = t
@@ -271,11 +232,11 @@ class _Sim:
         end after their step in progress, so their next steps see the change."""
         if self.sys.contention:
             for o in self.engines:
-                if o is not e and o.busy and not o.chunks:
+                if o is not e and o.busy and o.run:
                     self._cut(t, o)
 
     # ---- P/D ----------------------------------------------------------------------------------
-    def _send(self, t: float, e: _Engine, job: _Job) -> None:
+    def _send(self, t: float, e: _Engine, job: Job) -> None:
         """The prompt's KV crosses to the request's decoder (after the proxy's hop), queued
         behind earlier transfers into that decoder; the prefiller frees it when done."""
         d = self.target[job.req]
@@ -287,10 +248,10 @@ class _Sim:
         self.transfers[job.req] = end - start
         r = self.reqs[job.req]
         self._at(end, self._transferred, e, job, self.decoders[d],
-                 _Job(job.req, 1, r.prompt - 1, r.output, r.prompt + r.output))
+                 Job(job.req, r.prompt, r.output, 1, r.prompt - 1))
 
-    def _transferred(self, t: float, pre: _Engine, job: _Job, dec: _Engine, nxt: _Job) -> None:
-        pre.kv_used -= job.reserve
+    def _transferred(self, t: float, pre: _Engine, job: Job, dec: _Engine, nxt: Job) -> None:
+        pre.q.used -= job.held
         self._start(t, pre)
         self._arrive(t, dec, nxt)
 
@@ -300,9 +261,10 @@ class _Sim:
         for i, r in enumerate(self.reqs):
             rec = RequestRecord(i, f"sim-{i}", 0, False, r.arrival, r.arrival, r.arrival,
                                 prompt_tokens=r.prompt, token_source="usage")
-            if i in self.first:
-                e, k = self.first[i]
-                rec.chunks = e.step_ends[k:k + r.output]
+            if i in self.served:
+                e, job = self.served[i]
+                rec.chunks = [t for k, n in job.segments for t in e.step_ends[k:k + n]] \
+                    if len(job.segments) > 1 else e.step_ends[job.first:job.first + r.output]
                 rec.end, rec.status, rec.output_tokens = rec.chunks[-1], 200, r.output
                 if i in self.transfers:
                     rec.kv_transfer_ms = self.transfers[i] * 1000

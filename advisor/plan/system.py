@@ -26,6 +26,7 @@ class EngineSpec:
     # step (0: exact; less for longer steps, see _Sim._jittered): a machine's own noise
     # (OS, other processes), fitted where there is a measurement
     jitter: float = 0.0
+    block_size: int = 16  # KV is held in blocks of this many tokens
 
 
 @dataclass(frozen=True)
