@@ -23,7 +23,7 @@ from advisor.probe.wakeup import NOTABLE, Wakeup
 from advisor.rundata.evidence import Calibration
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
-from workloads.spec import SyntheticSpec, Workload, synthesize
+from workloads.spec import SyntheticSpec, synthesize
 
 # prompt tokens whose unloaded TTFT is measured (capped by context). NOTE: from 16, as short
 # as chat prompts go: the line through 64-1024 alone put a 32-token prompt's TTFT anywhere
@@ -31,12 +31,13 @@ from workloads.spec import SyntheticSpec, Workload, synthesize
 PROMPTS = (16, 64, 256, 1024)
 BATCH = 8  # the larger decode batch
 STEPS = 24  # decode steps timed per request
-# NOTE: each figure is measured in rounds that alternate with the others' (prompt lengths,
-# batches), the median over them: the host's speed drifts by tens of percent over
+# NOTE: each figure is measured in rounds, each round every prompt length once and then
+# each batch, the median over them: the host's speed drifts by tens of percent over
 # seconds, and timed back to back one length could fall in a slow spell and the next not
 # (one calibration here put 1024 tokens at 396 ms against 213-275 in four others, and
-# the line's intercept, what a request pays outside the steps, at 4 ms)
-TTFT_ROUNDS, DECODE_ROUNDS = 3, 2
+# the line's intercept, what a request pays outside the steps, at 4 ms; another the
+# decode step at one request above the 16-token prompt's whole TTFT)
+ROUNDS = 3
 SEED = 7_777_777  # prompts no measured run uses
 # idle before one request of the shortest and one of the longest prompt: the wake-up
 # curve's points. NOTE: the sweep's low rates leave an instance idle for seconds; here the
@@ -77,22 +78,21 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     idle (under NOTABLE), the wake-up points are not measured: they would cost ~10 s of
     idling to find nothing."""
     prompts = [p for p in PROMPTS if p + STEPS < context // 2] or [min(PROMPTS[0], context // 4)]
-    per_length = [_workload(p, 2, TTFT_ROUNDS, SEED + i).conversations
-                  for i, p in enumerate(prompts)]
-    length_of = {c.conversation_id: p for p, convs in zip(prompts, per_length) for c in convs}
-    rounds = Workload("calibration", [c for one in zip(*per_length) for c in one])
-    run = measure(endpoint, rounds, max_concurrency=1, label="calibrating TTFT", bars=bars)
-    ttft = [_median_ms([lat.ttft for r in run.records if length_of[r.conversation_id] == p
-                        and (lat := latency(r))], run, f"timing TTFT at {p} tokens",
-                       endpoint.base_url) for p in prompts]
+    firsts: dict[int, list[float]] = {p: [] for p in prompts}
     gaps: dict[int, list[float]] = {1: [], BATCH: []}
-    runs = {}
-    for i in range(DECODE_ROUNDS):
+    last = {}  # the last run of each figure: its failures are the error's
+    for i in range(ROUNDS):
+        for j, p in enumerate(prompts):
+            last[p] = measure(endpoint, _workload(p, 2, 1, SEED + 10 * i + j),
+                              label=f"calibrating TTFT at {p} tokens", bars=bars)
+            firsts[p] += [lat.ttft for r in last[p].records if (lat := latency(r))]
         for b in gaps:
-            runs[b] = measure(endpoint, _workload(16, STEPS + 1, b, SEED + 100 + 10 * i + b),
-                              label=f"calibrating decode at batch {b}", bars=bars)
-            gaps[b] += [g for r in runs[b].records if (lat := latency(r)) for g in lat.itls]
-    steps = [_median_ms(gaps[b], runs[b], f"timing decode at batch {b}", endpoint.base_url)
+            last[b, 0] = measure(endpoint, _workload(16, STEPS + 1, b, SEED + 100 + 10 * i + b),
+                                 label=f"calibrating decode at batch {b}", bars=bars)
+            gaps[b] += [g for r in last[b, 0].records if (lat := latency(r)) for g in lat.itls]
+    ttft = [_median_ms(firsts[p], last[p], f"timing TTFT at {p} tokens", endpoint.base_url)
+            for p in prompts]
+    steps = [_median_ms(gaps[b], last[b, 0], f"timing decode at batch {b}", endpoint.base_url)
              for b in gaps]
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
     ends = sorted({0, len(prompts) - 1})  # the shortest and the longest prompt

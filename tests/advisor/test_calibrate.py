@@ -21,6 +21,7 @@ CLIENT_MS = 12.0
 # sleep its own side of a TTFT grew by up to 14 ms (it is in the sweep's figures as well),
 # and by 28.5 ms in CI on 2026-12-01 with the host ~25% slower than that morning
 CLIENT_WAKE_MS = 40.0
+ROUND = 4 + 1 + 8  # requests per calibration round: each prompt length, decode at 1 and 8
 
 
 # NOTE: the wake-up points' idle times, a third of the sweep's (0.3, 1 and 3 s): the same
@@ -56,16 +57,18 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
         got = received(url)
     timings = [r["timing"] for r in got]
     n = len(cal.prompt_tokens)
-    assert n == 4 and len(timings) == 3 * n + 2 * (1 + 8) + 2 * len(IDLE_S)
-    # three rounds of the four prompts, in that order (a slow spell falls on every length)
-    prompts = [len(r["body"]["prompt"]) for r in got[:3 * n]]
-    assert prompts == list(cal.prompt_tokens) * 3
+    assert n == 4 and len(timings) == ROUND * 3 + 2 * len(IDLE_S)
+    # three rounds: the four prompts, then a request alone and 8 at once (a slow spell
+    # falls on every figure)
+    assert [len(r["body"]["prompt"]) for r in got[:ROUND * 3]] == (
+        list(cal.prompt_tokens) + [16] * 9) * 3
     # the scripted TTFT does not grow with the prompt; the requests sent one after another
     # still idled the server a little between them (the client's turn-around)
     wake, served = _wake_ms(timings), _served_ms(timings)
     for i, ttft in enumerate(cal.ttft_ms):
-        assert np.median(served[i:3 * n:n]) >= TTFT_MS + np.median(wake[i:3 * n:n])
-        truth = np.median(served[i:3 * n:n])
+        each = slice(i, ROUND * 3, ROUND)
+        assert np.median(served[each]) >= TTFT_MS + np.median(wake[each])
+        truth = np.median(served[each])
         assert truth - 1.0 <= ttft <= truth + CLIENT_MS
     assert cal.prefill_ms_per_token < 0.02
     assert cal.step_ms == pytest.approx([ITL_MS, ITL_MS], abs=1.0)
@@ -73,7 +76,8 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     # back-to-back TTFT of the same prompt
     assert list(cal.wake_idle_s) == [s for s in IDLE_S for _ in (0, 1)]
     assert list(cal.wake_prompt_tokens) == [16, 1024] * len(IDLE_S)
-    back_to_back = {16: np.median(served[0:3 * n:n]), 1024: np.median(served[n - 1:3 * n:n])}
+    back_to_back = {16: np.median(served[0:ROUND * 3:ROUND]),
+                    1024: np.median(served[n - 1:ROUND * 3:ROUND])}
     # the short prompt after the longest idle was sent first (it decides whether the rest is needed)
     sent = [1, 2, 3, 4, 0, 5]  # each point's place among the last six requests
     for idle, extra, p, k in zip(cal.wake_idle_s, cal.wake_extra_ms, cal.wake_prompt_tokens,
@@ -94,7 +98,7 @@ def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
     calm = Wakeup(1.0, busy_ms=17.0, after_idle_ms=17.5)  # 1.03x: nothing to find
     with scripted(TTFT_MS, ITL_MS, wake_ms_per_s=WAKE_MS_PER_S) as url:
         cal = calibrate(Endpoint(url, "scripted"), context=4096, host=calm)
-        assert len(received(url)) == 3 * 4 + 2 * (1 + 8)  # TTFT and decode only: no idling
+        assert len(received(url)) == ROUND * 3  # TTFT and decode only: no idling
     assert cal.wake_curve() == () and cal.wake_host == calm.summary()
     assert "TTFT after an idle machine: not measured, the host does not slow down" \
         in cal.summary()
@@ -102,9 +106,10 @@ def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
 
 @pytest.mark.slow  # a second calibration, ~6 s
 def test_a_failed_wake_up_request_leaves_its_point_out_and_nothing_else():
-    # the calibration's 33rd request is the long prompt's wake-up after the shortest idle
+    # the calibration's 42nd request is the long prompt's wake-up after the shortest idle
     # (the short one's after the longest went first): the server fails it
-    with scripted(TTFT_MS, ITL_MS, fail_every=33, wake_ms_per_s=WAKE_MS_PER_S) as url:
+    with scripted(TTFT_MS, ITL_MS, fail_every=ROUND * 3 + 3,
+                  wake_ms_per_s=WAKE_MS_PER_S) as url:
         cal = calibrate(Endpoint(url, "scripted"), context=4096)
     assert list(cal.wake_idle_s) == [IDLE_S[0], IDLE_S[1], IDLE_S[1], IDLE_S[2], IDLE_S[2]]
     assert list(cal.wake_prompt_tokens) == [16, 16, 1024, 16, 1024]
@@ -117,10 +122,10 @@ def test_a_deployment_that_does_not_slow_down_after_the_longest_idle_gets_that_o
     with scripted(TTFT_MS, ITL_MS) as url:
         cal = calibrate(Endpoint(url, "scripted"), context=4096)
         timings = [r["timing"] for r in received(url)]
-    assert len(timings) == 3 * 4 + 2 * (1 + 8) + 1
+    assert len(timings) == ROUND * 3 + 1
     assert list(cal.wake_idle_s) == [IDLE_S[-1]] and list(cal.wake_prompt_tokens) == [16]
     truth = _served_ms(timings)
-    extra = truth[-1] - np.median(truth[0:12:4])  # ~0: the scripted server does not slow down
+    extra = truth[-1] - np.median(truth[0:ROUND * 3:ROUND])  # ~0: it does not slow down
     assert extra - CLIENT_MS <= cal.wake_extra_ms[0] <= extra + CLIENT_WAKE_MS
     assert cal.wake_extra_ms[0] < 0.5 * TTFT_MS  # under NOTABLE: why it stopped there
     assert cal.wake_curve() == ((0.0, 0.0, 0.0), (IDLE_S[-1], cal.wake_extra_ms[0], 0.0))
