@@ -39,9 +39,17 @@ def system_of(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
 
 
 def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
+    """`engine` with its prompt tokens' cost (per token and per attention pair) times
+    `prefill` and its decode steps, and every step's fixed cost, times `decode`.
+
+    # NOTE: a prefill step's fixed cost is a decode step's (_outside_steps): the same
+    # layers once, the same per-step Python. Scaled with the prompt's tokens, as it once
+    # was, a prefill scale fitted on ~400-token prompts stretched a 30-token one's step
+    # by as much: over the day's four sweep pairs, 6 against 10 of 29 short-chat rows
+    # within 20%, and 9 against 11 of 15 on the sweeps fitted."""
     s = engine.step
     return dataclasses.replace(engine, step=dataclasses.replace(
-        s, prefill_base_ms=s.prefill_base_ms * prefill,
+        s, prefill_base_ms=s.prefill_base_ms * decode,
         prefill_ms_per_token=s.prefill_ms_per_token * prefill,
         ms_per_pair=s.ms_per_pair * prefill, decode_base_ms=s.decode_base_ms * decode,
         decode_ms_per_token=s.decode_ms_per_token * decode))
@@ -142,22 +150,22 @@ def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
 def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link,
                 kv_bytes, slo, wake: tuple = ()) -> tuple[dict[str, System], str]:
     """Each placement in `names` as a system fitted to the rates measured (in `measured`):
-    the request's path outside the steps (_outside_steps) as a fixed latency, prefill
-    steps scaled to collocated's median TTFT at its lowest rate, each placement's decode
-    steps to its own median ITL there, how much a busy neighbour slows a step to its median
-    ITLs at every rate below collapse (`slo`: the sweep's), step jitter to its p99 ITL at
-    the lowest rate (where that is below collapse: else the jitter fitted on a placement
-    whose is), and P/D's prefill steps to its median TTFTs at every rate below
-    collapse.
+    the request's path outside the steps (_outside_steps) as a fixed latency; prompt
+    tokens' cost scaled to collocated's median TTFT at its lowest rate below collapse
+    (`slo`: the sweep's; else at its lowest rate: one sweep here ran its lowest rate in a
+    slow spell, p99 ITL 260 ms there against 98 at twice the rate); each placement's
+    decode steps to its own median ITL at that rate of its own, and its step jitter to
+    its p99 ITL there (a placement with no rate below collapse takes the jitter fitted on
+    one that has); how much a busy neighbour slows a step to its median ITLs at every
+    rate below collapse; and P/D's prompt tokens to its median TTFTs at those rates.
 
     # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
     # proxy and the other instances share this machine's cores: every step is slower, and
     # its time varies (the p99 gap of an unloaded run is well above its median here).
     """
-    lowest = {}
-    for r in measured:
-        if r.placement not in lowest or r.rate < lowest[r.placement].rate:
-            lowest[r.placement] = r
+    lowest = {}  # each placement's lowest rate below collapse, else its lowest
+    for r in sorted(measured, key=lambda r: (not _calm(r, slo), r.rate)):
+        lowest.setdefault(r.placement, r)
     engine, outside = _outside_steps(engine)
 
     def system(name: str, spec: EngineSpec, contention: float = 0.0) -> System:
@@ -166,8 +174,10 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     pre = 1.0
     col = next((r for r in lowest.values() if r.kind == "collocated"), None)
     if col is not None:
-        ttft, _, _ = _figures(system(col.placement, engine), col)
-        pre = max(1e-3, (col.get("median_ttft_ms") or ttft) - outside) / max(1e-3, ttft - outside)
+        target = col.get("median_ttft_ms")
+        if target:
+            pre = _solve(lambda x: _figures(system(col.placement, scaled(engine, x, 1.0)), col)[0],
+                         0.25, 4.0, target)
     systems, notes = {}, {}
     jitters: list[float] = []  # fitted below collapse: the host's own step noise
     calm = {n: _calm(lowest.get(n), slo) for n in names}
