@@ -59,7 +59,7 @@ class Batcher:
 
     def refusal(self, job: Job) -> str | None:
         """Why the engine refuses `job` at once (its add-time checks), or None."""
-        if -(-(job.prompt + job.out) // self.bs) > self.blocks:
+        if self._blocks(job.prompt + job.out) > self.blocks:
             return "does not fit the engine's KV cache"
         if not self.spec.chunked_prefill and job.prompt + job.out - 1 > \
                 self.spec.max_batched_tokens:
@@ -115,7 +115,7 @@ class Batcher:
     def schedule(self, k: int) -> list[tuple[Job, int]]:
         """Step `k`'s prompt chunks (job, tokens), its decodes' blocks taken, preempting and
         admitting as the engine does; every decoding job left runs."""
-        budget, bs = self.spec.max_batched_tokens, self.bs
+        budget = self.spec.max_batched_tokens
         need = self._need(k)
         short = need > self.blocks - self.used
         if not short:
@@ -125,7 +125,7 @@ class Batcher:
             for j in [j for j in self.jobs if not j.remaining]:
                 if j.first < 0:  # preempted meanwhile
                     continue
-                if (j.before + k - j.first - 1) % bs == 0 and not self._take(j, 1, k, True):
+                if (j.before + k - j.first - 1) % self.bs == 0 and not self._take(j, 1, k, True):
                     continue
                 j.stepped = k
                 budget -= 1
@@ -136,7 +136,7 @@ class Batcher:
             n = self._chunk(j, budget) if j.held else 0  # none held: preempted meanwhile
             if n == 0:
                 continue
-            more = -(-(j.before + n) // bs) - j.held
+            more = self._blocks(j.before + n) - j.held
             if more <= self.blocks - self.used:
                 self.used += more
             elif not self._take(j, more, k, short):

@@ -3,11 +3,11 @@
 Each engine batches as the bundled engine does (advisor.plan.batching: decodes first,
 then prompt chunks under the token budget, at most `max_num_seqs` requests, KV taken a
 block at a time, preemption and recompute when blocks run short). A step lasts what its
-step model says. Collocated: replicas behind round robin. P/D: the proxy picks a prefiller and a
-decoder round robin; the prefiller computes the prompt and samples one token, the KV then
-crosses the link (transfers into one decoder queue on its link, one at a time), and the
-decoder computes the last prompt token in its next step (a decode's work: one query row
-over the context), which gives the first token.
+step model says. Collocated: replicas behind round robin. P/D: the proxy picks a
+prefiller and a decoder round robin; the prefiller computes the prompt and samples one
+token, the KV then crosses the link (transfers into one decoder queue on its link, one
+at a time), and the decoder computes the last prompt token in its next step (a decode's
+work: one query row over the context), which gives the first token.
 With a wake-up curve (`System.wake`), an engine's first step after it sat idle lasts
 longer by the curve's extra at that idle time, a fixed part plus a share of the step (a
 CPU host measured by the sweep's calibration pays it: its memory runs slower right after
@@ -44,7 +44,7 @@ JITTER_SEED = 0
 class _Engine:
     spec: EngineSpec
     role: str  # both | prefill | decode
-    q: Batcher = None  # its queue, requests and blocks
+    q: Batcher  # its queue, requests and blocks
     busy: bool = False
     step_ends: list = field(default_factory=list)
     run: bool = False  # the steps in progress are a planned run of decode-only steps

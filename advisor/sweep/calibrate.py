@@ -80,20 +80,22 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     prompts = [p for p in PROMPTS if p + STEPS < context // 2] or [min(PROMPTS[0], context // 4)]
     firsts: dict[int, list[float]] = {p: [] for p in prompts}
     gaps: dict[int, list[float]] = {1: [], BATCH: []}
-    last = {}  # the last run of each figure: its failures are the error's
+    # the last run of each figure: where every one failed, the error names its failure
+    last_ttft, last_decode = {}, {}
     for i in range(ROUNDS):
         for j, p in enumerate(prompts):
-            last[p] = measure(endpoint, _workload(p, 2, 1, SEED + 10 * i + j),
-                              label=f"calibrating TTFT at {p} tokens", bars=bars)
-            firsts[p] += [lat.ttft for r in last[p].records if (lat := latency(r))]
+            last_ttft[p] = run = measure(endpoint, _workload(p, 2, 1, SEED + 10 * i + j),
+                                         label=f"calibrating TTFT at {p} tokens", bars=bars)
+            firsts[p] += [lat.ttft for r in run.records if (lat := latency(r))]
         for b in gaps:
-            last[b, 0] = measure(endpoint, _workload(16, STEPS + 1, b, SEED + 100 + 10 * i + b),
-                                 label=f"calibrating decode at batch {b}", bars=bars)
-            gaps[b] += [g for r in last[b, 0].records if (lat := latency(r)) for g in lat.itls]
-    ttft = [_median_ms(firsts[p], last[p], f"timing TTFT at {p} tokens", endpoint.base_url)
-            for p in prompts]
-    steps = [_median_ms(gaps[b], last[b, 0], f"timing decode at batch {b}", endpoint.base_url)
-             for b in gaps]
+            last_decode[b] = run = measure(
+                endpoint, _workload(16, STEPS + 1, b, SEED + 100 + 10 * i + b),
+                label=f"calibrating decode at batch {b}", bars=bars)
+            gaps[b] += [g for r in run.records if (lat := latency(r)) for g in lat.itls]
+    ttft = [_median_ms(firsts[p], last_ttft[p], f"timing TTFT at {p} tokens",
+                       endpoint.base_url) for p in prompts]
+    steps = [_median_ms(gaps[b], last_decode[b], f"timing decode at batch {b}",
+                        endpoint.base_url) for b in gaps]
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
     ends = sorted({0, len(prompts) - 1})  # the shortest and the longest prompt
     idle = extra = tokens = ()
