@@ -42,9 +42,8 @@ JITTER_SEED = 0
 
 @dataclass
 class _Engine:
-    spec: EngineSpec
     role: str  # both | prefill | decode
-    q: Batcher  # its queue, requests and blocks
+    q: Batcher  # its queue, requests and blocks (and its EngineSpec: `q.spec`)
     busy: bool = False
     step_ends: list = field(default_factory=list)
     run: bool = False  # the steps in progress are a planned run of decode-only steps
@@ -79,9 +78,9 @@ class _Sim:
     def __init__(self, system: System, requests: list[SimRequest]):
         self.sys, self.reqs = system, requests
         self.rng = np.random.default_rng(JITTER_SEED)
-        self.decoders = [_Engine(s, "decode" if system.prefill else "both", Batcher(s))
+        self.decoders = [_Engine("decode" if system.prefill else "both", Batcher(s))
                          for s in system.decode]
-        self.prefillers = [_Engine(s, "prefill", Batcher(s)) for s in system.prefill]
+        self.prefillers = [_Engine("prefill", Batcher(s)) for s in system.prefill]
         self.engines = self.decoders + self.prefillers
         self.events: list = []
         self.seq = itertools.count()
@@ -127,10 +126,13 @@ class _Sim:
     def _start(self, t: float, e: _Engine) -> None:
         if e.busy:
             return
-        spec, q, k = e.spec, e.q, len(e.step_ends)
+        q, k = e.q, len(e.step_ends)
+        spec = q.spec
         run = q.only_decodes(k)
-        if run:  # until the next request's last token, the first step short of blocks, or
-            if not q.running:  # an arrival (which cuts the run)
+        # a run of decode-only steps lasts until the next request's last token or the first
+        # step short of blocks (an arrival cuts it at the step in progress)
+        if run:
+            if not q.running:
                 return
             m = q.decode_run(k, min(q.finishing) - k + 1)
             chunks = []
