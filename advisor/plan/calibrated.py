@@ -143,10 +143,14 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
 
 
 def _row(name: str, measured, predicted) -> dict:
+    """Predicted beside measured, with the measurement's bootstrap 95% intervals (where the
+    run has them): how far a prediction could be off by the measurement's own chance."""
     keys = ("median_ttft_ms", "p99_itl_ms", "p50_itl_ms", "slo_attainment")
+    ci = measured.get("ci95") or {}
     return {"placement": name, "rate": measured.rate,
             **{f"measured_{k}": measured.get(k) for k in keys},
-            **{f"predicted_{k}": predicted.get(k) for k in keys}}
+            **{f"predicted_{k}": predicted.get(k) for k in keys},
+            **{f"measured_{k}_ci95": ci[k] for k in keys if k in ci}}
 
 
 def _print_compare(rows: list[dict]) -> None:

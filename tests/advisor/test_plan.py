@@ -184,6 +184,8 @@ def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
     for row in rec["compare"]:
         for k in ("median_ttft_ms", "p99_itl_ms"):
             assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.02), row
+            lo, hi = row[f"measured_{k}_ci95"]  # the measurement's own chance, beside it
+            assert lo <= row[f"measured_{k}"] <= hi and lo < hi, row
 
 
 @pytest.mark.slow  # fits and replays a sweep, ~6 s
