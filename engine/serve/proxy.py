@@ -23,7 +23,7 @@ from aiohttp import web
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import KEPT_HEADER, add_api_key_flag, api_key_of, run_app
 from engine.serve.liveness import Liveness, UpstreamDown
-from engine.serve.sse import error_event
+from engine.serve.sse import error_event, relay
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
@@ -201,11 +201,7 @@ class Proxy:
             resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
             await resp.prepare(request)
             request["streaming"] = resp  # headers are out: a failure is an error event now
-            try:
-                async for chunk in upstream.content.iter_any():
-                    await resp.write(chunk)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                await resp.write(error_event(f"decode instance failed mid-stream: {e}"))
+            await relay(upstream, resp, "decode instance")
             return resp
 
 

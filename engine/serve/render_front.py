@@ -26,7 +26,7 @@ from aiohttp import web
 
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
-from engine.serve.sse import DONE, DataEvents, error_event, event
+from engine.serve.sse import DONE, DataEvents, error_event, event, relay
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 GENERATE = "/inference/v1/generate"
@@ -96,11 +96,7 @@ class RenderFront:
             resp = web.StreamResponse(status=upstream.status, headers={
                 "Content-Type": upstream.headers.get("Content-Type", "application/json")})
             await resp.prepare(request)
-            try:
-                async for chunk in upstream.content.iter_any():
-                    await resp.write(chunk)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                await resp.write(error_event(f"the engines failed mid-answer: {e}"))
+            await relay(upstream, resp, "the engines")
             return resp
 
     async def _json(self, url: str, body: dict, what: str) -> dict:

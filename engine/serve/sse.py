@@ -3,8 +3,11 @@ by `data: [DONE]`; writing one event, and reading a stream's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
+
+import aiohttp
 
 from engine.render.protocol import error_body
 
@@ -21,6 +24,16 @@ def error_event(message: str) -> bytes:
     """An OpenAI-style upstream error (502) as one event: how a stream whose headers are
     already out says that it failed."""
     return event(error_body(message, "upstream_error", 502))
+
+
+async def relay(upstream: aiohttp.ClientResponse, resp, who: str) -> None:
+    """`upstream`'s body into `resp` (prepared: its headers are out) as it comes; a failure
+    on the way is written as an error event naming `who`."""
+    try:
+        async for chunk in upstream.content.iter_any():
+            await resp.write(chunk)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        await resp.write(error_event(f"{who} failed mid-stream: {e}"))
 
 
 class DataEvents:

@@ -68,3 +68,24 @@ def test_a_stream_cut_short_ends_in_an_error_event(render):
     assert json.loads(got[0])["choices"][0]["token_ids"] == [40]
     assert json.loads(got[1])["error"]["code"] == 502 and "without [DONE]" in got[1].decode()
     assert got[-1] == b"[DONE]"
+
+
+def test_a_passthrough_stream_that_breaks_ends_in_an_error_event(render):
+    async def broken(request):  # one event, then the connection drops mid-body
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"text": "a"}]}\n\n')
+        request.transport.close()
+        return resp
+
+    engines = web.Application()
+    engines.add_routes([web.post("/v1/completions", broken)])
+    with running_app(engines) as engine, running_app(RenderFront(render, engine).app) as url:
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(
+            {"model": "tiny", "prompt": "x", "stream": True}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            got = [line[5:].strip() for line in r if line.startswith(b"data:")]
+    assert json.loads(got[0])["choices"][0]["text"] == "a"
+    err = json.loads(got[1])["error"]
+    assert err["code"] == 502 and err["message"].startswith("the engines failed mid-stream"), err
