@@ -26,20 +26,21 @@ from advisor.measure.confidence import intervals
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
-def parse_slos(items: list[str]) -> dict[str, float]:
-    """["ttft:2000", "itl:50"] (commas also split) -> {"ttft": 2000.0, "itl": 50.0}, in ms."""
+def parse_slos(items: list[str], flag: str = "--goodput") -> dict[str, float]:
+    """["ttft:2000", "itl:50"] (commas also split) -> {"ttft": 2000.0, "itl": 50.0}, in ms;
+    UsageError naming `flag` (the option they came from) when one is malformed."""
     slos: dict[str, float] = {}
     for item in (p for raw in items for p in raw.split(",") if p.strip()):
         name, sep, value = item.strip().partition(":")
         if not sep or name not in METRICS:
-            raise UsageError(f"--goodput item {item!r}: expected NAME:MS with NAME one of "
+            raise UsageError(f"{flag} item {item!r}: expected NAME:MS with NAME one of "
                              f"{', '.join(METRICS)}")
         try:
             ms = float(value)
         except ValueError:
-            raise UsageError(f"--goodput item {item!r}: {value!r} is not a number of ms") from None
+            raise UsageError(f"{flag} item {item!r}: {value!r} is not a number of ms") from None
         if not ms > 0:
-            raise UsageError(f"--goodput item {item!r}: the limit must be > 0 ms")
+            raise UsageError(f"{flag} item {item!r}: the limit must be > 0 ms")
         slos[name] = ms
     return slos
 

@@ -59,7 +59,7 @@ class PlanOptions:
 
     @property
     def slos(self) -> dict[str, float]:
-        return parse_slos(list(self.slo))
+        return parse_slos(list(self.slo), "--slo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +75,11 @@ def _setup(o: PlanOptions) -> _Setup:
     """Everything the options name, checked: UsageError naming the flag otherwise."""
     if "ttft" not in o.slos or "itl" not in o.slos:
         raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
-    if o.gpus < 1 or o.num_prompts < 10 or any(r <= 0 for r in o.rates):
-        raise UsageError("--gpus must be >= 1, --num-prompts >= 10 and every --rates > 0")
+    for bad, what in ((o.gpus < 1, f"--gpus must be >= 1, not {o.gpus}"),
+                      (o.num_prompts < 10, f"--num-prompts must be >= 10, not {o.num_prompts}"),
+                      (any(r <= 0 for r in o.rates), "--rates must each be > 0")):
+        if bad:
+            raise UsageError(what)
     try:
         shape = shape_of(o.model)
     except ValueError as e:

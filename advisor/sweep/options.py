@@ -80,7 +80,7 @@ class SweepOptions:
 
     @property
     def slos(self) -> dict[str, float]:
-        return parse_slos(list(self.slo or DEFAULT_SLO))
+        return parse_slos(list(self.slo or DEFAULT_SLO), "--slo")
 
     def workload_at(self, rate: float, seed: int, num_prompts: int) -> Workload:
         """The preset at `rate`; lengths scaled by `scale` / `output_scale` (1 when unset)."""

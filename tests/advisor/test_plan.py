@@ -111,6 +111,8 @@ BAD = [
     (["--model", "llama-3.1-70b"], "GB missing"),
     (["--p2p", "maybe"], "--p2p must be yes or no"),
     (["--workload", "chat-multiturn"], "multi-turn workloads are not simulated"),
+    (["--gpus", "0"], "advisor: error: --gpus must be >= 1, not 0\n"),  # that flag alone
+    (["--slo", "ttft:soon", "itl:50"], "--slo item 'ttft:soon': 'soon' is not a number"),
 ]
 
 
