@@ -64,6 +64,15 @@ def parse_json(raw: bytes) -> dict:
     return body
 
 
+ROLES = ("system", "developer", "user", "assistant", "tool")
+# OpenAI fields this engine does not implement, with the values that ask for nothing: any
+# other value is refused, not ignored (the client would get output it did not ask for)
+UNSUPPORTED = {"stop": ("", []), "logprobs": (False,), "top_logprobs": (0,),
+               "presence_penalty": (0,), "frequency_penalty": (0,), "repetition_penalty": (1,),
+               "best_of": (1,), "echo": (False,), "suffix": ("",), "min_tokens": (0,),
+               "use_beam_search": (False,), "response_format": ({"type": "text"},)}
+
+
 def _messages(body: dict) -> list[dict]:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
@@ -71,9 +80,22 @@ def _messages(body: dict) -> list[dict]:
     for m in msgs:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RequestError("each message needs a string 'role'", "messages")
-        if not isinstance(m.get("content", ""), str):
-            raise RequestError("message 'content' must be a string", "messages")
+        if m["role"] not in ROLES:
+            raise RequestError(f"message role {m['role']!r} is not one of {', '.join(ROLES)}",
+                               "messages")
+        content = m.get("content")
+        if not isinstance(content, str) and not (content is None and m["role"] == "assistant"):
+            raise RequestError(f"a {m['role']} message's 'content' must be a string", "messages")
     return [{"role": m["role"], "content": m.get("content") or ""} for m in msgs]
+
+
+def _refuse_unsupported(body: dict) -> None:
+    """RequestError naming the first field of UNSUPPORTED that asks for something."""
+    for key, nothing in UNSUPPORTED.items():
+        v = body.get(key)
+        if v is not None and not any(v == n and isinstance(v, bool) == isinstance(n, bool)
+                                     for n in nothing):
+            raise RequestError(f"{key!r} is not supported by this engine (leave it out)", key)
 
 
 def _tools(body: dict) -> tuple[list[dict] | None, str | dict]:
@@ -165,6 +187,7 @@ def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
         )
     if _typed(body, "n", (int,), 1, what="an integer") != 1:
         raise RequestError("only n=1 is supported", "n")
+    _refuse_unsupported(body)
     messages = _messages(body) if chat else None
     prompt = "" if chat else _prompt(body)
     max_key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"

@@ -49,11 +49,28 @@ def require_api_key(key: str):
     return check
 
 
+@web.middleware
+async def json_errors(request: web.Request, handler):
+    """aiohttp's own refusals (no such route 404, wrong method 405, body too large 413) as
+    OpenAI-style error bodies, as every other error here is."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        body = error_body(f"{e.reason}: {request.method} {request.path}",
+                          "invalid_request_error" if e.status < 500 else "server_error",
+                          e.status)
+        allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+        return web.json_response(body, status=e.status, headers=allow)
+
+
 async def run_app(app: web.Application, host: str, port: int, banner: str,
                   api_key: str | None = None, sock: socket.socket | None = None) -> None:
     """Serve `app` on host:port (or on `sock`, listening already) until cancelled or sent
     SIGTERM (behind `api_key` if given). Handlers are cancelled when their client
     disconnects, which is what aborts an abandoned request."""
+    app.middlewares.insert(0, json_errors)  # outermost: it sees every refusal
     if api_key:
         app.middlewares.append(require_api_key(api_key))
     # NOTE: a full collection over what torch and the model leave behind takes ~150 ms

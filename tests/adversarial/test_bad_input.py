@@ -41,12 +41,36 @@ def url():
      None, "tool_choice"),
     ("/v1/completions", {"prompt": "hi", "seed": 18446744073709551616}, None, None),
     ("/v1/completions", None, b"[" * 100_000, None),  # nested past the parser's recursion
+    # what the engine does not implement is refused, not ignored
+    ("/v1/completions", {"prompt": "hi", "stop": ["\n"]}, None, "stop"),
+    ("/v1/completions", {"prompt": "hi", "logprobs": 0}, None, "logprobs"),
+    ("/v1/completions", {"prompt": "hi", "presence_penalty": 0.5}, None, "presence_penalty"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "json_object"}}, None,
+     "response_format"),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, None,
+     "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, None, "messages"),
 ])
 def test_bad_request_is_a_400_with_an_openai_error(url, path, body, raw, param):
     status, err = post(url, body, path, raw=raw)
     assert status == 400
     assert set(err["error"]) >= {"message", "type", "code"} and err["error"]["code"] == 400
     assert err["error"]["param"] == param
+
+
+def test_fields_that_ask_for_nothing_are_accepted(url):
+    """The values of unimplemented fields that clients send by default are no request."""
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None}, {"role": "user", "content": "y"}]
+    for path, body in (
+        ("/v1/completions", {"prompt": "hi", "stop": [], "logprobs": None, "echo": False,
+                             "presence_penalty": 0, "frequency_penalty": 0.0, "best_of": 1}),
+        ("/v1/chat/completions", {"messages": chat, "stop": None, "logprobs": False,
+                                  "response_format": {"type": "text"}, "top_logprobs": 0}),
+    ):
+        status, out = post(url, {**body, "max_tokens": 2}, path)
+        assert status == 200 and out["usage"]["completion_tokens"] == 2, out
 
 
 def test_server_still_serves_after_bad_requests(url):

@@ -67,3 +67,13 @@ def test_the_bench_client_sends_the_key(deployment):
     assert all(r.error is None for r in good.records)
     bad = measure(Endpoint(d.url, "tiny", api_key="nope", ignore_eos=True), w)
     assert [r.error for r in bad.records] == ["invalid or missing API key"] * 3
+
+
+def test_what_aiohttp_itself_refuses_is_an_openai_error_too(deployment):
+    d = deployment
+    for path, data, code in (("/v1/nothing-here", BODY, 404), ("/nothing", None, 404),
+                             ("/v1/models", BODY, 405)):
+        status, body = call(d.url, path, KEY, data=data)
+        err = json.loads(body)["error"]
+        assert status == code == err["code"] and err["type"] == "invalid_request_error", body
+        assert path in err["message"]
