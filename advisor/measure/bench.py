@@ -15,7 +15,7 @@ from pathlib import Path
 from advisor import console
 from advisor.errors import UsageError
 from advisor.measure.client import COMPLETIONS, Endpoint
-from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, served_model, wait_ready
+from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, check_url, served_model, wait_ready
 from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.rundata.files import manifest
@@ -65,6 +65,7 @@ class BenchOptions:
 
 def _checked(opts: BenchOptions) -> tuple[dict[str, float], list[float], tuple[str, ...]]:
     """Validate options, naming the bad flag; returns (SLOs, percentiles, metrics)."""
+    check_url("--base-url", opts.base_url)
     if opts.dataset not in DATASETS:
         raise UsageError(f"--dataset {opts.dataset!r} is unknown; one of {', '.join(DATASETS)}")
     if opts.request_rate is not None and not opts.request_rate > 0:

@@ -16,7 +16,7 @@ from rich.table import Table
 from advisor.errors import UsageError
 from advisor.measure.client import Endpoint
 from advisor.measure.prom import read, scrape_text, transfer_of
-from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, served_model, wait_ready
+from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, check_url, served_model, wait_ready
 from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.probe import hardware, p2p
@@ -50,6 +50,8 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     if opts.link not in LINK_FLOORS_GBPS:
         raise UsageError(f"--link-class must be one of {', '.join(LINK_FLOORS_GBPS)}, "
                          f"not {opts.link!r}")
+    for url in (opts.transfer_check, *opts.metrics_urls):
+        check_url("--transfer-check" if url == opts.transfer_check else "--metrics-url", url)
     result = {"gpus": [], "gpu_note": None, "torch": None, "p2p": None, "p2p_source": None}
     gpus, note = hardware.inventory()
     result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from advisor.errors import UsageError
+from advisor.measure.ready import check_url
 from advisor.measure.stats import parse_percentiles, parse_slos
 from advisor.rundata.files import RunDataError
 from advisor.rundata.rundir import MANIFEST, RunDir
@@ -132,6 +133,12 @@ class SweepOptions:
                 raise UsageError(f"--link-emulation: {e}") from None
         if "ttft" not in self.slos or "itl" not in self.slos:
             raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+        for flag, urls in (("--collocated-url", [self.collocated_url]),
+                           ("--disagg-url", [self.disagg_url]),
+                           ("--collocated-metrics", self.collocated_metrics),
+                           ("--disagg-metrics", self.disagg_metrics)):
+            for url in urls:
+                check_url(flag, url)
         parse_percentiles(self.percentiles)
         return parse_topologies(self)
 

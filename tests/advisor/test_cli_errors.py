@@ -31,7 +31,8 @@ def test_a_bug_surfaces_as_itself(bug):
         raise bug
 
 
-@pytest.mark.parametrize("flags", [["--workload", "nope"], ["--model", "nope"], ["--rates", "0"]])
+@pytest.mark.parametrize("flags", [["--workload", "nope"], ["--model", "nope"], ["--rates", "0"],
+                                   ["--collocated-url", "notaurl"]])
 def test_a_bad_sweep_flag_is_answered_before_torch_loads(flags):
     code = ("import sys\nfrom typer.testing import CliRunner\nfrom advisor.cli import app\n"
             f"r = CliRunner().invoke(app, ['sweep', *{flags!r}])\n"
@@ -39,3 +40,19 @@ def test_a_bad_sweep_flag_is_answered_before_torch_loads(flags):
             "sys.exit('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["sweep", "--disagg-url", "http://127.0.0.1:1", "--disagg-metrics", "ftp://x"],
+     "--disagg-metrics 'ftp://x'"),
+    (["bench", "--base-url", "localhost:8000"], "--base-url 'localhost:8000'"),
+    (["probe", "--transfer-check", "127.0.0.1:8000"], "--transfer-check '127.0.0.1:8000'"),
+])
+def test_a_url_flag_that_is_no_url_is_named(args, flag):
+    """Not a traceback from urllib once the run has started (it was, for the sweep)."""
+    from typer.testing import CliRunner
+
+    from advisor.cli import app
+
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and flag in r.output and "expected an http(s) URL" in r.output
