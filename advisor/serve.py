@@ -27,9 +27,12 @@ def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
     try:
         frontend.validate()
         topology.validate()
-        load_model_config(topology.model)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    try:
+        load_model_config(topology.model)
+    except ValueError as e:
+        raise UsageError(f"--model: {e}") from None
     return topology.with_frontend(frontend.args())
 
 

@@ -204,6 +204,7 @@ def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
     (["--mode", "render", "--reasoning-parser", "deepseek"], "--reasoning-parser must be one of"),
     (["--tool-call-parser", "mistral"], "--tool-call-parser must be one of"),
     (["--mode", "render", "--chat-template", "/no/such.jinja"], "--chat-template /no/such.jinja"),
+    (["--model", "/no/such/model"], "--model: unknown model '/no/such/model'"),
 ])
 def test_advisor_serve_bad_flags_are_one_line(args, needle):
     p = advisor("serve", *args, timeout=60)
