@@ -77,16 +77,43 @@ def _messages(body: dict) -> list[dict]:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise RequestError("'messages' must be a non-empty list", "messages")
-    for m in msgs:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise RequestError("each message needs a string 'role'", "messages")
-        if m["role"] not in ROLES:
-            raise RequestError(f"message role {m['role']!r} is not one of {', '.join(ROLES)}",
-                               "messages")
-        content = m.get("content")
-        if not isinstance(content, str) and not (content is None and m["role"] == "assistant"):
-            raise RequestError(f"a {m['role']} message's 'content' must be a string", "messages")
-    return [{"role": m["role"], "content": m.get("content") or ""} for m in msgs]
+    return [_message(m) for m in msgs]
+
+
+def _message(m) -> dict:
+    """One chat message, checked, with what chat templates read of it: role, content, an
+    assistant's tool calls, a tool reply's id and name, earlier reasoning.
+
+    # NOTE: a template renders the history the model will read as its own earlier turns;
+    # a field left out here (tool calls) is a turn rendered as something it never said."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise RequestError("each message needs a string 'role'", "messages")
+    role, content = m["role"], m.get("content")
+    if role not in ROLES:
+        raise RequestError(f"message role {role!r} is not one of {', '.join(ROLES)}", "messages")
+    if not isinstance(content, str) and not (content is None and role == "assistant"):
+        raise RequestError(f"a {role} message's 'content' must be a string", "messages")
+    out = {"role": role, "content": content or ""}
+    calls = m.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list) or not all(map(_is_call, calls)):
+            raise RequestError("'tool_calls' belong to an assistant message, each "
+                               "{\"type\": \"function\", \"function\": {\"name\": ..., "
+                               "\"arguments\": ...}}", "messages")
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name", "reasoning_content", "reasoning"):
+        if m.get(key) is not None:
+            if not isinstance(m[key], str):
+                raise RequestError(f"message '{key}' must be a string", "messages")
+            out[key] = m[key]
+    return out
+
+
+def _is_call(call) -> bool:
+    fn = call.get("function") if isinstance(call, dict) else None
+    return (call.get("type", "function") == "function" and isinstance(fn, dict)
+            and isinstance(fn.get("name"), str)
+            and isinstance(fn.get("arguments", "{}"), (str, dict)))
 
 
 def _refuse_unsupported(body: dict) -> None:

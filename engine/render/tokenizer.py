@@ -17,12 +17,17 @@ DEFAULT_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"  # 512 tok
 # model's; a model whose vocabulary holds it (presets that mimic real models) gets it
 REALISTIC_TOKENIZER = Path(__file__).parent / "data" / "tokenizer-32k.json"
 REALISTIC_VOCAB = 32768
-# ChatML, as Qwen models use it; tools, when a request has them, in a Hermes-style system turn.
+# ChatML, as Qwen models use it; tools, when a request has them, in a Hermes-style system turn;
+# an assistant turn's tool calls rendered back in the markup the parser reads them from.
 DEFAULT_CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n# Tools\nYou may call functions. Their signatures:\n<tools>"
     "{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n</tools>\nFor each call, return "
     "<tool_call>{\"name\": <name>, \"arguments\": <args-object>}</tool_call><|im_end|>\n{% endif %}"
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{\"name\": {{ c.function.name | tojson }}, "
+    "\"arguments\": {% if c.function.arguments is string %}{{ c.function.arguments }}"
+    "{% else %}{{ c.function.arguments | tojson }}{% endif %}}</tool_call>{% endfor %}"
+    "<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 

@@ -7,7 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.render.chat import message
 from engine.render.parsing import StreamParser, parse
+from engine.render.protocol import RequestError, parse_request
+from engine.render.tokenizer import TextTokenizer
 
 TRICKY = [
     "plain answer",
@@ -77,3 +80,31 @@ def test_what_the_markup_parses_into():
 def test_malformed_state_is_refused(bad):
     with pytest.raises(ValueError):
         StreamParser.from_json(bad)
+
+
+@pytest.mark.parametrize("reply", [
+    'Calling.<tool_call>{"name": "f", "arguments": {"a": [1, {"b": "}"}]}}</tool_call>',
+    '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", '
+    '"arguments": {"x": "y"}}</tool_call>',
+])
+def test_a_replys_tool_calls_given_back_render_as_they_were_generated(reply):
+    """The next turn's history holds the assistant message the client got (content and
+    tool calls apart); the template must give the model back the text it generated."""
+    history = [{"role": "user", "content": "q"}, message(parse(reply)),
+               {"role": "tool", "tool_call_id": "call_0", "content": "42"}]
+    req = parse_request({"messages": history}, True, "tiny")
+    assert req.messages[2] == history[2]
+    text = TextTokenizer.load().render_chat(req.messages, add_generation_prompt=False)
+    assert f"<|im_start|>assistant\n{reply}<|im_end|>\n<|im_start|>tool\n42" in text
+
+
+@pytest.mark.parametrize("msg", [
+    {"role": "user", "content": "x", "tool_calls": []},  # only an assistant calls tools
+    {"role": "assistant", "content": None, "tool_calls": [{"function": {"arguments": "{}"}}]},
+    {"role": "assistant", "content": "x", "tool_calls": "f()"},
+    {"role": "tool", "content": "42", "tool_call_id": 7},
+])
+def test_malformed_tool_history_is_refused(msg):
+    with pytest.raises(RequestError) as e:
+        parse_request({"messages": [msg]}, True, "tiny")
+    assert e.value.param == "messages"
