@@ -50,8 +50,9 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     if opts.link not in LINK_FLOORS_GBPS:
         raise UsageError(f"--link-class must be one of {', '.join(LINK_FLOORS_GBPS)}, "
                          f"not {opts.link!r}")
-    for url in (opts.transfer_check, *opts.metrics_urls):
-        check_url("--transfer-check" if url == opts.transfer_check else "--metrics-url", url)
+    check_url("--transfer-check", opts.transfer_check)
+    for url in opts.metrics_urls:
+        check_url("--metrics-url", url)
     result = {"gpus": [], "gpu_note": None, "torch": None, "p2p": None, "p2p_source": None}
     gpus, note = hardware.inventory()
     result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view(),
