@@ -80,9 +80,14 @@ def _bounds(samples: np.ndarray) -> list[float] | None:
 
 def requests_to_separate(n: int, a: float, a_ci: list[float], b: float, b_ci: list[float]) -> int:
     """About how many requests per rate would make two attainment intervals stop
-    overlapping (interval widths shrink as 1/sqrt(n))."""
-    half = (a_ci[1] - a_ci[0]) / 2 + (b_ci[1] - b_ci[0]) / 2
+    overlapping: the sides of the intervals that face each other shrink as 1/sqrt(n).
+
+    # NOTE: the facing sides, not half widths: a bootstrap interval near 1 is lopsided.
+    # Measured: 0.95 in [0.896, 0.99] against a 0.9 target at 77 requests; by half widths
+    # (0.047 < the 0.05 gap) 77 "would tell", the number already run."""
     gap = abs(a - b)
     if gap == 0:
         return 0  # no difference to resolve at any size
-    return int(np.ceil(n * max(1.0, (half / gap) ** 2)))
+    (hi, hi_ci), (lo, lo_ci) = sorted(((a, a_ci), (b, b_ci)), key=lambda v: v[0], reverse=True)
+    facing = (hi - hi_ci[0]) + (lo_ci[1] - lo)
+    return int(np.ceil(n * max(1.0, (facing / gap) ** 2)))

@@ -53,3 +53,10 @@ def test_requests_to_separate_grows_as_the_gap_narrows():
     narrow = requests_to_separate(30, 0.80, [0.65, 0.95], 0.76, [0.61, 0.91])
     assert 30 < wide < narrow
     assert requests_to_separate(30, 0.9, [0.8, 1.0], 0.9, [0.8, 1.0]) == 0
+
+
+def test_a_lopsided_interval_that_holds_the_target_asks_for_more_than_ran():
+    """Measured: 0.95 in [0.896, 0.99] at 77 requests, against the 0.9 target; its lower
+    side (0.054) is past the gap (0.05), so 77 cannot be enough: (0.054 / 0.05)^2 x 77."""
+    assert requests_to_separate(77, 0.95, [0.896, 0.99], 0.9, [0.9, 0.9]) == 90
+    assert requests_to_separate(77, 0.9, [0.9, 0.9], 0.95, [0.896, 0.99]) == 90  # either order
