@@ -3,16 +3,19 @@
 Prints, for a preset (default `small`) in the `auto` dtype (bfloat16 where it is fast
 here, else float32) on one thread:
 - prefill of a 2048-token prompt as a fraction of the time the same GEMMs take
-  alone (the projections at their shapes, plus attention's QK^T and PV as
-  batched matmuls at the causal half of their FLOPs); goal >= 0.7;
+  alone (the projections at their shapes in layer order, plus attention's QK^T and PV
+  as batched matmuls at the causal half of their FLOPs); goal >= 0.7;
 - decode tokens/s at batch 1, 8 and 32, each against its roofline measured in the same
   run: batch 1 against reading the weights and the KV once per step at this machine's
   single-thread read bandwidth; batch 8 and 32 against the slower of that and the GEMM
-  time of the step's projections and LM head at their batch; goal >= 0.7 each.
+  time of the step's projections and LM head at their batch, run in a step's order (so
+  the weights come from wherever a step finds them) with the faster of torch's kernel
+  and the packed one (`engine.model.linear`); goal >= 0.7 each.
 
 The host's speed drifts by tens of percent within a minute, so each figure and its limit
-are measured in alternating rounds (ours, then the limit, ROUNDS times) and compared best
-against best, so that a slow spell is less likely to fall on one side of a ratio only.
+are measured in alternating rounds (ours, then the limit at once, ROUNDS times): each
+round gives a ratio of two timings made in the same spell, and the figure is the median
+of those ratios (their range beside it).
 
 Usage: python benchmarks/engine_bench.py [--model small] [--tokens 2048] [--threads 1] [--dtype]
 """
@@ -21,34 +24,68 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from timing import best_of
 
 from engine import LLM, SamplingParams
+from engine.model.linear import linear
 
 
-def gemm_baseline_s(llm: LLM, n: int, dtype: torch.dtype) -> tuple[float, float]:
-    """Seconds for the prefill's projection GEMMs alone, and for attention's matmuls alone."""
+def timed(fn: Callable[[], object], repeats: int = 1) -> float:
+    """Seconds per call of fn() over `repeats` calls in a row."""
+    t = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - t) / repeats
+
+
+def projections(llm: LLM, rows: int, dtype: torch.dtype, head: bool):
+    """(input [rows, in], weight, packed weight or None) of every projection in a step's
+    order, and the LM head's last when `head`."""
     model = llm.engine.runner.model
+    inputs: dict[int, torch.Tensor] = {}
+    weights = [(lin.weight, lin.packed) for layer in model.layers
+               for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                           layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+    if head:
+        lm = model.lm_head
+        weights.append((model.embed_tokens.weight, model._head_packed) if lm is None
+                       else (lm.weight, lm.packed))
+    return [(inputs.setdefault(w.shape[1], torch.randn(rows, w.shape[1], dtype=dtype)), w, p)
+            for w, p in weights]
+
+
+def gemm_steps(llm: LLM, rows: int, dtype: torch.dtype, head: bool) -> list[Callable[[], None]]:
+    """One function per kernel (torch's; the packed one where the weights have it) that
+    runs a step's projections at `rows` rows in order."""
+    items = projections(llm, rows, dtype, head)
+
+    def run(packed: bool) -> None:
+        for x, w, p in items:
+            linear(x, w, None, p if packed else None)
+    kinds = [False] + ([True] if items[0][2] is not None else [])
+    return [lambda packed=packed: run(packed) for packed in kinds]
+
+
+def attention_matmuls(llm: LLM, n: int, dtype: torch.dtype) -> Callable[[], None]:
+    """A function that runs every layer's QK^T and PV of an `n`-token prompt as full
+    batched matmuls."""
     cfg = llm.config
-    x_cache: dict[int, torch.Tensor] = {}
-    proj = 0.0
-    for layer in model.layers:
-        for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
-                    layer.mlp.gate_up_proj, layer.mlp.down_proj):
-            w = lin.weight
-            x = x_cache.setdefault(w.shape[1], torch.randn(n, w.shape[1], dtype=dtype))
-            proj += best_of(lambda x=x, w=w: torch.nn.functional.linear(x, w))
     h, hd = cfg.num_attention_heads, cfg.head_dim
     q = torch.randn(h, n, hd, dtype=dtype)
     k = torch.randn(h, hd, n, dtype=dtype)
     scores = torch.randn(h, n, n, dtype=dtype)
     v = torch.randn(h, n, hd, dtype=dtype)
-    # NOTE: causal attention needs half of each full matmul.
-    attn = 0.5 * (best_of(lambda: q @ k) + best_of(lambda: scores @ v)) * cfg.num_hidden_layers
-    return proj, attn
+
+    def run() -> None:
+        for _ in range(cfg.num_hidden_layers):
+            torch.matmul(q, k)  # [h, n, n]
+            torch.matmul(scores, v)  # [h, n, hd]
+    return run
 
 
 def read_gbps(nbytes: int = 256 << 20) -> float:
@@ -62,42 +99,32 @@ def weight_bytes(llm: LLM) -> int:
     return sum(p.numel() * p.element_size() for p in llm.engine.runner.model.parameters())
 
 
-def step_gemm_s(llm: LLM, batch: int, dtype: torch.dtype) -> float:
-    """The GEMM time of one decode step at `batch`: the projections and the LM head."""
-    proj, _ = gemm_baseline_s(llm, batch, dtype)
-    cfg = llm.config
-    x = torch.randn(batch, cfg.hidden_size, dtype=dtype)
-    head = torch.randn(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
-    return proj + best_of(lambda: torch.nn.functional.linear(x, head))
-
-
 ROUNDS = 5  # alternating measurements of each figure and of its limit
 PROMPT, WINDOW = 128, 12  # decode: ROUNDS windows of WINDOW steps after PROMPT-token prompts
 
 
-def prefill_rounds(llm: LLM, n: int, dtype: torch.dtype) -> tuple[float, float, float]:
-    """Best seconds of a prefill of `n` tokens, and of its GEMMs alone (projections,
-    attention matmuls), over alternating rounds."""
+def prefill_rounds(llm: LLM, n: int, dtype: torch.dtype) -> list[tuple[float, float, float]]:
+    """Per round: seconds of a prefill of `n` tokens, then of its GEMMs alone
+    (projections, attention matmuls at half their full time: causal)."""
     rng = random.Random(0)
     vocab = llm.config.vocab_size
     params = SamplingParams(max_tokens=1, temperature=0.0)
     prompts = [[rng.randrange(3, vocab) for _ in range(n)] for _ in range(ROUNDS + 1)]
+    proj, = gemm_steps(llm, n, dtype, head=False)[:1]  # prefill-sized: torch's kernel
+    attn = attention_matmuls(llm, n, dtype)
     llm.generate([prompts[-1]], params)  # warm-up
-    pre, proj, attn = [], [], []
+    proj()
+    attn()
+    rounds = []
     for prompt in prompts[:ROUNDS]:
-        t = time.perf_counter()
-        llm.generate([prompt], params)
-        pre.append(time.perf_counter() - t)
-        p, a = gemm_baseline_s(llm, n, dtype)
-        proj.append(p)
-        attn.append(a)
-    return min(pre), min(proj), min(attn)
+        pre = timed(lambda prompt=prompt: llm.generate([prompt], params))
+        rounds.append((pre, timed(proj), 0.5 * timed(attn)))
+    return rounds
 
 
-def decode_rounds(llm: LLM, batch: int, limit_s) -> tuple[float, tuple[float, str]]:
-    """Best tokens/s of `batch` running requests over a WINDOW-step window, and the
-    lowest of `limit_s(kv_tokens)` ((seconds per step, what bounds it)) measured between
-    the windows."""
+def decode_rounds(llm: LLM, batch: int, limit_s) -> list[tuple[float, float, str]]:
+    """Per round: seconds per step of `batch` running requests over a WINDOW-step
+    window, then `limit_s(kv_tokens)` (seconds per step, what bounds it)."""
     rng = random.Random(batch)
     vocab = llm.config.vocab_size
     eng = llm.engine
@@ -108,15 +135,18 @@ def decode_rounds(llm: LLM, batch: int, limit_s) -> tuple[float, tuple[float, st
     while any(r.num_computed_tokens < len(r.prompt_token_ids) for r in eng.requests.values()):
         eng.step()  # prefill everything first; time decode steps only
     eng.step()
-    rates, limits = [], []
+    rounds = []
     for r in range(ROUNDS):
-        t = time.perf_counter()
-        tokens = sum(len(eng.step()) for _ in range(WINDOW))
-        rates.append(tokens / (time.perf_counter() - t))
-        limits.append(limit_s(batch * (PROMPT + (r + 0.5) * WINDOW)))
+        step_s = timed(eng.step, WINDOW)
+        rounds.append((step_s, *limit_s(batch * (PROMPT + (r + 0.5) * WINDOW))))
     while eng.has_unfinished():
         eng.step()
-    return max(rates), min(limits)
+    return rounds
+
+
+def spread(ratios: list[float]) -> str:
+    """The median of per-round ratios, with their range."""
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def main() -> None:
@@ -138,38 +168,44 @@ def main() -> None:
     )
     ran = llm.engine.config.dtype
     dtype = getattr(torch, ran)
-    pre, proj, attn = prefill_rounds(llm, args.tokens, dtype)
-    print(f"model {args.model}, {ran}, {args.threads} thread(s); best of {ROUNDS} alternating "
-          "rounds each")
+    rounds = prefill_rounds(llm, args.tokens, dtype)
+    pre, proj, attn = (statistics.median(col) for col in zip(*rounds))
+    print(f"model {args.model}, {ran}, {args.threads} thread(s); {ROUNDS} alternating rounds, "
+          "median of the per-round ratios (range)")
     print(f"prefill {args.tokens} tokens: {pre * 1000:.0f} ms ({args.tokens / pre:.0f} tok/s)")
     print(
         f"  same GEMMs alone: projections {proj * 1000:.0f} ms + attention matmuls "
         f"{attn * 1000:.0f} ms"
     )
     print(
-        f"  prefill vs GEMM limit: {(proj + attn) / pre:.2f} (goal >= 0.70); "
-        f"projections only: {proj / pre:.2f}"
+        f"  prefill vs GEMM limit: {spread([(p + a) / t for t, p, a in rounds])} "
+        f"(goal >= 0.70); projections only: {spread([p / t for t, p, _ in rounds])}"
     )
     weights = weight_bytes(llm)
     kv_per_token = llm.engine.runner.layout.bytes_per_token
     bws: list[float] = []
 
-    def limit_s(batch: int, kv_tokens: float) -> tuple[float, str]:
+    def limit_s(steps: list[Callable[[], None]], kv_tokens: float) -> tuple[float, str]:
         """One step's limit: reading the weights and KV once, or (batch > 1) the step's
-        GEMMs, whichever is slower."""
+        GEMMs with the faster kernel, whichever is slower."""
         bws.append(read_gbps())
         read = (weights + kv_tokens * kv_per_token) / (bws[-1] * 1e9)
-        gemm = step_gemm_s(llm, batch, dtype) if batch > 1 else 0.0
+        gemm = min((timed(step, WINDOW) for step in steps), default=0.0)
         return (read, "weight + KV read") if read >= gemm else (gemm, "GEMMs")
 
     for b in (1, 8, 32):
-        rate, (step_s, bound) = decode_rounds(llm, b, lambda kv, b=b: limit_s(b, kv))
+        steps = gemm_steps(llm, b, dtype, head=True) if b > 1 else []
+        for step in steps:
+            step()  # warm-up: oneDNN builds its kernel for this shape
+        rounds = decode_rounds(llm, b, lambda kv, steps=steps: limit_s(steps, kv))
         if b == 1:
-            print(f"read bandwidth (one thread): {max(bws):.1f} GB/s; weights "
+            print(f"read bandwidth (one thread): {statistics.median(bws):.1f} GB/s; weights "
                   f"{weights / 1e6:.0f} MB")
-        limit = b / step_s
-        print(f"decode batch {b:>2}: {rate:7.1f} tok/s = {rate / limit:.2f} of its limit "
-              f"({limit:.0f} tok/s, {bound}) (goal >= 0.70)")
+        step_s, limit = (statistics.median(col) for col in zip(*[r[:2] for r in rounds]))
+        bounds = sorted({r[2] for r in rounds})
+        print(f"decode batch {b:>2}: {b / step_s:7.1f} tok/s against {b / limit:.0f} "
+              f"({' / '.join(bounds)}) = {spread([lim / s for s, lim, _ in rounds])} "
+              "of its limit (goal >= 0.70)")
 
 
 if __name__ == "__main__":
