@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from advisor.errors import UsageError
-from advisor.measure.client import Client, ClientRun, Endpoint
+from advisor.measure.client import Client, ClientRun, Endpoint, RequestRecord
 from workloads.spec import Workload
 
 REACH_TIMEOUT_S = 5.0
@@ -77,4 +77,23 @@ def record_row(r, start: float) -> dict:
     row["chunks"] = [round(t - start, 6) for t in r.chunks]
     row["ok"] = r.ok
     return row
+
+
+_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "body_sent")
+
+
+def records_of(rows: list[dict]) -> list[RequestRecord]:
+    """Records again from `record_row`'s rows, for statistics over a stored run.
+
+    # NOTE: times come back 1 s later than the rows say: a time of 0 means "never" in a
+    # record (not sent, no end), and a request sent within a microsecond of t=0 has 0.0 in
+    # its row. Statistics only take differences within a record."""
+    out = []
+    for row in rows:
+        r = RequestRecord(**{k: row[k] for k in _ROW_FIELDS if k in row})
+        for k in ("scheduled", "dispatched", "sent", "end"):
+            setattr(r, k, 0.0 if row.get(k) is None else row[k] + 1.0)
+        r.chunks = [t + 1.0 for t in row.get("chunks", [])]
+        out.append(r)
+    return out
 

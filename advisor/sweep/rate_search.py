@@ -11,11 +11,16 @@ miss): without a sure miss the max goodput's interval has no upper bound and no
 comparison can be confident.
 That is the first pass, every topology's. The second (`refine`) is only for topologies
 whose max-goodput interval still overlaps another's (`to_refine`, the least bounded
-first, one at a time: its new bounds may part the others): the bracket is extended down
-by sqrt(2) while no rate meets the SLO, and the highest passing and lowest failing rates
-are bisected geometrically. Where the intervals already part, those rates decide
-nothing, and they are the slowest to measure (the lowest rates).
-Being a function of the results alone, a resumed sweep makes the same choices.
+first, one at a time: its new bounds may part the others). It first measures again
+(`top_up`, once each) the rates whose attainment is within noise of the target and that
+set the interval's bounds: the highest rate that met the SLO, then the lowest higher one
+that missed it; twice the requests narrow their attainment intervals by about 1/sqrt(2).
+While the intervals still overlap, the bracket is extended down by sqrt(2) while no rate
+meets the SLO, and the highest passing and lowest failing rates are bisected
+geometrically. Where the intervals already part, those rates decide nothing, and they
+are the slowest to measure (the lowest rates).
+Being a function of the results alone, a resumed sweep makes the same choices (but that
+a rate measured again may now surely meet or miss where the first pass saw it unsure).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Outcome:
     # the attainment's 95% interval against the target: surely meets / surely misses
     sure_meets: bool = False
     sure_misses: bool = False
+    topped_up: bool = False  # measured again with as many requests more (`top_up`)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,22 @@ def next_rate(
     return _bound(done, plan, lo, hi)
 
 
+def top_up(done: list[Outcome]) -> float | None:
+    """The rate to measure again, or None: the highest rate that met the SLO if it did not
+    surely meet it, else the lowest higher rate that missed if it did not surely miss it
+    (the rates whose noise holds the max-goodput interval open), each once."""
+    ok = [o for o in done if o.meets]
+    if not ok:
+        return None
+    best = max(ok, key=lambda o: o.rate)
+    above = [o for o in done if not o.meets and o.rate > best.rate]
+    miss = min(above, key=lambda o: o.rate, default=None)
+    for o, sure in ((best, best.sure_meets), (miss, miss and miss.sure_misses)):
+        if o is not None and not sure and not o.topped_up:
+            return o.rate
+    return None
+
+
 def _bound(done: list[Outcome], plan: SearchPlan, lo: float, hi: float) -> float | None:
     """None once a rate above `lo` surely missed; else the top rate doubled (at most
     `max_confirm` rates above the lowest miss `hi`)."""
@@ -165,6 +187,7 @@ def _on_lattice(rate: float, start: float) -> bool:
     return abs(k - round(k)) < 1e-9
 
 
+TOPPED_UP = "topped_up"  # workload_params key of a run measured again (`top_up`)
 COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
 
 
@@ -176,7 +199,8 @@ def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float)
         or result.get("failed") > result.described.num_prompts / 2
     ci = (result.get("ci95") or {}).get("slo_attainment")
     return Outcome(rate, result.get("slo_attainment") >= target, collapsed,
-                   sure_meets=bool(ci) and ci[0] >= target, sure_misses=bool(ci) and ci[1] < target)
+                   sure_meets=bool(ci) and ci[0] >= target, sure_misses=bool(ci) and ci[1] < target,
+                   topped_up=bool(result.described.workload_params.get(TOPPED_UP)))
 
 
 def max_goodput_rate(done: list[Outcome]) -> float:

@@ -16,7 +16,7 @@ from advisor.errors import UsageError
 from advisor.measure.client import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import served_model
-from advisor.measure.run import measure, progress_bars, record_row
+from advisor.measure.run import measure, progress_bars, record_row, records_of
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.evidence import Calibration
@@ -36,6 +36,7 @@ from advisor.sweep.options import (
 )
 from advisor.sweep.placements import Placement
 from advisor.sweep.rate_search import (
+    TOPPED_UP,
     Outcome,
     SearchPlan,
     grid_of,
@@ -43,6 +44,8 @@ from advisor.sweep.rate_search import (
     outcome_of,
     replay_grid,
     to_refine,
+    top_up,
+    unsettled,
 )
 from engine.core.config import DTYPES, load_model_config
 from engine.model.dtype import DtypeChoice
@@ -167,30 +170,51 @@ class _Sweep:
         self.leader = p.name if lead else self.leader
         grid = None if lead else self.replay
         with contextlib.ExitStack() as stack:
-            url = metrics = None
+            deployed: list = []  # [front URL, metrics URLs] once `p` is started
+
+            def at() -> list:
+                if not deployed:
+                    deployed.extend(self._deploy(p, stack)[:2])
+                return deployed
+
             if self.calibration is None and self.calibrates:
                 url, metrics, one = self._deploy(p, stack)
+                deployed.extend((url, metrics))
                 self._calibrate(p, one)
             if self.missed:
                 return False
-            slos = self.opts.slos
             # NOTE: the first pass is replayed (from the run directory) before the second
             for second in (False, True):
                 if second and not (refine() if callable(refine) else refine):
                     return False
+                if second and not self._settle(p, outcomes, at):
+                    return True
                 while (rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
                                          refine=second)) is not None:
                     if not self.run_dir.has_run(p.name, rate):
-                        if url is None:
-                            url, metrics, _ = self._deploy(p, stack)
-                        self.run_dir.write_run(self._run_one(url, metrics, p, rate))
-                    result = self.run_dir.read_run(p.name, rate)
-                    outcomes.append(outcome_of(result, rate, self.opts.attainment, slos["itl"]))
+                        self.run_dir.write_run(self._run_one(*at(), p, rate))
+                    outcomes.append(self._outcome(p, rate))
                     self.bars.advance(self.task)
                 if lead and self.grid is None:
                     self.grid = grid_of(outcomes, self.plan)
                     self.replay = replay_grid(outcomes, self.plan)
         return True
+
+    def _settle(self, p: Placement, outcomes: list[Outcome], at: Callable[[], list]) -> bool:
+        """Measure again the rates within noise that hold `p`'s interval open
+        (`rate_search.top_up`) while it overlaps another's; whether it still does."""
+        # NOTE: --rates is a fixed grid: no search, so nothing is measured again
+        while not self.opts.rates and p.name in unsettled(self.done) and (
+                rate := top_up(outcomes)) is not None:
+            before = self.run_dir.read_run(p.name, rate, records=True)
+            self.run_dir.write_run(self._run_one(*at(), p, rate, before))
+            outcomes[[o.rate for o in outcomes].index(rate)] = self._outcome(p, rate)
+            self.bars.advance(self.task)
+        return p.name in unsettled(self.done)
+
+    def _outcome(self, p: Placement, rate: float) -> Outcome:
+        return outcome_of(self.run_dir.read_run(p.name, rate), rate, self.opts.attainment,
+                          self.opts.slos["itl"])
 
     def _deploy(self, p: Placement, stack) -> tuple[str, list[str], str]:
         """(front URL, every instance's /metrics, one instance's URL) of `p`, started (or,
@@ -224,14 +248,26 @@ class _Sweep:
         self.run_dir.update_manifest(calibration=self.calibration.to_json(), sizing=record)
         self._use(record)
 
-    def _run_one(self, url: str, metric_urls: list[str], p: Placement, rate: float) -> RunResult:
+    def _run_one(self, url: str, metric_urls: list[str], p: Placement, rate: float,
+                 before: RunResult | None = None) -> RunResult:
         """One rate: `repeats` runs back to back (each its own seed), pooled into one result
-        whose records and arrivals follow each other on one timeline."""
+        whose records and arrivals follow each other on one timeline. With `before` (this
+        rate's run, read with its records): as many repeats again after its own, pooled with
+        it (`rate_search.top_up`)."""
         opts = self.opts
-        self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s")
-        before = _sample(metric_urls)
-        records, rows, arrivals, elapsed, workloads = [], [], [], 0.0, []
-        for k in range(opts.repeats):
+        self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s"
+                         + (" again" if before else ""))
+        first = before.described.workload_params.get("repeats", 1) if before else 0
+        sample = _sample(metric_urls)
+        records, rows, arrivals, elapsed, requests = [], [], [], 0.0, 0
+        if before:
+            # NOTE: its own rows only: were a sweep stopped between writing a pooled run's
+            # records and its result.json, the records file would hold the second part too
+            rows = before.records[:before.get("num_requests")]
+            records = records_of(rows)
+            arrivals, elapsed = list(before.described.arrival_offsets), before.get("duration")
+            requests = before.described.num_prompts
+        for k in range(first, 2 * first if before else opts.repeats):
             w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
                                  prompts_for(opts, rate))
             run = measure(self._endpoint(url, w.chat), w, bars=self.bars,
@@ -240,19 +276,21 @@ class _Sweep:
             rows += [record_row(r, run.start - elapsed) for r in run.records]
             arrivals += [elapsed + c.start for c in w.conversations]
             elapsed += run.duration
-            workloads.append(w)
+            requests += w.num_requests
         after = _sample(metric_urls)
-        delta = after.minus(before) if before and after else None
+        delta = after.minus(sample) if sample and after else None
+        if before:  # NOTE: counters over both parts, or none when either lacks them
+            metrics = before.described.metrics
+            delta = Sample.from_json(metrics).plus(delta) if delta and metrics else None
         front = frontend_of(delta) if delta else None
-        w = workloads[0]
+        params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {})}
         return RunResult.of(
             summarize(records, elapsed, opts.slos, self.pcts), rows,
             # the front end's CPU during this run, summed over instances (None: not reported)
             frontend_cpu=dataclasses.asdict(front) if front else None,
             metrics=delta.to_json() if delta else None,
-            topology=p.name, kind=p.kind, request_rate=rate,
-            num_prompts=sum(x.num_requests for x in workloads), workload=w.name,
-            workload_params={**w.params, "repeats": opts.repeats}, emulated=p.emulated,
+            topology=p.name, kind=p.kind, request_rate=rate, num_prompts=requests,
+            workload=w.name, workload_params=params, emulated=p.emulated,
             arrival_offsets=arrivals, multi_turn=any(len(c.turns) > 1 for c in w.conversations))
 
     def _endpoint(self, url: str, chat: bool) -> Endpoint:

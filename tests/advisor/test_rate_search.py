@@ -9,6 +9,7 @@ from advisor.sweep.rate_search import (
     next_rate,
     replay_grid,
     to_refine,
+    top_up,
     unsettled,
 )
 
@@ -164,6 +165,25 @@ def test_the_least_bounded_placement_is_refined_first_and_each_once():
     assert to_refine(done, {"disagg"}) is None
     assert to_refine({"a": [out(1.0, True)], "b": [out(1.0, True)]}, {"a"}) == "b"
     assert to_refine({"a": [out(1.0, True)], "b": [out(1.0, True)]}, {"a", "b"}) is None
+
+
+def test_the_rates_within_noise_that_bound_the_interval_are_measured_again_once_each():
+    unsure_meet = Outcome(2.0, True, False)
+    unsure_miss = Outcome(4.0, False, False)
+    done = [out(1.0, True), unsure_meet, unsure_miss, out(8.0, False)]
+    assert goodput_interval(done) == (1.0, 8.0)
+    assert top_up(done) == 2.0  # the highest pass first: it holds the lower bound down
+    done[1] = Outcome(2.0, True, False, sure_meets=True, topped_up=True)
+    assert top_up(done) == 4.0 and goodput_interval(done) == (2.0, 8.0)
+    done[2] = Outcome(4.0, False, False, topped_up=True)  # still unsure: not a third time
+    assert top_up(done) is None
+    # a pass that stays unsure after its second measurement leaves the miss above it next
+    again = [Outcome(2.0, True, False, topped_up=True), unsure_miss]
+    assert top_up(again) == 4.0
+    # sure ones, a rate that meets nowhere, or a miss below the highest pass: nothing
+    assert top_up([out(1.0, True), out(2.0, False)]) is None
+    assert top_up([Outcome(1.0, False, False), Outcome(2.0, False, False)]) is None
+    assert top_up([Outcome(1.0, False, False), out(2.0, True)]) is None
 
 
 def test_rows_are_judged_at_the_highest_common_rate_and_say_so():

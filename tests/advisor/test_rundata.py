@@ -7,6 +7,9 @@ import shutil
 import pytest
 
 from advisor.errors import UsageError
+from advisor.measure.client import RequestRecord
+from advisor.measure.run import record_row, records_of
+from advisor.measure.stats import summarize
 from advisor.rundata.evidence import Calibration, Evidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import FORMAT, RunDir
@@ -112,3 +115,32 @@ def test_the_wake_up_curve_is_the_line_through_two_prompts_after_each_idle():
         1.0, 30.0, 0.0)
     # a longer prompt that paid less does not make the share negative
     assert cal((1.0, 1.0), (70.0, 30.0), (64, 1024)).wake_curve()[1] == (1.0, 50.0, 0.0)
+
+
+def test_stored_rows_give_back_records_with_the_same_statistics():
+    start = 1000.0
+    records = [
+        # sent at the run's very start: its row says 0.0, which must not read as "never"
+        RequestRecord(0, "c0", 0, False, start, start, start, [start + 0.2, start + 0.25,
+                      start + 0.4], start + 0.4, 10, 3, status=200),
+        RequestRecord(1, "c1", 0, False, start + 0.5, start + 0.5, start + 0.51,
+                      [start + 0.61, start + 0.62], start + 0.62, 10, 2, status=200),
+        # never sent: refused before its body went out, a failure and an SLO miss
+        RequestRecord(2, "c2", 0, False, start + 1.0, start + 1.0, 0.0, [], 0.0, 10, 0,
+                      status=None, error="connection refused"),
+        RequestRecord(3, "w", 0, True, start, start, start + 0.1, [start + 0.2], start + 0.2,
+                      10, 1, status=200),  # a warm-up: not counted either way
+    ]
+    rows = [record_row(r, start) for r in records]
+    assert rows[0]["sent"] == 0.0 and rows[2]["sent"] is None
+    back = records_of(json.loads(json.dumps(rows)))
+    assert [r.ok for r in back] == [r.ok for r in records]
+    slos, pcts = {"ttft": 150.0, "itl": 100.0}, [50.0, 99.0]
+    want, got = summarize(records, 2.0, slos, pcts), summarize(back, 2.0, slos, pcts)
+    assert got["completed"] == 2 and got["failed"] == 1 and got["good_requests"] == 1
+    for key, value in want.items():
+        if key == "ci95":
+            for name, bounds in value.items():
+                assert got[key][name] == pytest.approx(bounds, abs=1e-5), name
+        else:
+            assert got[key] == pytest.approx(value, abs=1e-5), key

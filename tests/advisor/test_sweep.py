@@ -211,3 +211,34 @@ def test_a_placement_whose_interval_already_parts_from_the_others_gets_no_second
     ev = json.loads((run / "evidence.json").read_text())
     assert ev["disaggregated"]["max_goodput_interval_rps"] == [0.0, 16.0]
 
+
+@pytest.mark.slow  # a sweep with its calibration, ~25 s
+def test_a_rate_within_noise_that_bounds_an_overlapping_interval_is_measured_again(tmp_path):
+    # disaggregated fails every 12th request: 22 of 24 meet the SLO at every rate, which is
+    # above the 0.9 target but not surely; its interval [0, unbounded) overlaps collocated's
+    with scripted(ttft_ms=20, itl_ms=5) as good, \
+            scripted(ttft_ms=20, itl_ms=5, fail_every=12) as flaky:
+        out = advisor("sweep", "--collocated-url", good, "--disagg-url", flaky,
+                      "--start-rate", "8", "--max-steps", "2", "--num-prompts", "24",
+                      "--scale", "0.01", "--output-scale", "0.02", "--slo", "ttft:1000",
+                      "itl:50", "--out", str(tmp_path), "--no-report")
+    assert out.returncode == 0, out.stderr
+    run = run_dir_of(tmp_path)
+    top = max(_rates(run)["disagg-url"])
+    for rate in _rates(run)["disagg-url"]:
+        result = json.loads((run / "runs" / "disagg-url" / f"rate-{rate:g}" / "result.json")
+                            .read_text())
+        again = rate == top  # its highest pass, measured again and pooled with the first
+        assert result["num_requests"] == (48 if again else 24), rate
+        assert result["workload_params"].get("topped_up", False) is again
+        assert result["workload_params"]["repeats"] == (2 if again else 1)
+        assert result["slo_attainment"] == 22 / 24
+        lines = (run / "runs" / "disagg-url" / f"rate-{rate:g}" / "requests.jsonl").read_text()
+        assert len(lines.splitlines()) == result["num_requests"]
+        offsets = result["arrival_offsets"]
+        assert offsets == sorted(offsets) and len(offsets) == result["num_requests"]
+    # collocated met the SLO surely everywhere: nothing of it is measured again
+    for rate in _rates(run)["collocated-url"]:
+        result = json.loads((run / "runs" / "collocated-url" / f"rate-{rate:g}" / "result.json")
+                            .read_text())
+        assert result["num_requests"] == 24 and "topped_up" not in result["workload_params"]
