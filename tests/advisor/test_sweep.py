@@ -194,19 +194,29 @@ def _rates(run) -> dict[str, list[float]]:
             for p in {r["topology"] for r in rows}}
 
 
+def _good_against_failing(tmp_path, fail_every: int, num_prompts: int):
+    """The run directory of a searched sweep: collocated a server that meets the SLO at every
+    rate, disaggregated one that fails every `fail_every`-th request."""
+    with scripted(ttft_ms=20, itl_ms=5) as good, \
+            scripted(ttft_ms=20, itl_ms=5, fail_every=fail_every) as failing:
+        out = advisor("sweep", "--collocated-url", good, "--disagg-url", failing,
+                      "--start-rate", "8", "--max-steps", "2", "--num-prompts", str(num_prompts),
+                      "--scale", "0.01", "--output-scale", "0.02", "--slo", "ttft:1000",
+                      "itl:50", "--out", str(tmp_path), "--no-report")
+    assert out.returncode == 0, out.stderr
+    return run_dir_of(tmp_path)
+
+
+def _result(run, placement: str, rate: float) -> dict:
+    return json.loads((run / "runs" / placement / f"rate-{rate:g}" / "result.json").read_text())
+
+
 @pytest.mark.slow  # a sweep with its calibration, ~25 s
 def test_a_placement_whose_interval_already_parts_from_the_others_gets_no_second_pass(tmp_path):
     # collocated meets the SLO at every rate; disaggregated misses it at every rate (every
     # other request fails): apart after the first pass ([64, unbounded) against [0, 16]), so
     # disaggregated takes no step down below 16 req/s: it would decide nothing
-    with scripted(ttft_ms=20, itl_ms=5) as good, \
-            scripted(ttft_ms=20, itl_ms=5, fail_every=2) as failing:
-        out = advisor("sweep", "--collocated-url", good, "--disagg-url", failing,
-                      "--start-rate", "8", "--max-steps", "2", "--num-prompts", "6",
-                      "--scale", "0.01", "--output-scale", "0.02", "--slo", "ttft:1000",
-                      "itl:50", "--out", str(tmp_path), "--no-report")
-    assert out.returncode == 0, out.stderr
-    run = run_dir_of(tmp_path)
+    run = _good_against_failing(tmp_path, fail_every=2, num_prompts=6)
     assert _rates(run) == {"collocated-url": [8.0, 16.0, 32.0, 64.0], "disagg-url": [16.0]}
     ev = json.loads((run / "evidence.json").read_text())
     assert ev["disaggregated"]["max_goodput_interval_rps"] == [0.0, 16.0]
@@ -216,18 +226,10 @@ def test_a_placement_whose_interval_already_parts_from_the_others_gets_no_second
 def test_a_rate_within_noise_that_bounds_an_overlapping_interval_is_measured_again(tmp_path):
     # disaggregated fails every 12th request: 22 of 24 meet the SLO at every rate, which is
     # above the 0.9 target but not surely; its interval [0, unbounded) overlaps collocated's
-    with scripted(ttft_ms=20, itl_ms=5) as good, \
-            scripted(ttft_ms=20, itl_ms=5, fail_every=12) as flaky:
-        out = advisor("sweep", "--collocated-url", good, "--disagg-url", flaky,
-                      "--start-rate", "8", "--max-steps", "2", "--num-prompts", "24",
-                      "--scale", "0.01", "--output-scale", "0.02", "--slo", "ttft:1000",
-                      "itl:50", "--out", str(tmp_path), "--no-report")
-    assert out.returncode == 0, out.stderr
-    run = run_dir_of(tmp_path)
+    run = _good_against_failing(tmp_path, fail_every=12, num_prompts=24)
     top = max(_rates(run)["disagg-url"])
     for rate in _rates(run)["disagg-url"]:
-        result = json.loads((run / "runs" / "disagg-url" / f"rate-{rate:g}" / "result.json")
-                            .read_text())
+        result = _result(run, "disagg-url", rate)
         again = rate == top  # its highest pass, measured again and pooled with the first
         assert result["num_requests"] == (48 if again else 24), rate
         assert result["workload_params"].get("topped_up", False) is again
@@ -239,6 +241,5 @@ def test_a_rate_within_noise_that_bounds_an_overlapping_interval_is_measured_aga
         assert offsets == sorted(offsets) and len(offsets) == result["num_requests"]
     # collocated met the SLO surely everywhere: nothing of it is measured again
     for rate in _rates(run)["collocated-url"]:
-        result = json.loads((run / "runs" / "collocated-url" / f"rate-{rate:g}" / "result.json")
-                            .read_text())
+        result = _result(run, "collocated-url", rate)
         assert result["num_requests"] == 24 and "topped_up" not in result["workload_params"]
