@@ -26,6 +26,7 @@ def render(data: ReportData, figures: list[Figure]) -> str:
     columns, rows = model.table(data)
     return _ENV.get_template("report.html").render(
         data=data, rec=data.recommendation, figures=figures, columns=columns, rows=rows,
+        cores_note=model.cores_note(data),
         setup=model.setup(data), p2p=((data.manifest or {}).get("probe") or {}).get("p2p"),
         created=(data.manifest or {}).get("created"))
 

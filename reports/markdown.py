@@ -61,6 +61,8 @@ def render(data: ReportData, out_dir: Path, figures: list[Figure]) -> str:
         "|" + "---|" * len(columns),
     ]
     lines += ["| " + " | ".join(_cell(r[c.key]) for c in columns) + " |" for r in rows]
+    if note := model.cores_note(data):
+        lines += ["", _cell(note)]
     lines += ["", "## Setup", ""] + [f"- **{k}**: {_cell(v)}" for k, v in model.setup(data)]
     return "\n".join(lines) + "\n"
 

@@ -89,6 +89,38 @@ def load(path: str | Path) -> ReportData:
     return data
 
 
+BUSY_SHARE = 0.9  # a run that kept this share of the host's cores busy is marked
+
+
+def busy_host(data: ReportData) -> int | None:
+    """This host's usable cores when the instances ran on it (the sweep launched them), so
+    that their CPU and the client's add up to the host's load; else None."""
+    m = data.manifest or {}
+    cfg = m.get("config") or {}
+    if not m or cfg.get("collocated_url") or cfg.get("disagg_url") or data.simulated:
+        return None
+    return (m.get("host") or {}).get("cpus_usable")
+
+
+def _cores(run: RunResult, cores: int | None) -> tuple[str, bool]:
+    """The run's CPU cores busy as "instances + client" and whether it kept at least
+    BUSY_SHARE of the host's `cores` busy."""
+    engines, client = run.cores_busy()
+    busy = bool(cores) and engines is not None and client is not None \
+        and engines + client >= BUSY_SHARE * cores
+    return f"{fmt(engines)} + {fmt(client)}" + (" *" if busy else ""), busy
+
+
+def cores_note(data: ReportData) -> str | None:
+    """What the table's * says, when a run has one."""
+    cores = busy_host(data)
+    if not any(_cores(r, cores)[1] for r in data.runs):
+        return None
+    return (f"* the instances and the measuring client together kept {BUSY_SHARE:.0%} or more "
+            f"of this host's {cores} cores busy: latency tails there include waiting for a "
+            "core, which a host with cores to spare would not show.")
+
+
 @dataclass(frozen=True)
 class Column:
     key: str
@@ -119,6 +151,9 @@ def table(data: ReportData) -> tuple[list[Column], list[dict]]:
     ]
     cols += [Column(k, k.removesuffix("_ms").replace("_", " ").upper()) for k in pct_keys]
     cols.append(Column("emulated", "emulated KV link", True))
+    cores = busy_host(data)
+    if any(x is not None for r in data.runs for x in r.cores_busy()):
+        cols.append(Column("cores", "CPU cores busy (instances + client)"))
     rows = []
     for p in data.placements:
         for run in data.series(p):
@@ -129,6 +164,7 @@ def table(data: ReportData) -> tuple[list[Column], list[dict]]:
                 emulated=run.emulated or "",
                 failed=fmt(run.get("failed")),
             )
+            row["cores"] = _cores(run, cores)[0]
             row["failed_any"] = bool(run.get("failed"))
             rows.append(row)
     return cols, rows

@@ -148,7 +148,8 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         summarize(run.records, run.duration, slos, percentiles, metrics),
         [record_row(r, run.start) for r in run.records], bench,
         request_rate=rate if rate is None or math.isfinite(rate) else "inf",
-        num_prompts=workload.num_requests, workload=workload.name, workload_params=workload.params)
+        num_prompts=workload.num_requests, workload=workload.name, workload_params=workload.params,
+        client_cpu_s=run.cpu_s)
     if opts.result_dir:
         result.write(Path(opts.result_dir))
     console.print_summary(result.to_json(), metrics, percentiles)

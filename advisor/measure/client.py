@@ -86,6 +86,7 @@ class ClientRun:
     records: list[RequestRecord]
     start: float  # t=0 of the schedule
     end: float  # last response finished
+    cpu_s: float = 0.0  # the measuring process's CPU seconds (every thread) from t=0 to the end
 
     @property
     def duration(self) -> float:
@@ -174,6 +175,7 @@ class Client:
                     Conversation(f"warmup-{i}", 0.0, conv.turns[:1]), time.monotonic(), warmup=True
                 )
             start = time.monotonic() + START_LEAD_S
+            cpu = time.process_time()
             convs = sorted(workload.conversations, key=lambda c: c.start)
             tasks: list[asyncio.Task] = []
             all_started = asyncio.get_running_loop().create_future()
@@ -192,11 +194,12 @@ class Client:
             timer.start()
             await all_started
             await asyncio.gather(*tasks)
+            cpu = time.process_time() - cpu
         records = sorted(self._records, key=lambda r: (r.warmup is False, r.scheduled, r.turn))
         for i, r in enumerate(records):
             r.index = i
         ends = [r.end for r in records if not r.warmup and r.end]
-        return ClientRun(records, start, max(ends, default=start))
+        return ClientRun(records, start, max(ends, default=start), cpu)
 
     async def _turns(self, conv: Conversation, scheduled: float, warmup: bool = False) -> None:
         history: list[int] = []  # completions: token ids sent and received so far

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from advisor.rundata.result import PROCESS_CPU
+
 # (transfer-time histogram, bytes metric, failures counter) per server kind, ours first
 TRANSFER_METRICS = (
     ("engine:kv_transfer_time_seconds", "engine:kv_transfer_bytes", "engine:kv_transfer_failures"),
@@ -18,7 +20,6 @@ TRANSFER_METRICS = (
 EXPIRED = ("engine:kv_leases_expired", "vllm:nixl_num_kv_expired_reqs")  # on the prefillers
 # the time around the wire: vLLM's post (submit) time, our last byte -> decoding delay
 OVERHEAD = ("vllm:nixl_post_time_seconds", "engine:kv_transfer_ready_delay_seconds")
-PROCESS_CPU = "process_cpu_seconds_total"
 FRONTEND_CPU = "engine:frontend_cpu_seconds_total"
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting", "vllm:num_requests_running")
 # a page that has none of these is not a serving engine's metrics

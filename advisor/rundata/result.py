@@ -12,6 +12,7 @@ from advisor.rundata.files import RunDataError, read_json_object, write_json, wr
 from advisor.rundata.typed import from_json
 
 RESULT, RECORDS = "result.json", "requests.jsonl"
+PROCESS_CPU = "process_cpu_seconds_total"  # the instances' CPU, among a run's metrics
 PER_TURN = "per_turn"  # multi-turn runs: a list of per-turn statistics (advisor.measure.stats)
 # What `advisor bench` adds about how it was run (vLLM's names), kept as they are.
 BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "base_url",
@@ -32,6 +33,7 @@ class _Described:
     multi_turn: bool = False
     arrival_offsets: list = field(default_factory=list)  # each conversation's start, s
     frontend_cpu: dict | None = None  # front-end CPU seconds during the run (render, derender)
+    client_cpu_s: float | None = None  # the measuring client's CPU seconds during the run
     metrics: dict | None = None  # what the instances' counters did in the run (prom.Sample)
     simulated: str | None = None  # not measured: what predicted it (advisor plan)
 
@@ -69,6 +71,15 @@ class RunResult:
     @property
     def emulated(self) -> str | None:
         return self.described.emulated
+
+    def cores_busy(self) -> tuple[float | None, float | None]:
+        """CPU cores kept busy over the run: (by the instances, from the process CPU counters
+        in their metrics; by the measuring client), None where not recorded."""
+        seconds = self.get("duration") or 0.0
+        engines = ((self.described.metrics or {}).get("values") or {}).get(PROCESS_CPU)
+        client = self.described.client_cpu_s
+        return tuple(None if s is None or seconds <= 0 else s / seconds
+                     for s in (engines, client))
 
     def get(self, key: str, default=None):
         """A statistic or a described field by its result.json name."""

@@ -229,9 +229,11 @@ def write_summary(run_dir: RunDir, placements, done: dict[str, list[Outcome]]) -
     for p in placements:
         for o in sorted(done[p.name], key=lambda o: o.rate):
             r = run_dir.read_run(p.name, o.rate)
+            engines, client = r.cores_busy()
             rows.append(
                 {c: (p.name if c == "topology" else r.get(c)) for c in SUMMARY_COLUMNS}
-                | {"emulated_link": p.emulated or ""}
+                | {"emulated_link": p.emulated or "", "instance_cores_busy": engines,
+                   "client_cores_busy": client}
             )
-    columns = [*SUMMARY_COLUMNS, "emulated_link"]
+    columns = [*SUMMARY_COLUMNS, "emulated_link", "instance_cores_busy", "client_cores_busy"]
     run_dir.write_summary(pd.DataFrame(rows, columns=columns).to_csv(index=False))

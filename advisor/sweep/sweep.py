@@ -259,7 +259,7 @@ class _Sweep:
                          + (" again" if before else ""))
         first = before.described.workload_params.get("repeats", 1) if before else 0
         sample = _sample(metric_urls)
-        records, rows, arrivals, elapsed, requests = [], [], [], 0.0, 0
+        records, rows, arrivals, elapsed, requests, cpu = [], [], [], 0.0, 0, 0.0
         if before:
             # NOTE: its own rows only: were a sweep stopped between writing a pooled run's
             # records and its result.json, the records file would hold the second part too
@@ -267,6 +267,7 @@ class _Sweep:
             records = records_of(rows)
             arrivals, elapsed = list(before.described.arrival_offsets), before.get("duration")
             requests = before.described.num_prompts
+            cpu = before.described.client_cpu_s  # NOTE: None (not recorded) stays None
         for k in range(first, 2 * first if before else opts.repeats):
             w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
                                  prompts_for(opts, rate))
@@ -277,6 +278,7 @@ class _Sweep:
             arrivals += [elapsed + c.start for c in w.conversations]
             elapsed += run.duration
             requests += w.num_requests
+            cpu = None if cpu is None else cpu + run.cpu_s
         after = _sample(metric_urls)
         delta = after.minus(sample) if sample and after else None
         if before:  # NOTE: counters over both parts, or none when either lacks them
@@ -288,7 +290,7 @@ class _Sweep:
             summarize(records, elapsed, opts.slos, self.pcts), rows,
             # the front end's CPU during this run, summed over instances (None: not reported)
             frontend_cpu=dataclasses.asdict(front) if front else None,
-            metrics=delta.to_json() if delta else None,
+            metrics=delta.to_json() if delta else None, client_cpu_s=cpu,
             topology=p.name, kind=p.kind, request_rate=rate, num_prompts=requests,
             workload=w.name, workload_params=params, emulated=p.emulated,
             arrival_offsets=arrivals, multi_turn=any(len(c.turns) > 1 for c in w.conversations))

@@ -123,6 +123,33 @@ def test_a_client_whose_loop_is_busy_still_times_each_chunk_when_it_arrived():
     assert np.percentile(np.abs(itl_err), 90) * 1000 <= 2.0
 
 
+def test_the_client_reports_the_cpu_its_process_spent_during_the_run():
+    # ground truth: a task on the client's loop that spins 15 ms of every 20
+    w = workload(n=10, out=4, rate=20.0)
+
+    async def with_a_spinning_loop(client):
+        async def spin():
+            while True:
+                end = time.perf_counter() + 0.015
+                while time.perf_counter() < end:
+                    pass
+                await asyncio.sleep(0.005)
+
+        spinning = asyncio.create_task(spin())
+        try:
+            return await client.run(w)
+        finally:
+            spinning.cancel()
+
+    with scripted(ttft_ms=20, itl_ms=20) as url:
+        quiet = asyncio.run(Client(Endpoint(url, "scripted")).run(w))
+        busy = asyncio.run(with_a_spinning_loop(Client(Endpoint(url, "scripted"))))
+    print(f"client CPU: {quiet.cpu_s / quiet.duration:.2f} of a core quiet, "
+          f"{busy.cpu_s / busy.duration:.2f} spinning")
+    assert busy.cpu_s >= 0.4 * busy.duration > 0
+    assert quiet.cpu_s < 0.4 * quiet.duration
+
+
 def test_failed_requests_are_counted_never_dropped():
     with scripted(fail_every=3) as url:
         res = run(url, workload(n=30))
