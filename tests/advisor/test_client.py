@@ -88,6 +88,17 @@ def test_percentiles_match_the_servers_true_schedule_with_100_streams_in_flight(
     assert stats.kstest(gaps, "expon", args=(0, 1 / 55.0)).pvalue > 0.01
 
 
+def run_beside(client: Client, w, hog) -> object:
+    """client.run(w) with the coroutine `hog()` running on the same loop meanwhile."""
+    async def both():
+        hogging = asyncio.create_task(hog())
+        try:
+            return await client.run(w)
+        finally:
+            hogging.cancel()
+    return asyncio.run(both())
+
+
 def test_a_client_whose_loop_is_busy_still_times_each_chunk_when_it_arrived():
     # NOTE: the client's own event loop is blocked 15 ms at a time, as by a slow callback
     # or a paused core. Chunk times come from the kernel's receive stamps, so the client's
@@ -95,20 +106,13 @@ def test_a_client_whose_loop_is_busy_still_times_each_chunk_when_it_arrived():
     # up to 15 ms.
     w = workload(n=20, out=6, rate=20.0)
 
-    async def with_a_busy_loop(client):
-        async def hog():
-            while True:
-                time.sleep(0.015)
-                await asyncio.sleep(0.005)
-
-        hogging = asyncio.create_task(hog())
-        try:
-            return await client.run(w)
-        finally:
-            hogging.cancel()
+    async def hog():
+        while True:
+            time.sleep(0.015)
+            await asyncio.sleep(0.005)
 
     with scripted(ttft_ms=50, itl_ms=20) as url:
-        res = asyncio.run(with_a_busy_loop(Client(Endpoint(url, "scripted"))))
+        res = run_beside(Client(Endpoint(url, "scripted")), w, hog)
         truth = sorted((g["timing"] for g in received(url)), key=lambda t: t["arrived"])
     recs = sorted(res.records, key=lambda r: r.sent)
     assert all(r.ok for r in recs) and len(recs) == len(truth) == 20
@@ -127,23 +131,16 @@ def test_the_client_reports_the_cpu_its_process_spent_during_the_run():
     # ground truth: a task on the client's loop that spins 15 ms of every 20
     w = workload(n=10, out=4, rate=20.0)
 
-    async def with_a_spinning_loop(client):
-        async def spin():
-            while True:
-                end = time.perf_counter() + 0.015
-                while time.perf_counter() < end:
-                    pass
-                await asyncio.sleep(0.005)
-
-        spinning = asyncio.create_task(spin())
-        try:
-            return await client.run(w)
-        finally:
-            spinning.cancel()
+    async def spin():
+        while True:
+            end = time.perf_counter() + 0.015
+            while time.perf_counter() < end:
+                pass
+            await asyncio.sleep(0.005)
 
     with scripted(ttft_ms=20, itl_ms=20) as url:
         quiet = asyncio.run(Client(Endpoint(url, "scripted")).run(w))
-        busy = asyncio.run(with_a_spinning_loop(Client(Endpoint(url, "scripted"))))
+        busy = run_beside(Client(Endpoint(url, "scripted")), w, spin)
     print(f"client CPU: {quiet.cpu_s / quiet.duration:.2f} of a core quiet, "
           f"{busy.cpu_s / busy.duration:.2f} spinning")
     assert busy.cpu_s >= 0.4 * busy.duration > 0
