@@ -110,7 +110,7 @@ def prefill_rounds(llm: LLM, n: int, dtype: torch.dtype) -> list[tuple[float, fl
     vocab = llm.config.vocab_size
     params = SamplingParams(max_tokens=1, temperature=0.0)
     prompts = [[rng.randrange(3, vocab) for _ in range(n)] for _ in range(ROUNDS + 1)]
-    proj, = gemm_steps(llm, n, dtype, head=False)[:1]  # prefill-sized: torch's kernel
+    proj = gemm_steps(llm, n, dtype, head=False)[0]  # prefill-sized: torch's kernel
     attn = attention_matmuls(llm, n, dtype)
     llm.generate([prompts[-1]], params)  # warm-up
     proj()
