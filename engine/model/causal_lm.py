@@ -13,7 +13,7 @@ from torch import nn
 from engine.core.config import ModelConfig
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.kv_cache import KVCache
-from engine.model.linear import SMALL_BATCH, Linear, can_gate, gated, linear, pack
+from engine.model.linear import SMALL_BATCH, Linear, can_gate, gated, linear, pack, warm
 
 NORM_CHUNK = 1 << 17  # elements a norm takes per pass: 128 tokens of a 1024-wide model
 
@@ -174,6 +174,7 @@ class CausalLM(nn.Module):
             if isinstance(module, (Linear, MLP)):
                 module.pack_weights()
         self._head_packed = pack(self.embed_tokens.weight) if self.lm_head is None else None
+        warm(self.embed_tokens.weight, None, self._head_packed)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [N, D] -> logits: [N, vocab] in float32

@@ -76,6 +76,28 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return torch.ops.mkldnn._linear_pointwise(_padded(x), packed, bias, "none", [], "")[:n]
 
 
+def packed_rows(dtype: torch.dtype) -> list[int]:
+    """Every row count the packed kernel runs at: `rows_for` of 1..SMALL_BATCH rows."""
+    skip = _SKIP_32 and dtype == torch.bfloat16
+    return sorted({rows_for(n, skip) for n in range(1, SMALL_BATCH + 1)})
+
+
+def warm(weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None) -> None:
+    """Run `linear` once at every row count the packed kernel runs at, so that oneDNN
+    builds each of its kernels now instead of inside a step.
+
+    # NOTE: oneDNN compiles a kernel per row count on its first call: 1-5 ms more per
+    # weight at 4-128 rows (Xeon, bfloat16, one of `small`'s MLP weights, with the
+    # allocator already warm), so a step whose batch first reached a row count stalled
+    # every running request by ~20-80 ms over `small`'s 17 weights, in whichever measured
+    # run first reached it. ~0.2 s per engine start."""
+    if packed is None:
+        return
+    for rows in packed_rows(weight.dtype):
+        linear(torch.zeros(rows, weight.shape[1], dtype=weight.dtype, device=weight.device),
+               weight, bias, packed)
+
+
 def _padded(x: torch.Tensor) -> torch.Tensor:
     """x: [T, in] -> [rows_for(T), in], zero rows below (the real rows' results do not
     depend on them)."""
@@ -106,8 +128,10 @@ class Linear(nn.Linear):
     packed: torch.Tensor | None = None
 
     def pack_weights(self) -> None:
-        """Lay the current weight out for small batches; call again after changing it."""
+        """Lay the current weight out for small batches (and build its kernels: `warm`);
+        call again after changing it."""
         self.packed = pack(self.weight)
+        warm(self.weight, self.bias, self.packed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.packed)

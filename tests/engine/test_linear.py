@@ -37,6 +37,8 @@ def test_packed_linear_matches_f_linear(dtype, tol, rows):
 def test_large_batches_and_unpackable_weights_use_f_linear(monkeypatch):
     layer = Linear(16, 8, bias=False)
     layer.pack_weights()
+    half = Linear(16, 8, bias=False).to(torch.bfloat16)
+    half.pack_weights()
     calls = []
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
                         lambda *a: calls.append(a[0].shape[0]) or a[0].new_zeros(a[0].shape[0], 8),
@@ -45,8 +47,6 @@ def test_large_batches_and_unpackable_weights_use_f_linear(monkeypatch):
     layer(torch.randn(packed_linear.GEMV_ROWS, 16))  # a float32 vector: torch's GEMV
     assert layer(torch.randn(3, 16)).shape == (3, 8)
     assert calls == ([4] if layer.packed is not None else [])  # 3 rows run padded to 4
-    half = Linear(16, 8, bias=False).to(torch.bfloat16)
-    half.pack_weights()
     half(torch.randn(1, 16, dtype=torch.bfloat16))  # bfloat16 packs at every decode batch
     assert calls[1:] == ([1] if half.packed is not None else [])
     assert pack(torch.zeros(4, 4, dtype=torch.float16)) is None
@@ -66,6 +66,22 @@ def test_packed_rows_come_in_a_few_sizes_and_padding_leaves_the_real_rows_alone(
     x = torch.randn(40, 64)
     assert torch.equal(layer(x[:37]), layer(x[:37]))  # one shape per size: deterministic
     assert torch.allclose(layer(x[:37]), F.linear(x[:37], layer.weight), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packing_builds_the_kernel_of_every_row_count_a_batch_will_run_at(monkeypatch, dtype):
+    seen = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
+                        lambda *a: seen.append(a[0].shape[0]) or real(*a), raising=False)
+    layer = Linear(16, 8, bias=True).to(dtype)
+    layer.pack_weights()
+    if layer.packed is None:
+        pytest.skip("no packed kernel in this torch build")
+    built, seen[:] = set(seen), []
+    for n in range(1, SMALL_BATCH + 1):
+        layer(torch.randn(n, 16, dtype=dtype))
+    assert set(seen) <= built and len(built) <= 12  # nothing new is built inside a step
 
 
 def test_prefill_sized_rows_come_in_at_most_eight_sizes_per_octave():
