@@ -14,10 +14,9 @@ from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
 from advisor.measure.client import CHAT, COMPLETIONS, Endpoint
-from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import served_model
-from advisor.measure.run import measure, progress_bars, record_row, records_of
-from advisor.measure.stats import parse_percentiles, summarize
+from advisor.measure.run import progress_bars
+from advisor.measure.stats import parse_percentiles
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult
@@ -31,12 +30,11 @@ from advisor.sweep.options import (
     DEFAULT_SLO,
     FALLBACK_START,
     SweepOptions,
-    prompts_for,
     seed_for,
 )
 from advisor.sweep.placements import Placement
+from advisor.sweep.rate_run import run_rate
 from advisor.sweep.rate_search import (
-    TOPPED_UP,
     Outcome,
     SearchPlan,
     grid_of,
@@ -54,8 +52,6 @@ from engine.serve.launch import launch
 
 REQUEST_TIMEOUT_S = 180.0
 URL_CONTEXT = 32768  # a real deployment's context, for sizing calibration prompts
-REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rate's
-# (as has a run where more than half the requests failed)
 
 
 def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
@@ -250,50 +246,11 @@ class _Sweep:
 
     def _run_one(self, url: str, metric_urls: list[str], p: Placement, rate: float,
                  before: RunResult | None = None) -> RunResult:
-        """One rate: `repeats` runs back to back (each its own seed), pooled into one result
-        whose records and arrivals follow each other on one timeline. With `before` (this
-        rate's run, read with its records): as many repeats again after its own, pooled with
-        it (`rate_search.top_up`)."""
-        opts = self.opts
+        """`p` at `rate` (advisor.sweep.rate_run); with `before`, measured again."""
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s"
                          + (" again" if before else ""))
-        first = before.described.workload_params.get("repeats", 1) if before else 0
-        sample = _sample(metric_urls)
-        records, rows, arrivals, elapsed, requests, cpu = [], [], [], 0.0, 0, 0.0
-        if before:
-            # NOTE: its own rows only: were a sweep stopped between writing a pooled run's
-            # records and its result.json, the records file would hold the second part too
-            rows = before.records[:before.get("num_requests")]
-            records = records_of(rows)
-            arrivals, elapsed = list(before.described.arrival_offsets), before.get("duration")
-            requests = before.described.num_prompts
-            cpu = before.described.client_cpu_s  # NOTE: None (not recorded) stays None
-        for k in range(first, 2 * first if before else opts.repeats):
-            w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
-                                 prompts_for(opts, rate))
-            run = measure(self._endpoint(url, w.chat), w, bars=self.bars,
-                          label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""))
-            records += run.records
-            rows += [record_row(r, run.start - elapsed) for r in run.records]
-            arrivals += [elapsed + c.start for c in w.conversations]
-            elapsed += run.duration
-            requests += w.num_requests
-            cpu = None if cpu is None else cpu + run.cpu_s
-        after = _sample(metric_urls)
-        delta = after.minus(sample) if sample and after else None
-        if before:  # NOTE: counters over both parts, or none when either lacks them
-            metrics = before.described.metrics
-            delta = Sample.from_json(metrics).plus(delta) if delta and metrics else None
-        front = frontend_of(delta) if delta else None
-        params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {})}
-        return RunResult.of(
-            summarize(records, elapsed, opts.slos, self.pcts), rows,
-            # the front end's CPU during this run, summed over instances (None: not reported)
-            frontend_cpu=dataclasses.asdict(front) if front else None,
-            metrics=delta.to_json() if delta else None, client_cpu_s=cpu,
-            topology=p.name, kind=p.kind, request_rate=rate, num_prompts=requests,
-            workload=w.name, workload_params=params, emulated=p.emulated,
-            arrival_offsets=arrivals, multi_turn=any(len(c.turns) > 1 for c in w.conversations))
+        return run_rate(self.opts, lambda chat: self._endpoint(url, chat), metric_urls, p, rate,
+                        self.pcts, self.bars, before)
 
     def _endpoint(self, url: str, chat: bool) -> Endpoint:
         """Where requests go; the model as given for a deployment (nothing is asked), else
@@ -320,11 +277,3 @@ def _collocated(opts: SweepOptions) -> int:
     deployment's own replicas are unknown here)."""
     tops = [q.topology for q in opts.validate() if q.kind == "collocated" and q.topology]
     return tops[0].replicas if tops else 1
-
-
-def _sample(urls: list[str]) -> Sample | None:
-    """The instances' counters now (None: no metrics, or unreadable this time)."""
-    try:
-        return read(scrape_text(urls, timeout_s=10)) if urls else None
-    except (OSError, ValueError):
-        return None

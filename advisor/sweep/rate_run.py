@@ -1,0 +1,72 @@
+"""One rate of a sweep, measured: `repeats` runs back to back (each its own seed) pooled
+into one result whose records and arrivals follow each other on one timeline; or a stored
+run measured again with as many repeats more and pooled with it (`rate_search.top_up`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from advisor.measure.client import Endpoint
+from advisor.measure.prom import Sample, frontend_of, read, scrape_text
+from advisor.measure.run import measure, record_row, records_of
+from advisor.measure.stats import summarize
+from advisor.rundata.result import RunResult
+from advisor.sweep.options import SweepOptions, prompts_for, seed_for
+from advisor.sweep.placements import Placement
+from advisor.sweep.rate_search import TOPPED_UP
+
+REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rate's
+
+
+def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_urls: list[str],
+             p: Placement, rate: float, pcts: list[float], bars,
+             before: RunResult | None = None) -> RunResult:
+    """`p` at `rate` through `endpoint(chat)`, its instances' counters read from
+    `metric_urls` around it; with `before` (this rate's run, read with its records), as
+    many repeats again after its own, pooled with it."""
+    first = before.described.workload_params.get("repeats", 1) if before else 0
+    sample = _sample(metric_urls)
+    records, rows, arrivals, elapsed, requests, cpu = [], [], [], 0.0, 0, 0.0
+    if before:
+        # NOTE: its own rows only: were a sweep stopped between writing a pooled run's
+        # records and its result.json, the records file would hold the second part too
+        rows = before.records[:before.get("num_requests")]
+        records = records_of(rows)
+        arrivals, elapsed = list(before.described.arrival_offsets), before.get("duration")
+        requests = before.described.num_prompts
+        cpu = before.described.client_cpu_s  # NOTE: None (not recorded) stays None
+    for k in range(first, 2 * first if before else opts.repeats):
+        w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
+                             prompts_for(opts, rate))
+        run = measure(endpoint(w.chat), w, bars=bars,
+                      label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""))
+        records += run.records
+        rows += [record_row(r, run.start - elapsed) for r in run.records]
+        arrivals += [elapsed + c.start for c in w.conversations]
+        elapsed += run.duration
+        requests += w.num_requests
+        cpu = None if cpu is None else cpu + run.cpu_s
+    after = _sample(metric_urls)
+    delta = after.minus(sample) if sample and after else None
+    if before:  # NOTE: counters over both parts, or none when either lacks them
+        metrics = before.described.metrics
+        delta = Sample.from_json(metrics).plus(delta) if delta and metrics else None
+    front = frontend_of(delta) if delta else None
+    params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {})}
+    return RunResult.of(
+        summarize(records, elapsed, opts.slos, pcts), rows,
+        # the front end's CPU during this run, summed over instances (None: not reported)
+        frontend_cpu=dataclasses.asdict(front) if front else None,
+        metrics=delta.to_json() if delta else None, client_cpu_s=cpu,
+        topology=p.name, kind=p.kind, request_rate=rate, num_prompts=requests,
+        workload=w.name, workload_params=params, emulated=p.emulated,
+        arrival_offsets=arrivals, multi_turn=any(len(c.turns) > 1 for c in w.conversations))
+
+
+def _sample(urls: list[str]) -> Sample | None:
+    """The instances' counters now (None: no metrics, or unreadable this time)."""
+    try:
+        return read(scrape_text(urls, timeout_s=10)) if urls else None
+    except (OSError, ValueError):
+        return None
