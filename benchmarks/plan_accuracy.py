@@ -5,7 +5,8 @@
 2. Fits the simulator to the default sweep (`advisor plan --calibrate`) and predicts both
    sweeps' runs, request for request; the short-chat one was not used to fit.
 3. Prints predicted beside measured median TTFT and p99 ITL per placement and rate, the
-   ratio, whether it is within 20% (goal: at each rate below collapse), and each side's
+   ratio, whether it is within 20% (goal: at each rate below collapse), the host's cores
+   the measured run kept busy (marked "host full" where the report marks it), and each side's
    max-goodput ordering of the placements (goal: the same). Beside each measured figure,
    its bootstrap 95% interval: a row whose predictions miss 20% but fall inside those is
    marked "within noise" (the run's own chance could put its figure there), and counted
@@ -30,6 +31,7 @@ from advisor.plan.loadfit import below_collapse
 from advisor.plan.simulate import simulate
 from advisor.probe.shapes import shape_of
 from advisor.rundata.rundir import RunDir
+from reports.model import BUSY_SHARE
 from workloads.presets import preset_spec
 
 WITHIN = 0.2
@@ -54,11 +56,12 @@ def ordering(run_dir: str) -> str:
     return out
 
 
-def table(title: str, rec: dict, slo) -> tuple[int, int, int]:
-    """Print predicted against measured; (rows within 20% on both, rows where each figure is
-    within 20% or inside the measurement's bootstrap 95% interval, rows below collapse:
-    measured p99 ITL within twice its SLO and median TTFT within its SLO, as the fit has
-    them)."""
+def table(title: str, rec: dict, slo, cores: int | None) -> tuple[int, int, int]:
+    """Print predicted against measured, with the host's cores each measured run kept busy
+    (of `cores`; "host full" from BUSY_SHARE of them: the simulation has no term for a
+    full host); (rows within 20% on both, rows where each figure is within 20% or inside
+    the measurement's bootstrap 95% interval, rows below collapse: measured p99 ITL within
+    twice its SLO and median TTFT within its SLO, as the fit has them)."""
     print(f"\n{title}")
     print(f"  {'placement':>14} {'rate':>6}  {'median TTFT ms: pred / meas [95%]':>38}  "
           f"{'p99 ITL ms: pred / meas [95%]':>36}")
@@ -80,7 +83,11 @@ def table(title: str, rec: dict, slo) -> tuple[int, int, int]:
             noise += near
         mark = "collapsed" if collapsed else ("within 20%" if good else
                                               "within noise" if near else "off")
-        print(f"  {r['placement']:>14} {r['rate']:6.3g}  {cells[0]:>38}  {cells[1]:>36}  {mark}")
+        busy = r.get("measured_cores_busy")
+        full = busy is not None and cores and busy >= BUSY_SHARE * cores
+        host = "" if busy is None else f"  cores {busy:.2f}" + (" host full" if full else "")
+        print(f"  {r['placement']:>14} {r['rate']:6.3g}  {cells[0]:>38}  {cells[1]:>36}  "
+              f"{mark}{host}")
     return ok, noise, counted
 
 
@@ -116,7 +123,8 @@ def main() -> None:
         results[title] = (rec, replay or fit_run)
     print("\n==== plan accuracy: the bundled engine on this machine (say which CPU: lscpu) ====")
     for title, (rec, measured) in results.items():
-        ok, noise, counted = table(title, rec, slo[measured])
+        host = RunDir(measured).read_manifest().get("host") or {}
+        ok, noise, counted = table(title, rec, slo[measured], host.get("cpus_usable"))
         print(f"  within 20% on both below collapse: {ok} of {counted} rows; within 20% or "
               f"the measurement's 95% interval: {noise} of {counted}")
         m_order, p_order = ordering(measured), ordering(rec["run_dir"])
