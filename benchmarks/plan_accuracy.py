@@ -31,7 +31,7 @@ from advisor.plan.loadfit import below_collapse
 from advisor.plan.simulate import simulate
 from advisor.probe.shapes import shape_of
 from advisor.rundata.rundir import RunDir
-from reports.model import BUSY_SHARE
+from reports.model import fills_host
 from workloads.presets import preset_spec
 
 WITHIN = 0.2
@@ -58,8 +58,8 @@ def ordering(run_dir: str) -> str:
 
 def table(title: str, rec: dict, slo, cores: int | None) -> tuple[int, int, int]:
     """Print predicted against measured, with the host's cores each measured run kept busy
-    (of `cores`; "host full" from BUSY_SHARE of them: the simulation has no term for a
-    full host); (rows within 20% on both, rows where each figure is within 20% or inside
+    (of `cores`; "host full" where the report marks the run: the simulation has no term
+    for a full host); (rows within 20% on both, rows where each figure is within 20% or inside
     the measurement's bootstrap 95% interval, rows below collapse: measured p99 ITL within
     twice its SLO and median TTFT within its SLO, as the fit has them)."""
     print(f"\n{title}")
@@ -84,7 +84,7 @@ def table(title: str, rec: dict, slo, cores: int | None) -> tuple[int, int, int]
         mark = "collapsed" if collapsed else ("within 20%" if good else
                                               "within noise" if near else "off")
         busy = r.get("measured_cores_busy")
-        full = busy is not None and cores and busy >= BUSY_SHARE * cores
+        full = fills_host(busy, cores)
         host = "" if busy is None else f"  cores {busy:.2f}" + (" host full" if full else "")
         print(f"  {r['placement']:>14} {r['rate']:6.3g}  {cells[0]:>38}  {cells[1]:>36}  "
               f"{mark}{host}")

@@ -102,12 +102,17 @@ def busy_host(data: ReportData) -> int | None:
     return (m.get("host") or {}).get("cpus_usable")
 
 
+def fills_host(busy: float | None, cores: int | None) -> bool:
+    """Whether `busy` cores (RunResult.host_cores_busy) are BUSY_SHARE of the host's
+    `cores` or more (False when either is unknown)."""
+    return busy is not None and bool(cores) and busy >= BUSY_SHARE * cores
+
+
 def _cores(run: RunResult, cores: int | None) -> tuple[str, bool]:
     """The run's CPU cores busy as "instances + client" and whether it kept at least
     BUSY_SHARE of the host's `cores` busy."""
     engines, client = run.cores_busy()
-    busy = bool(cores) and engines is not None and client is not None \
-        and engines + client >= BUSY_SHARE * cores
+    busy = fills_host(run.host_cores_busy(), cores)
     return f"{fmt(engines)} + {fmt(client)}" + (" *" if busy else ""), busy
 
 

@@ -147,11 +147,9 @@ def _row(name: str, measured, predicted) -> dict:
     run has them): how far a prediction could be off by the measurement's own chance."""
     keys = ("median_ttft_ms", "p99_itl_ms", "p50_itl_ms", "slo_attainment")
     ci = measured.get("ci95") or {}
-    engines, client = measured.cores_busy()
     return {"placement": name, "rate": measured.rate,
-            # the host's cores the measured run kept busy (the client's where recorded),
-            # which the simulation does not model
-            "measured_cores_busy": None if engines is None else engines + (client or 0.0),
+            # the host's cores the measured run kept busy, which the simulation does not model
+            "measured_cores_busy": measured.host_cores_busy(),
             **{f"measured_{k}": measured.get(k) for k in keys},
             **{f"predicted_{k}": predicted.get(k) for k in keys},
             **{f"measured_{k}_ci95": ci[k] for k in keys if k in ci}}

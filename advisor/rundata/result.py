@@ -81,6 +81,12 @@ class RunResult:
         return tuple(None if s is None or seconds <= 0 else s / seconds
                      for s in (engines, client))
 
+    def host_cores_busy(self) -> float | None:
+        """The instances' cores busy plus the client's where recorded (at least what the
+        run kept busy); None when the instances' CPU was not recorded."""
+        engines, client = self.cores_busy()
+        return None if engines is None else engines + (client or 0.0)
+
     def get(self, key: str, default=None):
         """A statistic or a described field by its result.json name."""
         if key in self.stats:
