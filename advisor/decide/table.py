@@ -31,6 +31,7 @@ class Thresholds:
     bursty_cv: float = 2.0  # coefficient of variation of inter-arrival gaps (Poisson = 1)
     goodput_margin: float = 0.10  # measured goodputs within 10% of each other are a tie
     late_turn_ttft_cut: float = 0.20  # bidirectional P/D must cut a late turn's TTFT this much
+    host_slowed: float = 1.5  # the runs' decode steps over the calibrated ones: the host slowed
 
 
 @dataclass
@@ -142,13 +143,14 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     return rows
 
 
-def unreachable(ev: Evidence) -> tuple[str, bool] | None:
+def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] | None:
     """Why no placement can be recommended at this SLO, naming the binding metric and its
     floor and what to change, and whether that is the floor (then nothing could be measured
     against it); None when a measurement (or the lack of one) says otherwise.
 
     Either the calibrated floor (one request alone) already misses the SLO, or no placement
-    met it at any rate tried.
+    met it at any rate tried; then, where the runs' decode steps ran `t.host_slowed` times
+    the calibrated ones or slower, that the host slowed down after its calibration.
     """
     slo = {"ttft": ev.slo.ttft_ms, "itl": ev.slo.itl_ms}
     cal = ev.calibration
@@ -185,6 +187,9 @@ def unreachable(ev: Evidence) -> tuple[str, bool] | None:
             " the SLO at any rate tried"
         floor_missed = False
         fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
+        if slowed := _slowed(measured, t):
+            facts.append(slowed + ": the SLO and the workload sized for it no longer fit")
+            fixes = {m: "the same sweep again on a steadier host, " + f for m, f in fixes.items()}
     else:
         return None
     change = ", ".join(fixes[m] for m in missed) + ", faster hardware or another dtype (--dtype)"
@@ -288,7 +293,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     c = ev.collocated.max_goodput_rps
     d = ev.disaggregated.max_goodput_rps if ev.disaggregated else None
     comparison = None
-    blocked = unreachable(ev)
+    blocked = unreachable(ev, t)
     if blocked:  # never a placement: measure-first; no row is judged against a floor
         action = "measure-first"
         why.append(blocked[0])
@@ -323,6 +328,8 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
             why.append(f"rule: {row.id} fired")
     if (warning := _history_warning(ev.workload)) is not None:
         why.append(warning)
+    if not blocked and (slowed := _slowed([ev.collocated, ev.disaggregated], t)):
+        why.append(slowed + ": every figure here is from a slower host than the sizing assumed")
     front = next(r for r in rows if r.id == "frontend_cpu_heavy") if rows else None
     if front is not None and (gain := _render_split_reason(front, seen)) is not None:
         why.append(gain)
@@ -344,6 +351,17 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         "calibration": ev.calibration.summary() if ev.calibration else None,
         "simulated": ev.simulated,
     }
+
+
+def _slowed(sides: list, t: Thresholds) -> str | None:
+    """ "the host slowed down ..." where a placement's runs decoded `t.host_slowed` times
+    slower than calibrated, naming the slowest; None otherwise."""
+    worst = max(((p.slowdown, p.placement) for p in sides if p is not None and p.slowdown),
+                default=None)
+    if worst is None or worst[0] < t.host_slowed:
+        return None
+    return (f"the host slowed down after its calibration: at its lowest rate, {worst[1]}'s "
+            f"decode steps took {worst[0]:.1f}x the calibrated ones")
 
 
 def _by(a: float, b: float) -> str:

@@ -43,6 +43,10 @@ class PlacementEvidence:
     attainment_ci: list | None = None  # bootstrap 95% intervals at rate_rps
     median_ttft_ci_ms: list | None = None
     p99_itl_ci_ms: list | None = None
+    # the median ITL at its lowest rate against the calibrated decode step at the batch it
+    # ran (advisor.sweep.evidence.decode_slowdown): over 1, the host ran slower than when
+    # calibrated; null without a calibration
+    slowdown: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,9 @@ class Calibration:
     wake_extra_ms: tuple = ()
     wake_prompt_tokens: tuple = ()
     wake_host: str | None = None  # the host's own wake-up check, where one was made
+    # per batch: the p99 ITL (each request's own, as the SLO counts it) that 9 in 10
+    # unloaded requests stayed within; empty in runs before it was recorded
+    tail_ms: tuple = ()
 
     def ttft_at(self, tokens: float) -> float:
         """Unloaded TTFT of a `tokens`-token prompt (ms), from the fit."""
@@ -144,7 +151,10 @@ class Calibration:
     def summary(self) -> str:
         """One line: the unloaded TTFT per prompt length and decode step per batch size."""
         ttft = ", ".join(f"{p} tokens {t:.0f} ms" for p, t in zip(self.prompt_tokens, self.ttft_ms))
-        step = ", ".join(f"batch {b} {t:.1f} ms" for b, t in zip(self.batches, self.step_ms))
+        tails = self.tail_ms or (None,) * len(self.batches)
+        step = ", ".join(f"batch {b} {t:.1f} ms"
+                         + (f" (9 in 10 requests' p99 ITL within {x:.0f})" if x else "")
+                         for b, t, x in zip(self.batches, self.step_ms, tails))
         wake = wake_text(self.wake_curve()[1:])
         if not wake and self.wake_host:
             wake = f"not measured, the host does not slow down after an idle ({self.wake_host})"
@@ -171,6 +181,11 @@ class Calibration:
     def step_at(self, batch: float) -> float:
         """Decode step at `batch` running requests (ms), linear between the measured ones."""
         return float(np.interp(batch, self.batches, self.step_ms))
+
+    def tail_at(self, batch: float) -> float | None:
+        """The unloaded p99 ITL that 9 in 10 requests stayed within at `batch` running
+        requests (ms), linear between the measured ones; None where it was not recorded."""
+        return float(np.interp(batch, self.batches, self.tail_ms)) if self.tail_ms else None
 
 
 @dataclass(frozen=True)

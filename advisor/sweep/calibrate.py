@@ -1,7 +1,9 @@
 """Calibration: the deployed engine's unloaded timings, measured before the rate search.
 
 Unloaded TTFT at a few prompt lengths (fitted as a + b x tokens), the decode step
-(median inter-token gap) at batch 1 and at a larger batch, and what a request pays for
+(median inter-token gap) at batch 1 and at a larger batch with its tail (the p99 ITL,
+each request's own, that TAIL_SHARE of the requests stayed within: a host whose steps
+run slow in bursts shows it here), and what a request pays for
 finding the machine idle (TTFT after a few idle times, beyond its back-to-back TTFT: a
 CPU host's memory runs slower right after an idle, a GPU clocks down), a few seconds in
 all. The sweep sizes its workload from it (advisor.sweep.scale) and compares the SLO with
@@ -38,6 +40,7 @@ STEPS = 24  # decode steps timed per request
 # the line's intercept, what a request pays outside the steps, at 4 ms; another the
 # decode step at one request above the 16-token prompt's whole TTFT)
 ROUNDS = 3
+TAIL_SHARE = 0.9  # the share of unloaded requests whose own p99 ITL the tail covers
 SEED = 7_777_777  # prompts no measured run uses
 # idle before one request of the shortest and one of the longest prompt: the wake-up
 # curve's points. NOTE: the sweep's low rates leave an instance idle for seconds; here the
@@ -80,6 +83,7 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     prompts = [p for p in PROMPTS if p + STEPS < context // 2] or [min(PROMPTS[0], context // 4)]
     firsts: dict[int, list[float]] = {p: [] for p in prompts}
     gaps: dict[int, list[float]] = {1: [], BATCH: []}
+    tails: dict[int, list[float]] = {b: [] for b in gaps}  # each request's own p99 ITL
     # the last run of each figure: where every one failed, the error names its failure
     last_ttft, last_decode = {}, {}
     for i in range(ROUNDS):
@@ -91,7 +95,9 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
             last_decode[b] = run = measure(
                 endpoint, _workload(16, STEPS + 1, b, SEED + 100 + 10 * i + b),
                 label=f"calibrating decode at batch {b}", bars=bars)
-            gaps[b] += [g for r in run.records if (lat := latency(r)) for g in lat.itls]
+            lats = [lat for r in run.records if (lat := latency(r)) and lat.itls]
+            gaps[b] += [g for lat in lats for g in lat.itls]
+            tails[b] += [lat.p99_itl for lat in lats]
     ttft = [_median_ms(firsts[p], last_ttft[p], f"timing TTFT at {p} tokens",
                        endpoint.base_url) for p in prompts]
     steps = [_median_ms(gaps[b], last_decode[b], f"timing decode at batch {b}",
@@ -101,7 +107,10 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     idle = extra = tokens = ()
     if host is None or host.ratio >= NOTABLE:
         idle, extra, tokens = _wake_up(endpoint, [(prompts[i], ttft[i]) for i in ends], bars)
+    # NOTE: only where every batch answered (else _median_ms has raised above)
+    tail = [float(np.quantile(tails[b], TAIL_SHARE)) * 1000 for b in gaps]
     return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=[1, BATCH], step_ms=steps,
+                       tail_ms=tail,
                        prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base),
                        wake_idle_s=idle, wake_extra_ms=extra, wake_prompt_tokens=tokens,
                        wake_host=host.summary() if host else None)

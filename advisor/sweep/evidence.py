@@ -35,8 +35,33 @@ SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "fai
                    "median_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "mean_tpot_ms")
 
 
-def _side(run_dir: RunDir, name: str, outcomes: list[Outcome], rate: float) -> PlacementEvidence:
+def decode_slowdown(records: list[dict], cal: Calibration, decoders: int) -> float | None:
+    """The run's median inter-token gap over the calibrated decode step at the mean number
+    of requests each of its `decoders` decoding engines ran (each request decodes from its
+    first chunk to its last): near 1 where the host ran as fast as when it was calibrated.
+    None when no request streamed two chunks."""
+    spans = [(r["chunks"][0], r["chunks"][-1]) for r in records
+             if r.get("ok") and not r.get("warmup") and len(r.get("chunks") or ()) > 1]
+    if not spans:
+        return None
+    gaps = [b - a for r in records if r.get("ok") and not r.get("warmup")
+            for a, b in zip(r["chunks"], r["chunks"][1:])]
+    wall = max(e for _, e in spans) - min(s for s, _ in spans)
+    running = sum(e - s for s, e in spans) / wall / decoders if wall > 0 else 1.0
+    return float(np.median(gaps)) * 1000 / cal.step_at(max(1.0, running))
+
+
+def _decoders(p) -> int:
+    """How many engines decode `p`'s requests (1 for a deployment at a URL: unknown)."""
+    t = p.topology
+    return 1 if t is None else t.decode if t.mode == "disagg" else t.replicas
+
+
+def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
+          cal: Calibration | None) -> PlacementEvidence:
+    name = p.name
     r = run_dir.read_run(name, rate)
+    lowest = run_dir.read_run(name, min(o.rate for o in outcomes), records=True) if cal else None
     best = max_goodput_rate(outcomes)
     ci = r.get("ci95") or {}
     return PlacementEvidence(
@@ -47,7 +72,8 @@ def _side(run_dir: RunDir, name: str, outcomes: list[Outcome], rate: float) -> P
         max_goodput_is_lower_bound=best > 0 and best == max(o.rate for o in outcomes),
         max_goodput_interval_rps=list(goodput_interval(outcomes)),
         requests_at_rate=r.described.num_prompts, attainment_ci=ci.get("slo_attainment"),
-        median_ttft_ci_ms=ci.get("median_ttft_ms"), p99_itl_ci_ms=ci.get("p99_itl_ms"))
+        median_ttft_ci_ms=ci.get("median_ttft_ms"), p99_itl_ci_ms=ci.get("p99_itl_ms"),
+        slowdown=decode_slowdown(lowest.records or [], cal, _decoders(p)) if lowest else None)
 
 
 def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tuple[float, str]:
@@ -206,14 +232,17 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
                         calibration=calibration)
     lowest = min(grid)
     rate, why = judged_rate({p.name: done[p.name] for p in placements}, opts.operating_rate)
+    def side(p):
+        return _side(run_dir, p, done[p.name], rate, calibration) if p else None
+
     return Evidence(
         slo=slo,
-        collocated=_side(run_dir, col.name, done[col.name], rate) if col else PlacementEvidence(),
-        disaggregated=_side(run_dir, dis.name, done[dis.name], rate) if dis else None,
+        collocated=side(col) or PlacementEvidence(),
+        disaggregated=side(dis),
         kv_transfer=_kv(opts, run_dir, dis or bid, done[(dis or bid).name]) if dis or bid
         else None,
-        bidirectional=_side(run_dir, bid.name, done[bid.name], rate) if bid else None,
-        render_split=_side(run_dir, split.name, done[split.name], rate) if split else None,
+        bidirectional=side(bid),
+        render_split=side(split),
         turns=_turns(run_dir, rate, col, dis, bid),
         workload=_workload(run_dir, lead.name, rate, lowest, calibration,
                            opts.model if opts.bundled else None),

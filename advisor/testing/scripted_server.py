@@ -3,8 +3,9 @@
 Each streamed request gets its first token `ttft_ms` after it arrived and the
 rest every `itl_ms`, on an absolute schedule (no drift); with `wake_ms_per_s`, a
 request that finds the server idle (nothing in flight) for s seconds gets its first
-token s x wake_ms_per_s later still. `fail_every=k` answers every k-th request with
-HTTP 500. No model: each token is "tok" with id = its
+token s x wake_ms_per_s later still; with `stall_ms`, the gap before a stream's middle
+token (of its second, for two) is that much longer, as if one step ran slow. `fail_every=k`
+answers every k-th request with HTTP 500. No model: each token is "tok" with id = its
 position. The bodies it received, with each request's arrival (the kernel's
 receive timestamp) and chunk-write times (time.monotonic()), are kept for
 inspection (`GET /debug/requests`).
@@ -39,6 +40,7 @@ class Script:
     max_tokens: int = 16  # used when a request names none
     fail_every: int = 0
     wake_ms_per_s: float = 0.0
+    stall_ms: float = 0.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -116,7 +118,8 @@ class _Handler(BaseHTTPRequestHandler):
         prompt = body.get("messages") if chat else body.get("prompt")
         usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else 1,
                  "completion_tokens": n, "total_tokens": n + 1}
-        due = lambda k: arrived + (ttft_ms + k * s.itl_ms) / 1000  # noqa: E731
+        due = lambda k: arrived + (ttft_ms + k * s.itl_ms  # noqa: E731
+                                   + (s.stall_ms if k >= max(1, n // 2) else 0.0)) / 1000
         if not body.get("stream"):
             time.sleep(max(0.0, due(n - 1) - time.monotonic()))
             choice = {"message": {"role": "assistant", "content": "tok" * n}} if chat \
@@ -170,9 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--fail-every", type=int, default=0)
     ap.add_argument("--wake-ms-per-s", type=float, default=0.0)
+    ap.add_argument("--stall-ms", type=float, default=0.0)
     a = ap.parse_args(argv)
     sys.setswitchinterval(2e-4)  # a thread due to write must not wait 5 ms for the GIL
-    script = Script(a.ttft_ms, a.itl_ms, a.max_tokens, a.fail_every, a.wake_ms_per_s)
+    script = Script(a.ttft_ms, a.itl_ms, a.max_tokens, a.fail_every, a.wake_ms_per_s,
+                    a.stall_ms)
     server = ScriptedServer(script, a.host, a.port)
     print(f"scripted server ready on http://{a.host}:{a.port}", flush=True)
     try:

@@ -21,6 +21,7 @@ CLIENT_MS = 12.0
 # sleep its own side of a TTFT grew by up to 14 ms (it is in the sweep's figures as well),
 # and by 28.5 ms in CI on 2026-12-01 with the host ~25% slower than that morning
 CLIENT_WAKE_MS = 40.0
+STALL_MS = 40.0  # one slow step in each decode request
 ROUND = 4 + 1 + 8  # requests per calibration round: each prompt length, decode at 1 and 8
 
 
@@ -102,6 +103,21 @@ def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
     assert cal.wake_curve() == () and cal.wake_host == calm.summary()
     assert "TTFT after an idle machine: not measured, the host does not slow down" \
         in cal.summary()
+
+
+def test_the_decode_tail_is_each_requests_own_p99_itl_not_the_median_step():
+    calm = Wakeup(1.0, busy_ms=17.0, after_idle_ms=17.5)
+    with scripted(TTFT_MS, ITL_MS, stall_ms=STALL_MS) as url:
+        cal = calibrate(Endpoint(url, "scripted"), context=4096, host=calm)
+    # every decode request: STEPS gaps of ITL_MS, one of them STALL_MS longer. Its own p99
+    # (linear, as the SLO counts it) lies that share of the way from the one to the other
+    share = (calibration.STEPS - 1) * 0.99 % 1
+    truth = ITL_MS + share * STALL_MS
+    assert cal.step_ms == pytest.approx([ITL_MS, ITL_MS], abs=1.0)  # the median: no stall
+    for tail in cal.tail_ms:
+        assert truth - 1.0 <= tail <= truth + CLIENT_MS
+    assert cal.tail_at(8) == cal.tail_ms[1]
+    assert f"p99 ITL within {cal.tail_ms[1]:.0f})" in cal.summary()
 
 
 @pytest.mark.slow  # a second calibration, ~6 s

@@ -213,6 +213,31 @@ def test_when_the_pooled_figure_meets_the_slo_it_says_the_requests_missing_it_ar
     assert "only 60% of requests met every SLO there, under the 90% needed" in reason
 
 
+def test_a_host_that_slowed_down_after_its_calibration_is_named():
+    # measured here: calibrated at 12.5 ms a step, then every run decoded ~1.9x slower and
+    # neither placement met itl:50 at any rate
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"] = None
+    ev["collocated"].update(max_goodput_rps=0.0, slowdown=1.88, placement="collocated-2")
+    ev["disaggregated"].update(max_goodput_rps=0.0, slowdown=1.96, placement="disagg-1p1d")
+    rec = recommend(ev)
+    assert rec["action"] == "measure-first"
+    reason = rec["reasons"][0]
+    assert "the host slowed down after its calibration: at its lowest rate, disagg-1p1d's " \
+           "decode steps took 2.0x the calibrated ones" in reason
+    assert "To change: the same sweep again on a steadier host" in reason
+    steady = copy.deepcopy(ev)
+    for side in ("collocated", "disaggregated"):
+        steady[side]["slowdown"] = 1.1
+    assert "slowed" not in " ".join(recommend(steady)["reasons"])
+    # a decision made on a slowed host keeps its caveat; the threshold is the user's
+    ev["disaggregated"]["max_goodput_rps"] = 1.0
+    rec = recommend(ev)
+    assert rec["action"] == "disaggregate"
+    assert any("every figure here is from a slower host" in r for r in rec["reasons"])
+    assert not any("slowed" in r for r in recommend(ev, Thresholds(host_slowed=2.5))["reasons"])
+
+
 @pytest.mark.integration
 @pytest.mark.slow  # a whole sweep
 def test_an_unreachable_slo_ends_in_measure_first_with_the_floor_named(tmp_path):

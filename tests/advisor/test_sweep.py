@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from advisor.decide.table import Thresholds
 from tests.advisor.helpers import scripted
 from tests.cli import advisor, advisor_here
 
@@ -132,7 +133,17 @@ def test_default_sweep_reproduces_the_guides_itl_effect_and_says_disaggregate(tm
     ev = json.loads((run / "evidence.json").read_text())
     col, dis = ev["collocated"], ev["disaggregated"]
     assert col["rate_rps"] == dis["rate_rps"] and ev["judged_at"]  # both judged at one rate
-    assert ev["calibration"]["step_ms"][0] > 0 and dis["max_goodput_rps"] > 0
+    assert ev["calibration"]["step_ms"][0] > 0 and len(ev["calibration"]["tail_ms"]) == 2
+    rec = json.loads((run / "recommendation.json").read_text())
+    # NOTE: this VM's speed drifts: one CI run was calibrated at 14 ms a step, then decoded
+    # 1.3-1.6x slower, and P/D missed itl:50 at every rate. The sweep must then say that
+    # the host slowed down, never pick a placement or hide why
+    slowed = max(col["slowdown"], dis["slowdown"]) >= Thresholds().host_slowed
+    if slowed and rec["action"] == "measure-first":
+        assert "the host slowed down after its calibration" in rec["reasons"][0]
+    else:
+        assert dis["max_goodput_rps"] > 0
+        assert rec["action"] == "disaggregate" and rec["calibration"]
     # the guide's effect at the highest rate both ran: collocated ITL tails jump
     rows = list(csv.DictReader((run / "summary.csv").open()))
     rates = {p: {float(r["request_rate"]) for r in rows if r["topology"] == p}
@@ -140,8 +151,6 @@ def test_default_sweep_reproduces_the_guides_itl_effect_and_says_disaggregate(tm
     top = max(rates["collocated-2"] & rates["disagg-1p1d"])
     p99 = {r["topology"]: float(r["p99_itl_ms"]) for r in rows if float(r["request_rate"]) == top}
     assert p99["collocated-2"] >= 1.5 * p99["disagg-1p1d"]
-    rec = json.loads((run / "recommendation.json").read_text())
-    assert rec["action"] == "disaggregate" and rec["calibration"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,37 @@
+"""How much slower a placement's runs decoded than the calibration before them, from the
+records alone: the median inter-token gap over the calibrated step at the batch it ran."""
+
+import pytest
+
+from advisor.rundata.evidence import Calibration
+from advisor.sweep.evidence import decode_slowdown
+
+# steps of 10 ms alone and 24 ms at 8 running requests: 12 ms at 2
+CAL = Calibration([16, 1024], [20.0, 300.0], [1, 8], [10.0, 24.0], 0.28, 15.0)
+
+
+def _record(first: float, gaps_ms: list[float], **extra) -> dict:
+    chunks, t = [first], first
+    for g in gaps_ms:
+        t += g / 1000
+        chunks.append(t)
+    return {"ok": True, "warmup": False, "chunks": chunks, **extra}
+
+
+def test_gaps_are_held_to_the_step_at_the_batch_each_decoder_ran():
+    # two requests decoding side by side on one engine for the whole run: batch 2
+    both = [_record(0.0, [30.0] * 20), _record(0.0, [30.0] * 20)]
+    assert decode_slowdown(both, CAL, decoders=1) == pytest.approx(30 / 12)
+    # the same requests spread over two engines: one each, against the step alone
+    assert decode_slowdown(both, CAL, decoders=2) == pytest.approx(30 / 10)
+    # one after the other on one engine: batch 1
+    apart = [_record(0.0, [10.0] * 20), _record(0.2, [10.0] * 20)]
+    assert decode_slowdown(apart, CAL, decoders=1) == pytest.approx(1.0)
+
+
+def test_warm_up_failed_and_single_chunk_requests_are_left_out():
+    kept = _record(0.0, [20.0] * 10)
+    noise = [_record(0.0, [500.0] * 10, warmup=True), _record(0.0, [500.0] * 10, ok=False),
+             _record(0.0, [])]
+    assert decode_slowdown([kept, *noise], CAL, decoders=1) == pytest.approx(2.0)
+    assert decode_slowdown(noise, CAL, decoders=1) is None
