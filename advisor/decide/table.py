@@ -329,7 +329,14 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     if (warning := _history_warning(ev.workload)) is not None:
         why.append(warning)
     if not blocked and (slowed := _slowed([ev.collocated, ev.disaggregated], t)):
-        why.append(slowed + ": every figure here is from a slower host than the sizing assumed")
+        if comparison is None or not comparison["confidence"].startswith("within noise"):
+            why.append(slowed + ": every figure here is from a slower host than the sizing "
+                       "assumed")
+        else:  # NOTE: a slowed host and a difference within noise: that noise decided
+            why.insert(0, slowed + ", and the goodputs measured are within noise of each "
+                       "other: the comparison cannot be trusted. To change: the same sweep "
+                       f"again on a steadier host (it would have said {action})")
+            action = "measure-first"
     front = next(r for r in rows if r.id == "frontend_cpu_heavy") if rows else None
     if front is not None and (gain := _render_split_reason(front, seen)) is not None:
         why.append(gain)
