@@ -61,7 +61,9 @@ def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
           cal: Calibration | None) -> PlacementEvidence:
     name = p.name
     r = run_dir.read_run(name, rate)
-    lowest = run_dir.read_run(name, min(o.rate for o in outcomes), records=True) if cal else None
+    # NOTE: a simulated run's gaps come from the calibration itself: nothing to compare
+    lowest = run_dir.read_run(name, min(o.rate for o in outcomes), records=True) \
+        if cal and not r.get("simulated") else None
     best = max_goodput_rate(outcomes)
     ci = r.get("ci95") or {}
     return PlacementEvidence(

@@ -182,6 +182,9 @@ def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
                          report=False)
     assert rec["simulated"].startswith("simulated by advisor plan --calibrate")
     assert not list(Path(rec["run_dir"]).glob("report*"))  # report=False: none drawn
+    # a simulated run's gaps come from the calibration: no host slowed down in them
+    ev = json.loads((Path(rec["run_dir"]) / "evidence.json").read_text())
+    assert ev["collocated"]["slowdown"] is None and ev["disaggregated"]["slowdown"] is None
     assert len(rec["compare"]) == 6
     for row in rec["compare"]:
         for k in ("median_ttft_ms", "p99_itl_ms"):
