@@ -22,9 +22,8 @@ calibrate.BATCH running requests, or to the unloaded tail there (the p99 ITL tha
 requests stayed within) where that is wider: on a host whose steps run 2-4x slower in
 bursts every second or two (measured here, even in a pure-Python loop), a request's p99
 over a few dozen gaps is its slowest one, and an SLO under it fails both placements at
-every rate. The TTFT SLO is widened to fit the
-smallest prompt. Every choice is written down (Sizing.notes) for the manifest, the console
-and the report.
+every rate. The TTFT SLO is widened to fit the smallest prompt. Every choice is written
+down (Sizing.notes) for the manifest, the console and the report.
 """
 
 from __future__ import annotations
