@@ -76,8 +76,8 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     if scale is not None and output_scale is None:  # a given scale shrinks outputs alike
         output_scale = scale
     step, tail = cal.step_at(BATCH), cal.tail_at(BATCH) or 0.0
-    if widen_slo and max(ITL_HEADROOM * step, tail) > slos["itl"]:
-        itl = math.ceil(max(ITL_HEADROOM * step, tail) / 10) * 10
+    if widen_slo and (need := max(ITL_HEADROOM * step, tail)) > slos["itl"]:
+        itl = math.ceil(need / 10) * 10
         why = (f"{ITL_HEADROOM:g}x the unloaded decode step at {BATCH} running requests "
                f"({step:.0f} ms here)") if ITL_HEADROOM * step >= tail else (
             f"unloaded at {BATCH} running requests, 1 in 10 requests had a p99 ITL over "
