@@ -234,7 +234,27 @@ def test_a_placement_measured_only_past_collapse_takes_the_jitter_fitted_below_i
     assert col["measured_p99_itl_ms"] > 2 * 100  # past collapse, as meant
     fitted = re.search(r"disagg-1p1d: .*jitter ([0-9.]+) \(at 1 req/s\)", rec["simulated"])
     assert float(fitted[1]) == pytest.approx(truth, abs=0.03), rec["simulated"]
-    assert f"(at 3 req/s), jitter {fitted[1]} (as fitted below collapse)" in rec["simulated"]
+    assert f"(at 3 req/s), jitter {fitted[1]} (the host's, fitted where its noise showed)" \
+        in rec["simulated"]
+
+
+@pytest.mark.slow  # fits and replays a sweep, ~8 s
+def test_a_placement_whose_stalls_alone_reach_its_p99_takes_the_hosts_jitter(tmp_path):
+    """Below collapse too, collocated's p99 ITL can be a prompt's stall: the fit finds no
+    room for noise there (jitter 0), which says nothing of the host's. Replayed on short
+    prompts, that 0 put collocated's p99 ITL at half the measured."""
+    truth = 0.2
+    measured = _measured_sweep(tmp_path / "measured", collocated_prefill=2.0, jitter=truth,
+                               collocated_rates=(3.0, 6.0))
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
+                         report=False)
+    col = [r for r in rec["compare"] if r["placement"] == "collocated-2"]
+    assert all(100 < r["measured_p99_itl_ms"] <= 2 * 100 for r in col)  # stalls, below collapse
+    fitted = re.search(r"collocated-2: .*?jitter ([0-9.]+) \(([^)]*)\)", rec["simulated"])
+    assert float(fitted[1]) == pytest.approx(truth, abs=0.03), rec["simulated"]
+    assert fitted[2] == "the host's, fitted where its noise showed"
+    for row in col:
+        assert row["predicted_p99_itl_ms"] == pytest.approx(row["measured_p99_itl_ms"], rel=0.06)
 
 
 def test_calibrate_needs_a_bundled_sweeps_calibration(tmp_path):
