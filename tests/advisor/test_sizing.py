@@ -57,22 +57,27 @@ def test_a_default_slo_too_tight_for_this_machine_is_widened_and_says_why():
     assert any("ITL SLO widened from 50" in n and "118 ms here" in n for n in wide.notes)
 
 
-def test_a_default_itl_slo_under_the_hosts_own_jitter_is_widened_to_the_unloaded_tail():
+def test_a_default_itl_slo_under_the_hosts_own_jitter_is_widened_past_the_unloaded_tail():
     # steps of 29 ms at batch 8, but 1 in 10 unloaded requests had one of ~76 ms (measured
     # here on a host whose steps ran 2-4x slower in bursts): P/D missed itl:50 at every rate
     jittery = Calibration([64, 256, 1024], [40, 110, 420], [1, 8], [23.0, 29.0], 0.4, 9.0,
                           "bfloat16", tail_ms=(46.0, 76.0))
     wide = sizing.size("long-prompt", SLO, jittery, context=16384, widen_slo=True)
-    assert dict(x.split(":") for x in wide.slo)["itl"] == "80"  # the tail, to 10 ms up
-    assert any("ITL SLO widened from 50 to 80 ms" in n and "over 76 ms" in n and "jitter" in n
-               for n in wide.notes)
+    # the tail with a quarter to spare (95 ms), to 10 ms up: at the tail itself an unloaded
+    # decoder would meet the SLO for 9 requests in 10, the attainment target, and no more
+    assert dict(x.split(":") for x in wide.slo)["itl"] == "100"
+    assert any("ITL SLO widened from 50 to 100 ms" in n and "1.25x the unloaded tail" in n
+               and "over 76 ms" in n and "jitter" in n for n in wide.notes)
     # the experiment is sized for the SLO it runs: prefills still stall decodes past it
-    assert jittery.ttft_at(wide.prompt_tokens) >= 2.2 * 80
+    assert jittery.ttft_at(wide.prompt_tokens) >= 2.2 * 100
     assert sizing.size("long-prompt", SLO, jittery, context=16384).slo == ("ttft:2000", "itl:50")
-    # a calm host's tail under the SLO changes nothing
-    calm = dataclasses.replace(jittery, tail_ms=(30.0, 44.0))
+    # a calm host's tail well under the SLO changes nothing; one a tenth under it does
+    calm = dataclasses.replace(jittery, tail_ms=(30.0, 38.0))
     assert sizing.size("long-prompt", SLO, calm, context=16384, widen_slo=True).slo == (
         "ttft:2000", "itl:50")
+    near = dataclasses.replace(jittery, tail_ms=(30.0, 45.0))
+    assert sizing.size("long-prompt", SLO, near, context=16384, widen_slo=True).slo == (
+        "ttft:2000", "itl:60")
 
 
 def test_given_scales_are_kept():
