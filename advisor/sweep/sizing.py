@@ -84,10 +84,11 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     if scale is not None and output_scale is None:  # a given scale shrinks outputs alike
         output_scale = scale
     step, tail = cal.step_at(BATCH), cal.tail_at(BATCH) or 0.0
-    if widen_slo and (need := max(ITL_HEADROOM * step, TAIL_HEADROOM * tail)) > slos["itl"]:
-        itl = math.ceil(need / 10) * 10
+    by_step, by_tail = ITL_HEADROOM * step, TAIL_HEADROOM * tail
+    if widen_slo and max(by_step, by_tail) > slos["itl"]:
+        itl = math.ceil(max(by_step, by_tail) / 10) * 10
         why = (f"{ITL_HEADROOM:g}x the unloaded decode step at {BATCH} running requests "
-               f"({step:.0f} ms here)") if ITL_HEADROOM * step >= TAIL_HEADROOM * tail else (
+               f"({step:.0f} ms here)") if by_step >= by_tail else (
             f"{TAIL_HEADROOM:g}x the unloaded tail: at {BATCH} running requests, 1 in 10 "
             f"requests had a p99 ITL over {tail:.0f} ms here against a median step of "
             f"{step:.0f} ms: this host's own jitter")
