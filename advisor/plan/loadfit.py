@@ -179,6 +179,12 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
         if target:
             pre = _solve(lambda x: _figures(system(col.placement, scaled(engine, x, 1.0)), col)[0],
                          0.25, 4.0, target)
+
+    def own_jitter(name: str, dec: float, k: float, low) -> float:
+        spec = scaled(engine, pre, dec)
+        return _jitter_for(lambda j: system(name, dataclasses.replace(spec, jitter=j), k), low,
+                           low.get("p99_itl_ms") or 0.0)
+
     systems, notes, fits = {}, {}, {}
     calm = {n: _calm(lowest.get(n), slo) for n in names}
     for name in names:
@@ -192,22 +198,21 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
         rows = [r for r in measured if r.placement == name and _calm(r, slo)]
         k, dec = _contention(lambda x, d, n=name: system(n, scaled(engine, pre, d), x), low,
                              rows, dec) if low.get("p50_itl_ms") else (0.0, dec)
-        spec = scaled(engine, pre, dec)
-        jitter = _jitter_for(lambda j, n=name, e=spec, x=k: system(n, dataclasses.replace(
-            e, jitter=j), x), low, low.get("p99_itl_ms") or 0.0)
-        fits[name] = (low, rows, dec, k, jitter)
+        fits[name] = (low, rows, dec, k, own_jitter(name, dec, k, low) if calm[name] else None)
     # NOTE: past collapse, p99 ITL is the stalls' (a prompt's steps) and leaves no room for
     # noise; below it, a jitter of 0 says only that the stalls alone already reach the p99
     # (collocated's at a long prompt's lowest rate). The host's own noise is the jitter
     # fitted where it showed: a placement that cannot show it takes that one (over the day's
     # six sweep pairs, short-chat's collocated p99 ITL was 0.52-0.73x the measured at the
     # lowest rates with the jitter 0 it fitted on the long prompts).
-    shown = [fit[-1] for name, fit in fits.items() if calm[name] and fit[-1] > 0]
+    shown = [fit[-1] for fit in fits.values() if fit[-1]]
     host = float(np.median(shown)) if shown else None
     for name, (low, rows, dec, k, jitter) in fits.items():
         fitted_at = f"at {low.rate:g} req/s"
-        if host is not None and (not calm[name] or jitter == 0):
+        if host is not None and not jitter:
             jitter, fitted_at = host, "the host's, fitted where its noise showed"
+        elif jitter is None:  # past collapse, and no placement ran calm: its own
+            jitter = own_jitter(name, dec, k, low)
         spec, p = dataclasses.replace(scaled(engine, pre, dec), jitter=jitter), pre
         if low.kind == "disagg" and rows:
             # NOTE: the prefiller runs no decodes but shares the cores with the decoder and
