@@ -40,12 +40,12 @@ def decode_slowdown(records: list[dict], cal: Calibration, decoders: int) -> flo
     of requests each of its `decoders` decoding engines ran (each request decodes from its
     first chunk to its last): near 1 where the host ran as fast as when it was calibrated.
     None when no request streamed two chunks."""
-    spans = [(r["chunks"][0], r["chunks"][-1]) for r in records
-             if r.get("ok") and not r.get("warmup") and len(r.get("chunks") or ()) > 1]
-    if not spans:
+    streams = [r["chunks"] for r in records
+               if r.get("ok") and not r.get("warmup") and len(r.get("chunks") or ()) > 1]
+    if not streams:
         return None
-    gaps = [b - a for r in records if r.get("ok") and not r.get("warmup")
-            for a, b in zip(r["chunks"], r["chunks"][1:])]
+    spans = [(c[0], c[-1]) for c in streams]
+    gaps = [b - a for c in streams for a, b in zip(c, c[1:])]
     wall = max(e for _, e in spans) - min(s for s, _ in spans)
     running = sum(e - s for s, e in spans) / wall / decoders if wall > 0 else 1.0
     return float(np.median(gaps)) * 1000 / cal.step_at(max(1.0, running))
