@@ -145,7 +145,8 @@ def _print(r: dict, out: Console) -> None:
             t.add_row(str(g["index"]), g["name"], g["memory_total"], g["pci_bus_id"])
         out.print(t)
     else:
-        out.print(f"[bold]GPUs:[/] none. {r['gpu_note'] or ''} Host checks follow.")
+        note = (r["gpu_note"] or "").rstrip(".")
+        out.print(f"[bold]GPUs:[/] none{f' ({note})' if note else ''}. Host checks follow.")
     if r["p2p"]:
         m = r["p2p"]
         t = Table(title=f"P2P read capability ({r['p2p_source']})")
