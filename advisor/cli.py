@@ -13,7 +13,8 @@ import typer
 
 from advisor.errors import UsageError
 from engine.kv.connectors import NAMES as CONNECTORS
-from engine.serve.launch import LaunchError, Topology
+from engine.serve.launch import Topology
+from engine.serve.processes import LaunchError
 from workloads.presets import PRESETS as WORKLOADS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -43,7 +43,7 @@ from pathlib import Path
 import aiohttp
 
 from advisor.measure.prom import kv_blocks_in_use
-from engine.serve.launch import free_port
+from engine.serve.processes import free_port
 
 HOSTILE = [b"[" * 100_000, b"{" * 5_000, b"\xff\xfe", b"",
            json.dumps({"prompt": [5, 6], "max_tokens": 2, "seed": 2**64}).encode(),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from engine.serve.launch import Child, Deployment, LaunchError, log_tail, wait_healthy
+from engine.serve.launch import Child, Deployment
+from engine.serve.processes import LaunchError, log_tail, wait_healthy
 
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits before each restart of one child
 POLL_S = 0.5

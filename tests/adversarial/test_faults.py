@@ -214,10 +214,10 @@ def test_advisor_serve_bad_flags_are_one_line(args, needle):
 def test_a_chatty_child_never_blocks_on_its_stderr():
     """A child's stderr is a file, not a pipe nobody reads: 1 MB of tracebacks (aiohttp logs
     each handler's) must not block it."""
-    from engine.serve.launch import _spawn, log_tail, stop
+    from engine.serve.processes import log_tail, spawn, stop
 
     code = "import sys; sys.stderr.write('x' * 1_000_000 + 'end'); sys.stderr.flush()"
-    proc = _spawn(["-c", code], None, dict(os.environ))
+    proc = spawn(["-c", code], None, dict(os.environ))
     try:
         assert proc.wait(timeout=20) == 0
         assert log_tail(proc, 10).endswith("xxxxxxxend")
@@ -228,13 +228,13 @@ def test_a_chatty_child_never_blocks_on_its_stderr():
 def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
     from pathlib import Path
 
-    from engine.serve.launch import _spawn, free_port, log_tail, stop, wait_healthy
+    from engine.serve.processes import free_port, log_tail, spawn, stop, wait_healthy
 
     before = set(Path("/dev/shm").iterdir())
     port = free_port()
-    proc = _spawn(["-m", "engine.serve.server", "--model", "tiny", "--role", "prefill",
-                   "--connector", "shm", "--dtype", "float32", "--port", str(port)],
-                  None, dict(os.environ))
+    proc = spawn(["-m", "engine.serve.server", "--model", "tiny", "--role", "prefill",
+                  "--connector", "shm", "--dtype", "float32", "--port", str(port)],
+                 None, dict(os.environ))
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
         assert set(Path("/dev/shm").iterdir()) - before  # its KV cache

@@ -10,7 +10,7 @@ import typer
 from advisor.cli import _user_errors
 from advisor.errors import UsageError
 from advisor.rundata.files import RunDataError
-from engine.serve.launch import LaunchError
+from engine.serve.processes import LaunchError
 
 ROOT = Path(__file__).resolve().parents[2]
 

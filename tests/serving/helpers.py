@@ -11,7 +11,7 @@ from aiohttp import web
 
 from advisor.measure.prom import kv_blocks_in_use, scrape_text
 from engine.core.config import EngineConfig
-from engine.serve.launch import free_port
+from engine.serve.processes import free_port
 from engine.serve.server import EngineServer
 
 

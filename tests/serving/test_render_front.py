@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from engine.render.frontend import FrontendConfig
-from engine.serve.launch import free_port
+from engine.serve.processes import free_port
 from engine.serve.render_front import RenderFront
 from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, running_app, running_server

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from advisor.testing.toy_proxy import make_app
-from engine.serve.launch import Topology, free_port, launch
+from engine.serve.launch import Topology, launch
+from engine.serve.processes import free_port
 from tests.cli import advisor, advisor_here
 from tests.serving.helpers import post, post_stream, running_app
 
