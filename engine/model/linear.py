@@ -34,12 +34,17 @@ _SKIP_32 = hasattr(torch.cpu, "_is_amx_tile_supported") and torch.cpu._is_amx_ti
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """Whether this torch build can pack `weight` for the small-batch kernel."""
+    """Whether this torch build, on this CPU, can pack `weight` for the small-batch kernel.
+
+    # NOTE: oneDNN's bfloat16 kernels need AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; on an
+    # AVX2-only CPU (Zen 3) packing a bfloat16 weight raised, so `--dtype bfloat16` failed
+    # to load any model there. Such weights keep torch's kernel."""
     return (
         weight.device.type == "cpu"
         and weight.dtype in (torch.float32, torch.bfloat16)
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and (weight.dtype == torch.float32 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
     )
 
 

@@ -43,3 +43,39 @@ def test_the_real_measurement_is_quick_and_positive():
 def test_a_topology_refuses_an_unknown_dtype():
     with pytest.raises(ValueError, match="dtype must be one of auto, float32"):
         Topology(dtype="fp8").validate()
+
+
+# NOTE: these variables hold oneDNN, MKL and torch's own kernels to AVX2 on an x86 CPU
+# that has more: how an AVX2-only CPU (Zen 3) runs, on whichever machine runs the test
+AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "ATEN_CPU_CAPABILITY": "avx2"}
+_EXPLICIT_BF16 = """
+import json, torch
+from engine import LLM, SamplingParams
+llm = LLM(model="tiny", dtype="bfloat16")
+out = llm.generate([[5, 6, 7, 8]], SamplingParams(max_tokens=6, temperature=0.0))[0]
+print(json.dumps({"onednn_bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                  "tokens": out.token_ids,
+                  "dtype": str(llm.engine.runner.dtype),
+                  "packed": [lin.packed is not None for layer in llm.engine.runner.model.layers
+                             for lin in (layer.self_attn.qkv_proj, layer.mlp.down_proj)]}))
+"""
+
+
+@pytest.mark.integration
+def test_an_explicit_bfloat16_runs_on_a_cpu_whose_onednn_has_no_bf16_kernels():
+    """`--dtype bfloat16` is honoured on an AVX2-only CPU: its weights keep torch's kernel
+    (packing them for oneDNN raised there, and no model loaded)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _EXPLICIT_BF16], capture_output=True, text=True,
+                         env={**os.environ, **AVX2_ONLY}, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    if r["onednn_bf16"]:
+        pytest.skip("this CPU's oneDNN was not held to AVX2 (not x86?)")
+    assert r["dtype"] == "torch.bfloat16" and len(r["tokens"]) == 6
+    assert not any(r["packed"])
