@@ -1,6 +1,11 @@
 """dtype "auto": the faster of float32 and bfloat16 on this CPU, by measurement; an explicit
 dtype is honoured; every instance of a topology runs the same."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -66,11 +71,6 @@ print(json.dumps({"onednn_bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported(),
 def test_an_explicit_bfloat16_runs_on_a_cpu_whose_onednn_has_no_bf16_kernels():
     """`--dtype bfloat16` is honoured on an AVX2-only CPU: its weights keep torch's kernel
     (packing them for oneDNN raised there, and no model loaded)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     run = subprocess.run([sys.executable, "-c", _EXPLICIT_BF16], capture_output=True, text=True,
                          env={**os.environ, **AVX2_ONLY}, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
