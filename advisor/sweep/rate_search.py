@@ -11,14 +11,14 @@ miss): without a sure miss the max goodput's interval has no upper bound and no
 comparison can be confident.
 That is the first pass, every topology's. The second (`refine`) is only for topologies
 whose max-goodput interval still overlaps another's (`to_refine`, the least bounded
-first, one at a time: its new bounds may part the others). It first measures again
-(`top_up`, once each) the rates whose attainment is within noise of the target and that
-set the interval's bounds: the highest rate that met the SLO, then the lowest higher one
-that missed it; twice the requests narrow their attainment intervals by about 1/sqrt(2).
-While the intervals still overlap, the bracket is extended down by sqrt(2) while no rate
-meets the SLO, and the highest passing and lowest failing rates are bisected
-geometrically. Where the intervals already part, those rates decide nothing, and they
-are the slowest to measure (the lowest rates).
+first, one at a time: its new bounds may part the others). Before each rate it searches
+(and once it has found them all) it measures again (`top_up`, once each) the rates whose
+attainment is within noise of the target and that set the interval's bounds: the highest
+rate that met the SLO, then the lowest higher one that missed it; twice the requests
+narrow their attainment intervals by about 1/sqrt(2). While the intervals still overlap,
+the bracket is extended down by sqrt(2) while no rate meets the SLO, and the highest
+passing and lowest failing rates are bisected geometrically. Where the intervals already
+part, those rates decide nothing, and they are the slowest to measure (the lowest rates).
 Being a function of the results alone, a resumed sweep makes the same choices (but that
 a rate measured again may now surely meet or miss where the first pass saw it unsure).
 """
