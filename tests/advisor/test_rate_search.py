@@ -167,6 +167,21 @@ def test_the_least_bounded_placement_is_refined_first_and_each_once():
     assert to_refine({"a": [out(1.0, True)], "b": [out(1.0, True)]}, {"a", "b"}) is None
 
 
+def test_a_placement_that_a_top_up_alone_could_part_is_refined_first():
+    # a default sweep at 03:28: collocated missed 0.64 (not surely) and surely missed 1.28;
+    # P/D met 1.28 and 2.56 (neither surely) and surely missed 5.12: both intervals start
+    # at 0, and nothing collocated measures can part them; P/D's 2.56 measured again can
+    unsure_met = [Outcome(1.28, True, False), Outcome(2.56, True, False)]
+    done = {"collocated": [Outcome(0.64, False, False), out(1.28, False)],
+            "disagg": [*unsure_met, out(5.12, False)]}
+    assert to_refine(done, set()) == "disagg"
+    assert to_refine(done, {"disagg"}) == "collocated"
+    # a top-up that could not part them leaves the widest first: P/D met only 0.9
+    done["disagg"] = [Outcome(0.9, True, False), Outcome(1.28, False, False), out(2.56, False)]
+    assert top_up(done["disagg"]) == 0.9
+    assert to_refine(done, set()) == "collocated"  # dict order: both [0, hi), neither parts
+
+
 def test_the_rates_within_noise_that_bound_the_interval_are_measured_again_once_each():
     unsure_meet = Outcome(2.0, True, False)
     unsure_miss = Outcome(4.0, False, False)
