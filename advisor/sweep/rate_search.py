@@ -128,20 +128,36 @@ def next_rate(
     return _bound(done, plan, lo, hi)
 
 
-def top_up(done: list[Outcome]) -> float | None:
+def top_up(done: list[Outcome], others: dict[str, list[Outcome]] | None = None) -> float | None:
     """The rate to measure again, or None: the highest rate that met the SLO if it did not
     surely meet it, else the lowest higher rate that missed if it did not surely miss it
-    (the rates whose noise holds the max-goodput interval open), each once."""
+    (the rates whose noise holds the max-goodput interval open), each once; but first the
+    one of them that, come out sure, would part the interval from every one of `others`'.
+
+    # NOTE: only the bound facing another interval can part it: the miss where the other
+    # lies above, the met rate where it lies below"""
     ok = [o for o in done if o.meets]
     if not ok:
         return None
     best = max(ok, key=lambda o: o.rate)
-    above = [o for o in done if not o.meets and o.rate > best.rate]
-    miss = min(above, key=lambda o: o.rate, default=None)
-    for o, sure in ((best, best.sure_meets), (miss, miss and miss.sure_misses)):
-        if o is not None and not sure and not o.topped_up:
-            return o.rate
-    return None
+    miss = min((o for o in done if not o.meets and o.rate > best.rate),
+               key=lambda o: o.rate, default=None)
+    todo = [o for o, sure in ((best, best.sure_meets), (miss, miss and miss.sure_misses))
+            if o is not None and not sure and not o.topped_up]
+    todo.sort(key=lambda o: not (others and _parts(_as_sure(done, o.rate), others)))
+    return todo[0].rate if todo else None
+
+
+def _as_sure(done: list[Outcome], rate: float) -> list[Outcome]:
+    """`done` with the outcome at `rate` sure the way it went."""
+    return [replace(o, sure_meets=o.meets, sure_misses=not o.meets) if o.rate == rate else o
+            for o in done]
+
+
+def _parts(done: list[Outcome], others: dict[str, list[Outcome]]) -> bool:
+    """Whether `done`'s max-goodput interval is apart from every one of `others`'."""
+    span = goodput_interval(done)
+    return all(_apart(span, goodput_interval(outs)) for outs in others.values())
 
 
 def _bound(done: list[Outcome], plan: SearchPlan, lo: float, hi: float) -> float | None:
@@ -156,21 +172,16 @@ def _bound(done: list[Outcome], plan: SearchPlan, lo: float, hi: float) -> float
 def unsettled(done: dict[str, list[Outcome]]) -> list[str]:
     """The topologies whose max-goodput interval overlaps another's (every one when there
     is no other): only a second pass can tell them apart."""
-    spans = {name: goodput_interval(outs) for name, outs in done.items()}
-
-    def apart(a, b) -> bool:
-        return a[0] >= _top(b) or b[0] >= _top(a)
-
-    return [name for name, span in spans.items()
-            if len(spans) < 2 or any(not apart(span, other)
-                                     for n, other in spans.items() if n != name)]
+    return [name for name, outs in done.items()
+            if len(done) < 2 or not _parts(outs, _others(done, name))]
 
 
-def to_refine(done: dict[str, list[Outcome]], refined: set[str]) -> str | None:
+def to_refine(done: dict[str, list[Outcome]], refined: set[str],
+              deployed: str | None = None) -> str | None:
     """The next topology for a second pass: of the unsettled ones not refined yet, first one
     whose next top-up would part its interval from the others' if it came out sure, then
-    the one whose interval is widest (unbounded above, then from 0, then by hi / lo); None
-    when none is left.
+    the one whose interval is widest (unbounded above, then from 0, then by hi / lo), then
+    `deployed` (the one still running: no restart); None when none is left.
 
     # NOTE: a top-up measures again a rate already known to meet or miss, most often a high
     # one, so it is the cheapest way to part them; a wide interval's lower bound may be
@@ -180,7 +191,7 @@ def to_refine(done: dict[str, list[Outcome]], refined: set[str]) -> str | None:
     def width(name: str) -> tuple:
         lo, hi = goodput_interval(done[name])
         return (_parts_by_top_up(done, name), hi is None, lo == 0,
-                _top((lo, hi)) / lo if lo else math.inf)
+                _top((lo, hi)) / lo if lo else math.inf, name == deployed)
 
     todo = [n for n in unsettled(done) if n not in refined]
     return max(todo, key=width, default=None)
@@ -189,12 +200,17 @@ def to_refine(done: dict[str, list[Outcome]], refined: set[str]) -> str | None:
 def _parts_by_top_up(done: dict[str, list[Outcome]], name: str) -> bool:
     """Whether `name`'s interval would part from every other's if its next top-up
     (`top_up`) came out sure the way it went the first time."""
-    rate = top_up(done[name])
-    if rate is None:
-        return False
-    sure = [replace(o, sure_meets=o.meets, sure_misses=not o.meets)
-            if o.rate == rate else o for o in done[name]]
-    return name not in unsettled({**done, name: sure})
+    others = _others(done, name)
+    rate = top_up(done[name], others)
+    return rate is not None and _parts(_as_sure(done[name], rate), others)
+
+
+def _others(done: dict[str, list[Outcome]], name: str) -> dict[str, list[Outcome]]:
+    return {n: outs for n, outs in done.items() if n != name}
+
+
+def _apart(a: tuple[float, float | None], b: tuple[float, float | None]) -> bool:
+    return a[0] >= _top(b) or b[0] >= _top(a)
 
 
 def _top(span: tuple[float, float | None]) -> float:

@@ -72,7 +72,7 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
         for p in placements:
             last = p is placements[-1]
             if sweep.measure(p, refine=last and (lambda n=p.name: to_refine(
-                    sweep.done, set()) == n)):
+                    sweep.done, set(), deployed=n) == n)):
                 refined.add(p.name)
         while (name := to_refine(sweep.done, refined)) is not None:
             refined.add(name)
@@ -204,8 +204,9 @@ class _Sweep:
         """Measure again the rates within noise that hold `p`'s interval open
         (`rate_search.top_up`) while it overlaps another's; whether it still does."""
         # NOTE: --rates is a fixed grid: no search, so nothing is measured again
+        others = {n: outs for n, outs in self.done.items() if n != p.name}
         while not self.opts.rates and p.name in unsettled(self.done) and (
-                rate := top_up(outcomes)) is not None:
+                rate := top_up(outcomes, others)) is not None:
             before = self.run_dir.read_run(p.name, rate, records=True)
             self.run_dir.write_run(self._run_one(*at(), p, rate, before))
             outcomes[[o.rate for o in outcomes].index(rate)] = self._outcome(p, rate)

@@ -180,6 +180,10 @@ def test_a_placement_that_a_top_up_alone_could_part_is_refined_first():
     done["disagg"] = [Outcome(0.9, True, False), Outcome(1.28, False, False), out(2.56, False)]
     assert top_up(done["disagg"]) == 0.9
     assert to_refine(done, set()) == "collocated"  # dict order: both [0, hi), neither parts
+    assert to_refine(done, set(), deployed="disagg") == "disagg"  # no restart
+    # the widest still goes first: collocated [0.64, 1.28] is narrower than P/D's [0, 2.56]
+    done["collocated"] = [out(0.64, True), out(1.28, False)]
+    assert to_refine(done, set(), deployed="collocated") == "disagg"
 
 
 def test_the_rates_within_noise_that_bound_the_interval_are_measured_again_once_each():
@@ -199,6 +203,19 @@ def test_the_rates_within_noise_that_bound_the_interval_are_measured_again_once_
     assert top_up([out(1.0, True), out(2.0, False)]) is None
     assert top_up([Outcome(1.0, False, False), Outcome(2.0, False, False)]) is None
     assert top_up([Outcome(1.0, False, False), out(2.0, True)]) is None
+
+
+def test_the_bound_facing_the_other_interval_is_measured_again_first():
+    # a default sweep at 03:46: collocated met 0.81 and missed 1.62, neither surely; P/D
+    # surely met 2.29: only collocated's 1.62, come out a sure miss, parts them
+    done = [Outcome(0.81, True, False), Outcome(1.62, False, False), out(3.24, False)]
+    disagg = {"disagg": [out(2.291, True), out(3.24, False)]}
+    assert top_up(done) == 0.81
+    assert top_up(done, disagg) == 1.62
+    # where the other lies below, the met rate faces it
+    assert top_up(done, {"low": [out(0.3, True), out(0.6, False)]}) == 0.81
+    # nothing parts: the highest pass first, as without others
+    assert top_up(done, {"near": [out(1.0, True), out(2.0, False)]}) == 0.81
 
 
 def test_rows_are_judged_at_the_highest_common_rate_and_say_so():
