@@ -15,7 +15,8 @@ bounds may part the others; first one that a top-up alone could part, else the l
 bounded). Before each rate it searches
 (and once it has found them all) it measures again (`top_up`, once each) the rates whose
 attainment is within noise of the target and that set the interval's bounds: the highest
-rate that met the SLO, then the lowest higher one that missed it; twice the requests
+rate that met the SLO, then the lowest higher one that missed it (but first the one facing
+another's interval, where its coming out sure would part them); twice the requests
 narrow their attainment intervals by about 1/sqrt(2). While the intervals still overlap,
 the bracket is extended down by sqrt(2) while no rate meets the SLO, and the highest
 passing and lowest failing rates are bisected geometrically. Where the intervals already
