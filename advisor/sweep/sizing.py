@@ -12,7 +12,11 @@ The rule, for the bundled engine when --scale / --output-scale are left to it:
   attainment) / 2 of them (the machine's own noise takes its share of the rest): the
   rate where collocated should start to miss the SLO. The front deals requests round
   robin, so an instance's next request comes `instances` arrivals later: the gap is
-  Erlang (gamma of shape `instances`), not exponential at rate / instances.
+  Erlang (gamma of shape `instances`), not exponential at rate / instances. But no lower
+  than where the rate runs a first pass usually makes fit FIRST_PASS_S: on a slow host
+  that knee is low, and 30 requests there take minutes (held to AVX2 here: 0.38 req/s,
+  79 s, and a default sweep of 292 s); above it collocated misses sooner, which the
+  comparison needs no more than its interval's upper bound.
 Why not longer: collocated's goodput falls as 1 / (decode time), and every rate gets at
 least MIN_REQUESTS requests, so longer requests would push the default sweep past its
 five minutes without showing the effect any better.
@@ -32,6 +36,7 @@ down (Sizing.notes) for the manifest, the console and the report.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scipy.special import gammaincinv
@@ -57,6 +62,14 @@ ITL_HEADROOM = 1.5
 # ms) and the sweep ended within noise
 TAIL_HEADROOM = 1.25
 MIN_PROMPT, MIN_OUTPUT = 32, 12
+# seconds of rate runs the first pass may take, of the default sweep's 5 minutes: the
+# calibration, two starts, the drains and the report took ~80 s more held to AVX2 here,
+# and a second pass (where the intervals overlap) needs the rest
+FIRST_PASS_S = 160.0
+# NOTE: the rates a first pass usually measures, as multiples of the first: the leader
+# doubles to its collapse (1, 2, 4), the follower replays from the leader's sure miss (2, 4)
+# and doubles once more to a sure miss of its own (8)
+FIRST_PASS = (1, 2, 4, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -74,10 +87,13 @@ class Sizing:
 
 def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
          scale: float | None = None, output_scale: float | None = None,
-         widen_slo: bool = False, instances: int = 1, attainment: float = 0.9) -> Sizing:
+         widen_slo: bool = False, instances: int = 1, attainment: float = 0.9,
+         run_s: Callable[[float], float] | None = None) -> Sizing:
     """The lengths (unless given; a given `scale` alone scales outputs too), the SLO
     (widened only if `widen_slo`) and the first rate for `workload`, whose collocated
-    placement has `instances` engines and must meet the SLO for `attainment` of requests."""
+    placement has `instances` engines and must meet the SLO for `attainment` of requests;
+    with `run_s` (the seconds a run at a rate lasts), a first rate whose first pass fits
+    FIRST_PASS_S."""
     spec = PRESETS[workload][1]
     mean_in, mean_out = spec.input.mean, spec.output.mean
     slos, notes = dict(slos), []
@@ -117,10 +133,33 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     output = max(1, round(mean_out * output_scale))
     decode_s = output * cal.step_at(1) / 1000
     start = float(f"{start_rate(decode_s, instances, attainment):.2g}")
-    notes.append(f"rate search from {start:g} req/s: where a collocated instance's requests "
-                 f"(decoding ~{decode_s:.2f} s) start to meet other prefills")
+    knee = (f"where a collocated instance's requests (decoding ~{decode_s:.2f} s) start to "
+            "meet other prefills")
+    if run_s is not None and first_pass_s(start, run_s) > FIRST_PASS_S:
+        fits = float(f"{fitting_start(start, run_s):.2g}")
+        notes.append(f"rate search from {fits:g} req/s, above {start:g} {knee}: a first pass "
+                     f"from {start:g} would take ~{first_pass_s(start, run_s):.0f} s of rate runs, "
+                     f"from {fits:g} ~{first_pass_s(fits, run_s):.0f} s")
+        start = fits
+    else:
+        notes.append(f"rate search from {start:g} req/s: {knee}")
     slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
     return Sizing(scale, output_scale, prompt, output, slo, start, notes)
+
+
+def first_pass_s(start: float, run_s: Callable[[float], float]) -> float:
+    """Seconds of rate runs in a first pass from `start` (FIRST_PASS)."""
+    return sum(run_s(m * start) for m in FIRST_PASS)
+
+
+def fitting_start(start: float, run_s: Callable[[float], float]) -> float:
+    """The lowest rate from `start` up, in 5% steps, whose first pass fits FIRST_PASS_S (or
+    the rate where runs no longer get shorter as it grows)."""
+    rate = start
+    while first_pass_s(rate, run_s) > FIRST_PASS_S and first_pass_s(
+            rate * 1.05, run_s) < first_pass_s(rate, run_s):
+        rate *= 1.05
+    return rate
 
 
 def start_rate(decode_s: float, instances: int, attainment: float) -> float:

@@ -30,6 +30,7 @@ from advisor.sweep.options import (
     DEFAULT_SLO,
     FALLBACK_START,
     SweepOptions,
+    prompts_for,
     seed_for,
 )
 from advisor.sweep.placements import Placement
@@ -242,7 +243,7 @@ class _Sweep:
         scale = opts.scale if opts.scale is not None or opts.bundled else 1.0
         sized = sizing.size(opts.workload, opts.slos, self.calibration, context, scale,
                             opts.output_scale, self.widen_slo, instances=_collocated(opts),
-                            attainment=opts.attainment)
+                            attainment=opts.attainment, run_s=_default_run_s(opts))
         for note in sized.notes:
             print(f"sizing: {note}", flush=True)
         record = dataclasses.asdict(sized)
@@ -275,6 +276,15 @@ class _Sweep:
         w = None if self.calibration is None and self.calibrates else opts.workload_at(
             1000.0, seed_for(opts.seed, 0.0) + 1, 2)
         warm_up(self._endpoint(url, w is not None and w.chat), w, self.bars)
+
+
+def _default_run_s(opts: SweepOptions) -> Callable[[float], float] | None:
+    """Seconds a run at a rate lasts, where the requests per rate are the default (for
+    sizing's first-rate budget); None where the user asked for more (--num-prompts,
+    --repeats): a longer sweep, by choice."""
+    if opts.num_prompts or opts.repeats > 1:
+        return None
+    return lambda rate: prompts_for(opts, rate) / rate
 
 
 def _collocated(opts: SweepOptions) -> int:

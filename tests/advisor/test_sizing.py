@@ -43,6 +43,35 @@ def test_the_search_starts_where_collocated_should_start_to_miss(instances, atta
     assert 0 < slow.start_rate < s.start_rate  # slower decode: collocated misses sooner
 
 
+# small in float32 held to AVX2 here (2026-12-02 04:08): its first rate came out 0.38 req/s
+HELD = Calibration([16, 64, 256, 1024], [63, 168, 501, 2058], [1, 8], [29.2, 60.2], 1.95,
+                   30.0, "float32", tail_ms=(49.4, 114.8))
+
+
+def default_run_s(rate: float) -> float:
+    """A default sweep's run at `rate`: 30 requests, or 16 s worth up to 100."""
+    return max(30, min(100, round(16 * rate))) / rate
+
+
+def test_a_slow_host_starts_higher_so_the_first_pass_fits_its_share_of_five_minutes():
+    knee = sizing.size("long-prompt", SLO, HELD, context=16384, widen_slo=True, instances=2)
+    assert sizing.first_pass_s(knee.start_rate, default_run_s) > sizing.FIRST_PASS_S
+    s = sizing.size("long-prompt", SLO, HELD, context=16384, widen_slo=True, instances=2,
+                    run_s=default_run_s)
+    assert (s.prompt_tokens, s.output_tokens, s.slo) == (
+        knee.prompt_tokens, knee.output_tokens, knee.slo)
+    assert knee.start_rate < s.start_rate <= 1.6 * knee.start_rate
+    # the six runs a first pass usually makes, by hand: 1, 2, 4 and 2, 4, 8 times the start
+    by_hand = sum(default_run_s(m * s.start_rate) for m in (1, 2, 4, 2, 4, 8))
+    assert by_hand <= sizing.FIRST_PASS_S * 1.05  # the 2-digit rounding's share
+    assert any(n.startswith(f"rate search from {s.start_rate:g} req/s, above "
+                            f"{knee.start_rate:g}") for n in s.notes)
+    # a fast host's first pass fits from the knee: left there
+    fast = sizing.size("long-prompt", SLO, FAST, context=16384, instances=2)
+    assert sizing.size("long-prompt", SLO, FAST, context=16384, instances=2,
+                       run_s=default_run_s).start_rate == fast.start_rate
+
+
 def test_short_chat_aims_below_the_itl_slo():
     s = sizing.size("short-chat", SLO, FAST, context=16384)
     assert FAST.ttft_at(s.prompt_tokens) <= 0.6 * SLO["itl"]
