@@ -205,6 +205,23 @@ def test_the_rates_within_noise_that_bound_the_interval_are_measured_again_once_
     assert top_up([Outcome(1.0, False, False), out(2.0, True)]) is None
 
 
+def test_a_placement_that_met_only_within_noise_steps_down_for_a_sure_lower_bound():
+    # held to AVX2 at 04:17: P/D met 1.16 req/s for 0.92 of 60 requests (measured again, still
+    # unsure) and surely missed 1.64 and 2.32: its interval had no lower bound
+    plan = SearchPlan(start=0.29, max_steps=4, bisect_steps=1)
+    done = [Outcome(1.16, True, False, topped_up=True), out(1.6405, False), out(2.32, False)]
+    assert goodput_interval(done) == (0.0, 1.6405)
+    assert next_rate(done, plan, grid=[1.16, 2.32], refine=False) is None  # first pass: no
+    assert next_rate(done, plan, grid=[1.16, 2.32]) == 0.8202
+    # a sure meet there gives the interval its lower bound: nothing more to find
+    assert next_rate([*done, out(0.8202, True)], plan, grid=[1.16, 2.32]) is None
+    # below the first rate, once at most
+    low = [Outcome(0.4, True, False), out(0.8, False)]
+    low_plan = SearchPlan(start=0.4, bisect_steps=0)
+    assert next_rate(low, low_plan, grid=[0.4, 0.8]) == 0.2828
+    assert next_rate([*low, Outcome(0.2828, True, False)], low_plan, grid=[0.4, 0.8]) is None
+
+
 def test_the_bound_facing_the_other_interval_is_measured_again_first():
     # a default sweep at 03:46: collocated met 0.81 and missed 1.62, neither surely; P/D
     # surely met 2.29: only collocated's 1.62, come out a sure miss, parts them
