@@ -188,7 +188,7 @@ def unsettled(done: dict[str, list[Outcome]]) -> list[str]:
     """The topologies whose max-goodput interval overlaps another's (every one when there
     is no other): only a second pass can tell them apart."""
     return [name for name, outs in done.items()
-            if len(done) < 2 or not _parts(outs, _others(done, name))]
+            if len(done) < 2 or not _parts(outs, others_of(done, name))]
 
 
 def to_refine(done: dict[str, list[Outcome]], refined: set[str],
@@ -215,12 +215,13 @@ def to_refine(done: dict[str, list[Outcome]], refined: set[str],
 def _parts_by_top_up(done: dict[str, list[Outcome]], name: str) -> bool:
     """Whether `name`'s interval would part from every other's if its next top-up
     (`top_up`) came out sure the way it went the first time."""
-    others = _others(done, name)
+    others = others_of(done, name)
     rate = top_up(done[name], others)
     return rate is not None and _parts(_as_sure(done[name], rate), others)
 
 
-def _others(done: dict[str, list[Outcome]], name: str) -> dict[str, list[Outcome]]:
+def others_of(done: dict[str, list[Outcome]], name: str) -> dict[str, list[Outcome]]:
+    """Every topology's outcomes but `name`'s."""
     return {n: outs for n, outs in done.items() if n != name}
 
 

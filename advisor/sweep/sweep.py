@@ -40,6 +40,7 @@ from advisor.sweep.rate_search import (
     SearchPlan,
     grid_of,
     next_rate,
+    others_of,
     outcome_of,
     replay_grid,
     to_refine,
@@ -205,7 +206,7 @@ class _Sweep:
         """Measure again the rates within noise that hold `p`'s interval open
         (`rate_search.top_up`) while it overlaps another's; whether it still does."""
         # NOTE: --rates is a fixed grid: no search, so nothing is measured again
-        others = {n: outs for n, outs in self.done.items() if n != p.name}
+        others = others_of(self.done, p.name)
         while not self.opts.rates and p.name in unsettled(self.done) and (
                 rate := top_up(outcomes, others)) is not None:
             before = self.run_dir.read_run(p.name, rate, records=True)
