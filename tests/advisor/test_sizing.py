@@ -9,6 +9,8 @@ import pytest
 
 from advisor.rundata.evidence import Calibration
 from advisor.sweep import sizing
+from advisor.sweep.options import SweepOptions
+from advisor.sweep.sweep import _default_run_s
 
 # small in bfloat16 with native BF16 (measured here): 0.67 ms per prompt token, 20 ms steps
 FAST = Calibration([64, 256, 1024], [48, 177, 690], [1, 8], [20.0, 27.0], 0.67, 5.0, "bfloat16")
@@ -48,9 +50,8 @@ HELD = Calibration([16, 64, 256, 1024], [63, 168, 501, 2058], [1, 8], [29.2, 60.
                    30.0, "float32", tail_ms=(49.4, 114.8))
 
 
-def default_run_s(rate: float) -> float:
-    """A default sweep's run at `rate`: 30 requests, or 16 s worth up to 100."""
-    return max(30, min(100, round(16 * rate))) / rate
+# a default sweep's run at a rate: 30 requests, or 16 s worth up to 100 (the sweep's own rule)
+default_run_s = _default_run_s(SweepOptions())
 
 
 def test_a_slow_host_starts_higher_so_the_first_pass_fits_its_share_of_five_minutes():
