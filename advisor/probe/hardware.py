@@ -81,9 +81,9 @@ def cpu_flags(cpuinfo: str | None = None) -> list[str]:
 def cpu_view() -> dict:
     """The CPU, its vector flags, torch's matmul rate per dtype (one thread) and the dtype
     that `auto` picks here, with why."""
-    from engine.model.dtype import choose_cpu, matmul_gflops
+    from engine.model.dtype import best_rates, choose_cpu
 
-    rates = {d: matmul_gflops(d) for d in ("float32", "bfloat16", "float16")}
+    rates = best_rates(("float32", "bfloat16", "float16"))
     choice = choose_cpu(rates.__getitem__)
     return {"model": cpu_model(), "vector_flags": cpu_flags(), "matmul_gflops": rates,
             "auto_dtype": choice.dtype, "auto_reason": choice.reason}

@@ -24,6 +24,14 @@ def test_auto_picks_the_faster_dtype_by_its_measured_rate(rates, picked):
     assert f"{rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s" in choice.reason
 
 
+def test_a_slow_spell_in_one_measurement_does_not_turn_the_choice():
+    # bfloat16's first window lands in a burst of host slowness (4x), its later ones do not
+    seen = {"float32": [80.0, 82.0, 79.0], "bfloat16": [40.0, 160.0, 158.0]}
+    choice = dtype.choose_cpu(lambda d: seen[d].pop(0))
+    assert choice.dtype == "bfloat16" and choice.gflops == {"float32": 82.0, "bfloat16": 160.0}
+    assert not any(seen.values())  # every round measured both
+
+
 def test_an_explicit_dtype_is_honoured():
     assert dtype.resolve("float16").dtype == "float16"
     assert dtype.resolve("bfloat16").reason == "asked for"
