@@ -24,7 +24,12 @@ _PACK_FOR = 32  # the batch size oneDNN lays the weight out for
 # NOTE: in float32 at 1-2 rows torch's kernel (MKL's GEMV) streams the weights at the
 # read limit, ~9 GB/s on one thread, and the packed kernel at 7.4-7.9: 8-25% slower on
 # `small`'s shapes, 1.5-2x faster from 4 rows (Xeon with AVX-512 and no BF16). In
-# bfloat16 the packed kernel is the faster one at every decode batch.
+# bfloat16 the packed kernel is the faster one from 2 rows; at 1 row torch's matrix-vector
+# product on the plain weight streams it faster still: `small`'s step of GEMVs 16.0 against
+# 21.0 ms (median of 10 alternating rounds), a decode step at batch 1 18.2 against 22.4
+# and 16.9 against 18.8 ms in two runs of 12 alternating rounds, the same bits out on
+# `small`'s shapes (Xeon with AMX-BF16, one thread, 2026-12-02); two or four mv calls
+# for 2 or 4 rows took 1.6x and 2.6x the packed kernel.
 GEMV_ROWS = 2
 # NOTE: with AMX, oneDNN's bfloat16 kernel for 17-32 rows streams the weights slower than
 # the one for 33-48: `small`'s projections and head took 15.0 ms at 32 rows against 13.3-14.2
@@ -74,10 +79,14 @@ def rows_for(n: int, skip_32: bool = False) -> int:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
            packed: torch.Tensor | None) -> torch.Tensor:
     """x: [T, in] -> [T, out]; the packed kernel for T <= SMALL_BATCH when there is one,
-    but for float32 vectors (T <= GEMV_ROWS), where torch's own kernel is faster."""
+    but for float32 vectors (T <= GEMV_ROWS), where torch's own kernel is faster, and one
+    bfloat16 row, where torch's matrix-vector product is."""
     n = x.shape[0]
     if packed is None or n > SMALL_BATCH or (n <= GEMV_ROWS and x.dtype == torch.float32):
         return F.linear(x, weight, bias)
+    if n == 1:  # NOTE: bfloat16 here (packed, not float32)
+        y = torch.mv(weight, x[0]) if bias is None else torch.addmv(bias, weight, x[0])
+        return y.unsqueeze(0)  # [1, out]
     return torch.ops.mkldnn._linear_pointwise(_padded(x), packed, bias, "none", [], "")[:n]
 
 

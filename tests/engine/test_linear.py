@@ -47,8 +47,9 @@ def test_large_batches_and_unpackable_weights_use_f_linear(monkeypatch):
     layer(torch.randn(packed_linear.GEMV_ROWS, 16))  # a float32 vector: torch's GEMV
     assert layer(torch.randn(3, 16)).shape == (3, 8)
     assert calls == ([4] if layer.packed is not None else [])  # 3 rows run padded to 4
-    half(torch.randn(1, 16, dtype=torch.bfloat16))  # bfloat16 packs at every decode batch
-    assert calls[1:] == ([1] if half.packed is not None else [])
+    half(torch.randn(1, 16, dtype=torch.bfloat16))  # one bfloat16 row: torch's mv
+    half(torch.randn(2, 16, dtype=torch.bfloat16))  # bfloat16 packs from 2 rows
+    assert calls[1:] == ([2] if half.packed is not None else [])
     assert pack(torch.zeros(4, 4, dtype=torch.float16)) is None
     assert pack(torch.zeros(4, 4, device="meta")) is None
 
