@@ -250,6 +250,38 @@ def test_a_host_that_slowed_down_after_its_calibration_is_named():
     assert recommend(ev, Thresholds(host_slowed=2.5))["action"] == "stay-collocated"
 
 
+def test_one_placement_slower_than_calibrated_is_not_called_a_slowed_host():
+    # measured here held to AVX2: P/D's decoder at 1.6x its calibrated step beside its busy
+    # prefiller, collocated's replicas at 1.0x, and the goodputs within noise
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"] = None
+    ev["collocated"].update(max_goodput_rps=0.39, max_goodput_interval_rps=[0.0, 0.78],
+                            slowdown=1.0, placement="collocated-2")
+    ev["disaggregated"].update(max_goodput_rps=0.78, max_goodput_interval_rps=[0.39, 1.56],
+                               slowdown=1.6, placement="disagg-1p1d")
+    rec = recommend(ev)
+    text = " ".join(rec["reasons"])
+    assert rec["action"] == "measure-first"
+    assert "the host slowed down" not in text and "steadier host" not in text
+    assert rec["reasons"][0].startswith(
+        "disagg-1p1d's engines ran slower than the calibrated one: at their lowest rates its "
+        "decode steps took 1.6x the calibrated ones, collocated-2's 1.0x")
+    assert "To change: more requests per rate (--repeats) (it would have said disaggregate)" \
+        in rec["reasons"][0]
+    # a confident decision keeps the caveat, and does not blame the host
+    ev["collocated"]["max_goodput_interval_rps"] = [0.39, 0.39]
+    rec = recommend(ev)
+    assert rec["action"] == "disaggregate" and "confident" in " ".join(rec["reasons"])
+    assert any(r.startswith("disagg-1p1d's engines ran slower") for r in rec["reasons"])
+    # neither meets the SLO: the slowdown is named, and no steadier host is asked for
+    for side in ("collocated", "disaggregated"):
+        ev[side].update(max_goodput_rps=0.0, max_goodput_interval_rps=[0.0, 0.39])
+    rec = recommend(ev)
+    assert rec["action"] == "measure-first"
+    assert "disagg-1p1d's engines ran slower" in rec["reasons"][0]
+    assert "steadier host" not in rec["reasons"][0]
+
+
 @pytest.mark.integration
 @pytest.mark.slow  # a whole sweep
 def test_an_unreachable_slo_ends_in_measure_first_with_the_floor_named(tmp_path):

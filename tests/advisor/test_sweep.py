@@ -140,7 +140,8 @@ def test_default_sweep_reproduces_the_guides_itl_effect_and_says_disaggregate(tm
     # that the host slowed down, never let that noise pick a placement or hide why
     slowed = max(col["slowdown"], dis["slowdown"]) >= Thresholds().host_slowed
     if slowed and rec["action"] == "measure-first":
-        assert "the host slowed down after its calibration" in rec["reasons"][0]
+        assert ("the host slowed down after its calibration" in rec["reasons"][0]
+                or "ran slower than the calibrated one" in rec["reasons"][0])
     else:
         assert dis["max_goodput_rps"] > 0
         assert rec["action"] == "disaggregate" and rec["calibration"]
