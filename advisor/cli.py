@@ -289,6 +289,9 @@ def sweep(
     operating_rate: float = typer.Option(None, help="your production rate (req/s): the "
                                                     "decision rows are judged there"),
     repeats: int = typer.Option(1, help="runs per rate, each with its own seed, pooled"),
+    time_budget: float = typer.Option(
+        None, help="seconds the sweep may measure before it stops refining (default: 280 for "
+                   "the bundled engine with the default requests per rate, else none; 0: none)"),
     api_key: str = typer.Option(
         None,
         envvar="OPENAI_API_KEY",
@@ -331,6 +334,7 @@ def sweep(
             device=device,
             operating_rate=operating_rate,
             repeats=repeats,
+            time_budget=time_budget,
             api_key=api_key,
         )
         if config:

@@ -29,7 +29,8 @@ def compare(ev: Evidence, c: float, d: float) -> dict:
     more = ""
     if col.attainment_ci and dis.attainment_ci and col.requests_at_rate:
         more = _what_would_separate(col, dis, ev.slo.attainment)
-    out["confidence"] = f"within noise: the goodput {shown} overlap{more}"
+    stopped = f"; {ev.search_stopped}" if ev.search_stopped else ""
+    out["confidence"] = f"within noise: the goodput {shown} overlap{more}{stopped}"
     return out
 
 

@@ -214,6 +214,7 @@ class Evidence:
     turns: TurnEvidence | None = None  # multi-turn runs: a late turn's TTFT per placement
     simulated: str | None = None  # predicted, not measured: by what (advisor plan)
     render_split: PlacementEvidence | None = None  # engines behind a separate render tier
+    search_stopped: str | None = None  # what ended the search short of parting the intervals
 
     def to_json(self) -> dict:
         return to_json(self)

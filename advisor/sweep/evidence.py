@@ -215,9 +215,11 @@ def _turns(run_dir: RunDir, rate: float, col, dis, bid) -> TurnEvidence | None:
 
 def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
                    run_dir: RunDir, calibration: Calibration | None,
-                   prompt_tokens: float | None) -> Evidence:
+                   prompt_tokens: float | None, stopped: str | None = None) -> Evidence:
     """The evidence at the judged rate (judged_rate); with no run at all
-    (the calibrated floor missed the SLO), the calibration and the sized prompt alone."""
+    (the calibrated floor missed the SLO), the calibration and the sized prompt alone.
+    `stopped`: why the search ended before the placements' intervals parted, if not by
+    the measurements (the time budget)."""
     slos = opts.slos
     col = next((p for p in placements if p.kind == "collocated"), None)
     dis = next((p for p in placements if p.kind == "disagg" and not p.bidirectional), None)
@@ -251,6 +253,7 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
         frontend=_frontend(run_dir, lead, done[lead.name]),
         calibration=calibration,
         judged_at=why,
+        search_stopped=stopped,
     )
 
 

@@ -24,6 +24,8 @@ surely, it steps down the same way for a rate that surely meets. Where the inter
 part, those rates decide nothing, and they are the slowest to measure (the lowest rates).
 Being a function of the results alone, a resumed sweep makes the same choices (but that
 a rate measured again may now surely meet or miss where the first pass saw it unsure).
+The sweep's time budget (advisor.sweep.budget) may end the second pass before this search
+does; that choice is the sweep's, not this module's.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep import sizing
+from advisor.sweep.budget import TimeBudget
 from advisor.sweep.calibrate import calibrate, warm_up
 from advisor.sweep.deployments import metric_urls, started
 from advisor.sweep.evidence import build_evidence, write_summary
@@ -30,8 +31,8 @@ from advisor.sweep.options import (
     DEFAULT_SLO,
     FALLBACK_START,
     SweepOptions,
-    prompts_for,
     seed_for,
+    span_s,
 )
 from advisor.sweep.placements import Placement
 from advisor.sweep.rate_run import run_rate
@@ -76,11 +77,11 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
             if sweep.measure(p, refine=last and (lambda n=p.name: to_refine(
                     sweep.done, set(), deployed=n) == n)):
                 refined.add(p.name)
-        while (name := to_refine(sweep.done, refined)) is not None:
+        while not sweep.budget.spent and (name := to_refine(sweep.done, refined)) is not None:
             refined.add(name)
             sweep.measure(next(p for p in placements if p.name == name), refine=True)
     evidence = build_evidence(sweep.opts, placements, sweep.done, sweep.grid or [], run_dir,
-                              sweep.calibration, sweep.prompt_tokens)
+                              sweep.calibration, sweep.prompt_tokens, sweep.budget.note())
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
     rec["deploy"] = deploy.from_evidence(rec, evidence, sweep.opts.model)
@@ -137,6 +138,7 @@ class _Sweep:
         self.replay: list[float] | None = self.grid  # what the others measure first
         self.leader: str | None = None  # the placement that builds the grid
         self.done: dict[str, list[Outcome]] = {}
+        self.budget = TimeBudget(opts.budget_s())
 
     def _plan(self, start: float) -> SearchPlan:
         opts = self.opts
@@ -172,11 +174,11 @@ class _Sweep:
 
             def at() -> list:
                 if not deployed:
-                    deployed.extend(self._deploy(p, stack)[:2])
+                    deployed.extend(self.budget.timed(lambda: self._deploy(p, stack))[:2])
                 return deployed
 
             if self.calibration is None and self.calibrates:
-                url, metrics, one = self._deploy(p, stack)
+                url, metrics, one = self.budget.timed(lambda: self._deploy(p, stack))
                 deployed.extend((url, metrics))
                 self._calibrate(p, one)
             if self.missed:
@@ -190,11 +192,14 @@ class _Sweep:
                 # down or a bisection may find the new bound (disaggregated missed at every
                 # replayed rate, then met at the step down for 0.97 of 33 requests, interval
                 # [0.89, 1], and its interval stayed [0, 5.92], within noise of collocated's)
-                while (not second or self._settle(p, outcomes, at)) and (
-                        rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
-                                          refine=second)) is not None:
+                while (not second or self._settle(p, outcomes, at, lambda: bool(deployed))) \
+                        and (rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
+                                               refine=second)) is not None:
                     if not self.run_dir.has_run(p.name, rate):
-                        self.run_dir.write_run(self._run_one(*at(), p, rate))
+                        if second and not self.budget.fits(span_s(self.opts, rate),
+                                                           bool(deployed)):
+                            break
+                        self.run_dir.write_run(self._timed_run(at(), p, rate))
                     outcomes.append(self._outcome(p, rate))
                     self.bars.advance(self.task)
                 if lead and self.grid is None:
@@ -202,18 +207,27 @@ class _Sweep:
                     self.replay = replay_grid(outcomes, self.plan)
         return True
 
-    def _settle(self, p: Placement, outcomes: list[Outcome], at: Callable[[], list]) -> bool:
+    def _settle(self, p: Placement, outcomes: list[Outcome], at: Callable[[], list],
+                live: Callable[[], bool]) -> bool:
         """Measure again the rates within noise that hold `p`'s interval open
-        (`rate_search.top_up`) while it overlaps another's; whether it still does."""
+        (`rate_search.top_up`) while it overlaps another's and the time budget allows
+        (`live`: whether `p` is running); whether it still overlaps and there is time."""
         # NOTE: --rates is a fixed grid: no search, so nothing is measured again
         others = others_of(self.done, p.name)
         while not self.opts.rates and p.name in unsettled(self.done) and (
-                rate := top_up(outcomes, others)) is not None:
+                rate := top_up(outcomes, others)) is not None and self.budget.fits(
+                span_s(self.opts, rate), live()):
             before = self.run_dir.read_run(p.name, rate, records=True)
-            self.run_dir.write_run(self._run_one(*at(), p, rate, before))
+            self.run_dir.write_run(self._timed_run(at(), p, rate, before))
             outcomes[[o.rate for o in outcomes].index(rate)] = self._outcome(p, rate)
             self.bars.advance(self.task)
-        return p.name in unsettled(self.done)
+        return p.name in unsettled(self.done) and not self.budget.spent
+
+    def _timed_run(self, deployed: list, p: Placement, rate: float,
+                   before: RunResult | None = None) -> RunResult:
+        """`_run_one` at `deployed` (front URL, metrics URLs), timed for the budget."""
+        return self.budget.timed(lambda: self._run_one(*deployed, p, rate, before),
+                                 span_s(self.opts, rate))
 
     def _outcome(self, p: Placement, rate: float) -> Outcome:
         return outcome_of(self.run_dir.read_run(p.name, rate), rate, self.opts.attainment,
@@ -285,7 +299,7 @@ def _default_run_s(opts: SweepOptions) -> Callable[[float], float] | None:
     --repeats): a longer sweep, by choice."""
     if opts.num_prompts or opts.repeats > 1:
         return None
-    return lambda rate: prompts_for(opts, rate) / rate
+    return lambda rate: span_s(opts, rate)
 
 
 def _collocated(opts: SweepOptions) -> int:

@@ -298,8 +298,9 @@ def test_an_unreachable_slo_ends_in_measure_first_with_the_floor_named(tmp_path)
 
 
 def _compared(c_interval, d_interval, c_attainment=(0.70, [0.53, 0.87]),
-              d_attainment=(0.93, [0.83, 1.0])):
+              d_attainment=(0.93, [0.83, 1.0]), stopped=None):
     ev = copy.deepcopy(L40S)
+    ev["search_stopped"] = stopped
     ev["kv_transfer"]["mean_ms"] = 8
     ev["collocated"].update(max_goodput_rps=0.4, max_goodput_interval_rps=c_interval,
                             requests_at_rate=30, attainment_at_rate=c_attainment[0],
@@ -334,6 +335,13 @@ def test_confident_only_when_the_goodput_intervals_do_not_overlap():
     said = " ".join(noisy["reasons"])
     assert "within noise" in said and "[0.4 req/s, unbounded)" in said
     assert "requests per rate (now 30) would separate their attainments at 0.8 req/s" in said
+    assert "budget" not in said
+    # where the sweep's time budget ended the search, the reason says so
+    stopped = "the sweep's time budget ran out"
+    cut = _compared([0.2, 1.6], [0.4, None], stopped=stopped)
+    assert cut["comparison"]["confidence"].endswith(f"; {stopped}")
+    sure = _compared([0.4, 0.8], [0.8, 1.6], stopped=stopped)  # confident: nothing to explain
+    assert "budget" not in sure["comparison"]["confidence"]
 
 
 def test_growing_context_fires_on_measurement_not_on_the_workload_alone():

@@ -92,6 +92,7 @@ def test_sweep_of_existing_deployments_writes_the_run_directory_and_resumes(tmp_
 
 BAD = [
     (["--workload", "nope"], "--workload"),
+    (["--time-budget", "-5"], "--time-budget must be >= 0"),
     (["--topologies", "collocated:3,disagg:1p1d"], "3 instances need 3 cores"),
     (["--topologies", "disagg:1x1"], "--topologies"),
     (["--slo", "ttft:2000"], "itl"),
@@ -107,6 +108,16 @@ def test_bad_input_is_one_clear_line(tmp_path, args, needle):
     out = cli("sweep", "--out", str(tmp_path), *args)
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_default_bundled_sweep_has_a_time_budget_and_a_longer_one_by_choice_none():
+    from advisor.sweep.options import DEFAULT_BUDGET_S, SweepOptions
+
+    assert SweepOptions().budget_s() == DEFAULT_BUDGET_S
+    for longer in ({"num_prompts": 100}, {"repeats": 2}, {"rates": (1.0, 2.0)},
+                   {"collocated_url": "http://127.0.0.1:9"}, {"time_budget": 0.0}):
+        assert SweepOptions(**longer).budget_s() is None, longer
+    assert SweepOptions(num_prompts=100, time_budget=600.0).budget_s() == 600.0
 
 
 def test_a_chat_workload_adds_the_render_split_which_needs_collocated_beside_it():

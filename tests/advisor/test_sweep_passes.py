@@ -4,6 +4,7 @@ scripted outcomes instead of deployments: which rates it measures, and which aga
 from types import SimpleNamespace
 
 from advisor.sweep import sweep as sweep_module
+from advisor.sweep.budget import TimeBudget
 from advisor.sweep.placements import Placement
 from advisor.sweep.rate_search import Outcome, SearchPlan, goodput_interval
 
@@ -32,22 +33,32 @@ REPLAYED = {2.96: [Outcome(2.96, False, False)],
             5.92: [Outcome(5.92, False, True, sure_misses=True)]}
 
 
-def _measured(step_down: list[Outcome]) -> tuple[list[tuple[float, bool]], list]:
+def _measured(step_down: list[Outcome], budget_s: float | None = None,
+              sweep=None) -> tuple[list[tuple[float, bool]], list]:
     """Run disaggregated's passes against COLLOCATED, each rate's n-th measurement giving
-    its n-th outcome (REPLAYED, and `step_down` at 2.093); (what it measured, its
-    outcomes)."""
+    its n-th outcome (REPLAYED, and `step_down` at 2.093), each run taking its requests'
+    span and 2 s more on a fake clock, with a time budget of `budget_s` (into `sweep`'s
+    namespace when given); (what it measured, its outcomes)."""
     truth = {**REPLAYED, 2.093: step_down}
     runs = _Runs()
+    now = [0.0]
     s = object.__new__(sweep_module._Sweep)
-    s.run_dir, s.task, s.opts = runs, None, SimpleNamespace(rates=())
+    opts = SimpleNamespace(rates=(), num_prompts=None, repeats=1, window_s=16.0)
+    s.run_dir, s.task, s.opts = runs, None, opts
+    s.budget = TimeBudget(budget_s, clock=lambda: now[0])
     s.bars = SimpleNamespace(advance=lambda *_: None, update=lambda *a, **k: None)
     s.calibration, s.calibrates, s.missed = object(), False, None
     s.plan, s.grid, s.replay = SearchPlan(start=0.74), None, list(REPLAYED)
     s.leader, s.done = "collocated-2", {"collocated-2": COLLOCATED}
     s._deploy = lambda p, stack: ("url", [], "one")
-    s._run_one = lambda url, metrics, p, rate, before=None: (rate, before is not None)
+    def run_one(url, metrics, p, rate, before=None):
+        now[0] += sweep_module.span_s(opts, rate) + 2.0
+        return rate, before is not None
+    s._run_one = run_one
     s._outcome = lambda p, rate: truth[rate][sum(r == rate for r, _ in runs.written) - 1]
     s.measure(Placement("disagg-1p1d", "disagg"), refine=True)
+    if sweep is not None:
+        sweep.budget = s.budget
     return runs.written, s.done["disagg-1p1d"]
 
 
@@ -62,8 +73,42 @@ def test_a_bound_the_second_pass_finds_within_noise_is_measured_again():
     assert goodput_interval(outcomes) == (2.093, 5.92)
 
 
+def test_the_second_pass_starts_no_run_that_would_end_past_the_time_budget():
+    # the replayed first pass (2.96 and 5.92 req/s) takes ~36 s on the fake clock; the step
+    # down's ~16 s of requests and the 2 s every run took beyond its span would end past a
+    # 50 s budget: it is not measured, and the evidence says the budget ended the search
+    unsure = [Outcome(2.093, True, False), Outcome(2.093, True, False, sure_meets=True)]
+    out = SimpleNamespace()
+    written, outcomes = _measured(unsure, budget_s=50.0, sweep=out)
+    assert written == [(2.96, False), (5.92, False)]
+    assert out.budget.spent and out.budget.extra_s == 2.0
+    assert "time budget (50 s, --time-budget; 0 for none) ran out" in out.budget.note()
+    assert goodput_interval(outcomes) == (0.0, 5.92)  # still open: within noise
+    # with the time to spare, the same sweep goes on as before, and the budget says nothing
+    written, _ = _measured(unsure, budget_s=90.0, sweep=out)
+    assert written == [(2.96, False), (5.92, False), (2.093, False), (2.093, True)]
+    assert not out.budget.spent and out.budget.note() is None
+
+
 def test_a_second_pass_that_parts_the_intervals_searches_no_further():
     # the same, but the step down surely meets at once: nothing is measured again, and no
     # bisection follows (the intervals have parted)
     written, _ = _measured([Outcome(2.093, True, False, sure_meets=True)])
     assert written == [(2.96, False), (5.92, False), (2.093, False)]
+
+
+def test_the_budget_adds_a_start_for_a_placement_not_running_and_the_median_overrun():
+    now = [0.0]
+    budget = TimeBudget(100.0, clock=lambda: now[0])
+
+    def take(seconds: float) -> None:
+        now[0] += seconds
+    budget.timed(lambda: take(12.0))  # a start
+    for took in (12.0, 13.0, 40.0):  # runs of 10 s of requests; the last drained a queue
+        budget.timed(lambda took=took: take(took), span_s=10.0)
+    assert budget.start_s == 12.0 and budget.extra_s == 3.0
+    # 77 s spent: 10 s of requests and 3 more end at 90 while running, at 102 with a start
+    assert budget.fits(10.0, live=True) and not budget.spent
+    assert not budget.fits(10.0, live=False) and budget.spent
+    assert not budget.fits(0.1, live=True)  # once one did not fit, nothing more starts
+    assert TimeBudget(None).fits(1e9, live=False)
