@@ -11,27 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from advisor.decide.comparison import compare
-from advisor.measure.transfer import SLOW_MS
+from advisor.decide.floor import fmt_ms, slowdown_note, unreachable
+from advisor.decide.thresholds import Thresholds
 from advisor.rundata.evidence import Evidence
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Named thresholds (README: "Thresholds"); every one can be overridden from the CLI."""
-
-    long_prompt_tokens: int = (
-        2048  # the guide's case is ~8k; 2k already stalls decodes for 100s of ms
-    )
-    high_concurrency: float = 2.0  # requests in flight: prefills then overlap running decodes
-    kv_slow_ms: float = SLOW_MS  # guide: "several hundred milliseconds ... fix the transfer first"
-    kv_slow_ttft_share: float = 0.25  # or a quarter of the TTFT budget spent moving KV
-    frontend_cpu_share: float = 0.10  # front-end CPU over the engine host's total CPU
-    ttft_binding_ratio: float = 0.8  # p99 TTFT within 20% of its SLO: TTFT is what binds
-    low_concurrency: float = 1.0  # under one request in flight: nothing to interfere with
-    bursty_cv: float = 2.0  # coefficient of variation of inter-arrival gaps (Poisson = 1)
-    goodput_margin: float = 0.10  # measured goodputs within 10% of each other are a tie
-    late_turn_ttft_cut: float = 0.20  # bidirectional P/D must cut a late turn's TTFT this much
-    host_slowed: float = 1.5  # the runs' decode steps over the calibrated ones: the host slowed
 
 
 @dataclass
@@ -143,61 +125,6 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     return rows
 
 
-def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] | None:
-    """Why no placement can be recommended at this SLO, naming the binding metric and its
-    floor and what to change, and whether that is the floor (then nothing could be measured
-    against it); None when a measurement (or the lack of one) says otherwise.
-
-    Either the calibrated floor (one request alone) already misses the SLO, or no placement
-    met it at any rate tried; then, where the runs' decode steps ran `t.host_slowed` times
-    the calibrated ones or slower, that the host slowed down after its calibration.
-    """
-    slo = {"ttft": ev.slo.ttft_ms, "itl": ev.slo.itl_ms}
-    cal = ev.calibration
-    floor = cal.floors(ev.workload.mean_prompt_tokens) if cal else {}
-    where = f" here in {cal.dtype}" if cal and cal.dtype else " here"
-    unloaded = {"ttft": "unloaded TTFT", "itl": "the unloaded decode step"}
-    fixes = {"ttft": "a looser TTFT SLO, shorter prompts (--scale)",
-             "itl": "a looser ITL SLO, a smaller model"}
-    measured = [p for p in (ev.collocated, ev.disaggregated)
-                if p is not None and p.max_goodput_rps is not None]
-    if missed := [m for m in ("ttft", "itl") if m in floor and floor[m] > slo[m]]:
-        facts = [f"{m}:{slo[m]:g} is binding, {unloaded[m]} is {_ms(floor[m])}{where}"
-                 for m in missed]
-        head = "the SLO cannot be met even by one request alone"
-        floor_missed = True
-    elif measured and all(p.max_goodput_rps == 0 for p in measured):
-        # each placement's worst metric against its SLO; the closest placement names it
-        seen = {"ttft": ("median TTFT", "median_ttft_ms"), "itl": ("p99 ITL", "p99_itl_ms")}
-        _, m, value, near = min(
-            max((_num(getattr(p, seen[m][1])) / slo[m], m, getattr(p, seen[m][1]), p.placement)
-                for m in slo) for p in measured)
-        missed = [m]
-        on = f" on {near}" if near and len(measured) > 1 else ""
-        facts = [f"{m}:{slo[m]:g} is binding, {seen[m][0]} was {_ms(_num(value))} at best{on}"
-                 + (f" ({unloaded[m]} is {_ms(floor[m])}{where})" if floor else "")]
-        if _num(value) <= slo[m]:  # pooled it meets: the requests that miss are too many
-            att = next(p.attainment_at_rate for p in measured if p.placement == near)
-            facts = [f"{m}:{slo[m]:g} is binding for each request (the SLO holds per request: "
-                     f"{'its own p99 gap' if m == 'itl' else 'its own TTFT'}); pooled, "
-                     f"{seen[m][0]} was {_ms(_num(value))} at best{on}, but only "
-                     f"{_num(att):.0%} of requests met every SLO there, under the "
-                     f"{ev.slo.attainment:.0%} needed"]
-        head = ("neither placement meets" if len(measured) > 1 else "no placement meets") + \
-            " the SLO at any rate tried"
-        floor_missed = False
-        fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
-        if slowed := _slowed(measured, t):
-            facts.append(slowed[0] + ": the SLO and the workload sized for it no longer fit")
-            if slowed[1]:
-                fixes = {m: "the same sweep again on a steadier host, " + f
-                         for m, f in fixes.items()}
-    else:
-        return None
-    change = ", ".join(fixes[m] for m in missed) + ", faster hardware or another dtype (--dtype)"
-    return f"{head}: {'; '.join(facts)}. To change: {change}", floor_missed
-
-
 def _growing_context(ev: Evidence, t: Thresholds) -> Row:
     """Fires on measurement, never on the workload alone: bidirectional P/D sustains more
     goodput than plain P/D, or cuts a late turn's median TTFT by `late_turn_ttft_cut`."""
@@ -271,14 +198,6 @@ def _history_warning(wl) -> str | None:
             "token; the rest is recomputed, where an unchecked reuse would answer wrongly)")
 
 
-def _num(v: float | None) -> float:
-    return float("inf") if v is None else v
-
-
-def _ms(v: float) -> str:
-    return f"{v / 1000:.2g} s" if v >= 1000 else f"{v:.3g} ms"
-
-
 def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     """The recommendation for validated evidence: action, rows, secondary actions, reasoning.
 
@@ -304,7 +223,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         elif "kv_transfer_slow" in fired:  # the guide: fix a slow transfer before anything
             action = "fix-transfer"
             slow = fired["kv_transfer_slow"].evidence["kv_transfer_mean_ms"]
-            why.append(f"the KV transfer is slow ({_ms(slow)} per transfer): fix it before "
+            why.append(f"the KV transfer is slow ({fmt_ms(slow)} per transfer): fix it before "
                        "anything else, then measure again")
     elif c is not None and d is not None:
         comparison = compare(ev, c, d)
@@ -330,7 +249,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
             why.append(f"rule: {row.id} fired")
     if (warning := _history_warning(ev.workload)) is not None:
         why.append(warning)
-    if not blocked and (slowed := _slowed([ev.collocated, ev.disaggregated], t)):
+    if not blocked and (slowed := slowdown_note([ev.collocated, ev.disaggregated], t)):
         text, host = slowed
         if comparison is None or not comparison["confidence"].startswith("within noise"):
             why.append(text + (": every figure here is from a slower host than the sizing "
@@ -364,28 +283,6 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         "calibration": ev.calibration.summary() if ev.calibration else None,
         "simulated": ev.simulated,
     }
-
-
-def _slowed(sides: list, t: Thresholds) -> tuple[str, bool] | None:
-    """Where a placement's runs decoded `t.host_slowed` times slower than calibrated or
-    more: what to say, naming the slowest, and whether the host as a whole slowed down
-    (every placement measured did); None otherwise.
-
-    # NOTE: one placement alone slowed is not the host: on 2 cores a P/D decoder ran
-    # 1.4-2.0x its calibrated step beside its busy prefiller in six sweeps here (held to
-    # AVX2) while collocated's replicas ran at 1.0-1.3x, and "the host slowed down" sent
-    # the user to a steadier host that would have measured the same."""
-    known = sorted((p.slowdown, p.placement) for p in sides if p is not None and p.slowdown)
-    if not known or known[-1][0] < t.host_slowed:
-        return None
-    (worst, name), (least, other) = known[-1], known[0]
-    if least >= t.host_slowed:
-        return (f"the host slowed down after its calibration: at its lowest rate, {name}'s "
-                f"decode steps took {worst:.1f}x the calibrated ones"), True
-    return (f"{name}'s engines ran slower than the calibrated one: at their lowest rates its "
-            f"decode steps took {worst:.1f}x the calibrated ones, {other}'s {least:.1f}x "
-            "(its decoder shares this host's cores and memory with busier neighbours, or "
-            "the host slowed while it ran)"), False
 
 
 def _by(a: float, b: float) -> str:
