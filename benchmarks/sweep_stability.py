@@ -51,8 +51,9 @@ def main() -> None:
         sides = "; ".join(f"{side.placement} {side.max_goodput_rps:g} req/s "
                           f"{side.max_goodput_interval_rps}" for side in
                           (ev.collocated, ev.disaggregated) if side and side.placement)
+        stopped = " (the time budget ended its search)" if ev.search_stopped else ""
         print(f"run {i + 1}: {seconds:.0f} s, {rec['action']}"
-              f"{', confident' if confident else ', within noise'}; {sides}; "
+              f"{', confident' if confident else ', within noise'}{stopped}; {sides}; "
               f"collocated p99 ITL {ratio:.1f}x P/D's at {at}", flush=True)
     print(f"disaggregate + confident + p99 ITL >= 1.5x within 5 min: {good} of {a.runs} "
           "(goal: all)")
