@@ -68,10 +68,11 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
     more: what to say, naming the slowest, and whether the host as a whole slowed down
     (every placement measured did); None otherwise.
 
-    # NOTE: one placement alone slowed is not the host: on 2 cores a P/D decoder ran
-    # 1.4-2.0x its calibrated step beside its busy prefiller in six sweeps here (held to
-    # AVX2) while collocated's replicas ran at 1.0-1.3x, and "the host slowed down" sent
-    # the user to a steadier host that would have measured the same."""
+    # NOTE: one placement alone slowed is not the host: the placements run minutes apart,
+    # each on cores it shares with the proxy and the client, and "the host slowed down"
+    # sends the user to a steadier host that may measure the same (held to AVX2 on
+    # 2026-12-02, P/D's gaps at its lowest rate ran 1.1-1.5x the calibrated steps,
+    # collocated's 0.9-1.1x)."""
     known = sorted((p.slowdown, p.placement) for p in sides if p is not None and p.slowdown)
     if not known or known[-1][0] < t.host_slowed:
         return None
@@ -81,8 +82,8 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
                 f"decode steps took {worst:.1f}x the calibrated ones"), True
     return (f"{name}'s engines ran slower than the calibrated one: at their lowest rates its "
             f"decode steps took {worst:.1f}x the calibrated ones, {other}'s {least:.1f}x "
-            "(its decoder shares this host's cores and memory with busier neighbours, or "
-            "the host slowed while it ran)"), False
+            "(its engines share this host's cores with the other engines, the proxy and "
+            "the client, or the host slowed while it ran)"), False
 
 
 def _num(v: float | None) -> float:

@@ -251,8 +251,8 @@ def test_a_host_that_slowed_down_after_its_calibration_is_named():
 
 
 def test_one_placement_slower_than_calibrated_is_not_called_a_slowed_host():
-    # measured here held to AVX2: P/D's decoder at 1.6x its calibrated step beside its busy
-    # prefiller, collocated's replicas at 1.0x, and the goodputs within noise
+    # as read here held to AVX2: P/D's runs at 1.6x the calibrated steps, collocated's at
+    # 1.0x, and the goodputs within noise
     ev = copy.deepcopy(L40S)
     ev["kv_transfer"] = None
     ev["collocated"].update(max_goodput_rps=0.39, max_goodput_interval_rps=[0.0, 0.78],

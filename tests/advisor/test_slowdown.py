@@ -29,6 +29,17 @@ def test_gaps_are_held_to_the_step_at_the_batch_each_decoder_ran():
     assert decode_slowdown(apart, CAL, decoders=1) == pytest.approx(1.0)
 
 
+def test_each_gap_is_held_to_the_step_at_the_batch_running_when_it_came():
+    # one request alone (10 ms steps), then three together (14 ms steps at batch 3): every
+    # gap is the calibrated step at its batch. Against the run's mean batch (1.53: a step
+    # of 11.1 ms) the median gap (14 ms: three requests' gaps per step) said 1.27
+    alone = _record(0.0, [10.0] * 50)
+    together = [_record(1.0, [14.0] * 50) for _ in range(3)]
+    assert decode_slowdown([alone, *together], CAL, decoders=1) == pytest.approx(1.0)
+    slower = [alone, *(_record(1.0, [21.0] * 50) for _ in range(3))]
+    assert decode_slowdown(slower, CAL, decoders=1) == pytest.approx(1.5)
+
+
 def test_warm_up_failed_and_single_chunk_requests_are_left_out():
     kept = _record(0.0, [20.0] * 10)
     noise = [_record(0.0, [500.0] * 10, warmup=True), _record(0.0, [500.0] * 10, ok=False),
