@@ -71,7 +71,7 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
     # NOTE: one placement alone slowed is not the host: the placements run minutes apart,
     # each on cores it shares with the proxy and the client, and "the host slowed down"
     # sends the user to a steadier host that may measure the same (held to AVX2 on
-    # 2026-12-02, P/D's gaps at its lowest rate ran 1.1-1.5x the calibrated steps,
+    # 2026-12-02, P/D's gaps at its lowest rate ran 1.1-1.6x the calibrated steps,
     # collocated's 0.9-1.1x)."""
     known = sorted((p.slowdown, p.placement) for p in sides if p is not None and p.slowdown)
     if not known or known[-1][0] < t.host_slowed:
