@@ -101,6 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
             count = len(self.server.received)
             wake = 0.0 if self.server.in_flight else \
                 max(0.0, arrived - self.server.idle_since) * s.wake_ms_per_s
+            timing["wake_ms"] = wake  # what this request was scripted to pay, for tests
             self.server.in_flight += 1
         try:
             self._answer(body, chat, arrived, s.ttft_ms + wake, count, timing)

@@ -36,13 +36,14 @@ def short_idles(monkeypatch):
 
 
 def _wake_ms(timings: list[dict]) -> list[float]:
-    """The truth: each request's extra TTFT, from how long the server sat idle before it
-    (0 for one that arrived while another was in flight)."""
-    out, last = [], None
-    for t in timings:
-        out.append(0.0 if last is None else max(0.0, t["arrived"] - last) * WAKE_MS_PER_S)
-        last = max(last or 0.0, t["writes"][-1])
-    return out
+    """The truth: each request's extra TTFT as the server scripted it, from how long it sat
+    idle since its last answer ended (0 for one that arrived while another was in flight).
+
+    NOTE: the server's own figure, not one rebuilt here from the last token's write: the
+    answer ends a little after that write (the usage event, [DONE]), so the rebuilt idle
+    was longer by that much, its wake up to 0.1 ms more than the server paid, and in CI on
+    2026-12-02 a median served TTFT fell 0.12 ms under the scripted one it implied."""
+    return [t["wake_ms"] for t in timings]
 
 
 def _served_ms(timings: list[dict]) -> list[float]:
