@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import time
@@ -11,23 +10,22 @@ import uuid
 
 from aiohttp import web
 
-from engine.core.config import DTYPES, EngineConfig
+from engine.core.config import EngineConfig
 from engine.core.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.kv import connector, connectors
-from engine.kv.frame import ForeignKV, FrameError
 from engine.kv.links import LinkEmulation, parse_emulation
 from engine.kv.source import KVSource
 from engine.model.runner import ModelRunner, resolve_config
-from engine.render.frontend import Frontend, FrontendConfig, add_frontend_args, frontend_config
+from engine.render.frontend import Frontend, FrontendConfig, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve import conversations
 from engine.serve.async_engine import AsyncEngine
-from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
+from engine.serve.http_app import api_key_of, run_app
+from engine.serve.kv_legs import DecodeLegs
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
+from engine.serve.server_args import PULL_HOSTS, engine_config, parser
 from engine.serve.sse import DONE, event
-
-PULL_HOSTS = ("127.0.0.1", "localhost", "::1")  # by default, prefillers on this host only
 
 
 def _error(e: RequestError) -> web.Response:
@@ -68,6 +66,8 @@ class EngineServer:
         # NOTE: read from the event loop while the engine thread runs: an int, read whole
         self.metrics.watch_pool(lambda: pool.num_free_blocks, pool.num_blocks,
                                 lambda: self.engine.held.expired_total)
+        self.legs = DecodeLegs(self.connector, self.runner, self.metrics, pull_hosts,
+                               self.engine.config.kv_load_failure_policy)
         self.source = None
         if source:
             self.source = KVSource(self.engine.lend_kv, self._release, self.runner.cache,
@@ -150,7 +150,8 @@ class EngineServer:
             prompt = self._handed_ids(req) or self.frontend.prompt_ids(req)
             self.engine.validate(prompt, req.params)
         except (RequestError, ValueError) as e:
-            self._refused_leg(body)
+            if self.role == "decode":
+                self.legs.refused(body)
             return _error(e if isinstance(e, RequestError) else RequestError(str(e)))
         kv = req.kv_transfer_params or {}
         pulled = reverse = None
@@ -161,26 +162,9 @@ class EngineServer:
             self.metrics.kv_reuse_mismatch.inc(mismatch)
         if self.role == "decode" and connector.can_pull(kv):
             try:
-                connector.check_params(kv, self.pull_hosts)
-            except ValueError as e:
-                return _error(RequestError(f"kv_transfer_params: {e}", "kv_transfer_params"))
-            try:
-                pulled = await self.connector.pull_async(kv, self.runner.layout, self.runner.device,
-                                                         prompt)
-            except ForeignKV as e:  # its kv_transfer_params name another request's KV
-                return _error(RequestError(str(e), "kv_transfer_params"))
-            except asyncio.CancelledError:  # the client left mid-pull: free the prefiller now
-                _release_soon(kv)
-                raise
-            except (FrameError, OSError, ValueError) as e:
-                self.metrics.kv_failures.inc()
-                _release_soon(kv)
-                if self.engine.config.kv_load_failure_policy == "fail":
-                    return _error(
-                        RequestError(
-                            f"KV transfer failed: {e}", status=500, err_type="kv_transfer_error"
-                        )
-                    )
+                pulled = await self.legs.pull(kv, prompt)
+            except RequestError as e:
+                return _error(e)
         rid = f"{'gen' if tokens_only else 'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         cid = conversations.keep_as(kv) if self.role == "decode" and self.source else None
         stream = self.aengine.generate(
@@ -213,7 +197,7 @@ class EngineServer:
                 return await self._stream(request, ctx, first, stream)
             return await self._complete(ctx, first, stream)
         finally:  # NOTE: on every way out (a cancelled handler too) the prefiller's KV goes
-            self._pulled_done(ctx)
+            self.legs.done(ctx)
 
     def _handed_ids(self, req) -> list[int] | None:
         """On a decoder: the prompt's token IDs that the proxy handed over from the prefill
@@ -227,42 +211,9 @@ class EngineServer:
                                "of token IDs", "kv_transfer_params")
         return ids
 
-    def _refused_leg(self, body) -> None:
-        """A decode leg refused before its pull (it asks past the context, say): the KV its
-        prefill left held is freed now, not at the lease's end. Only its token's holder
-        can release it, so a client naming other parameters frees nothing."""
-        kv = body.get("kv_transfer_params") if isinstance(body, dict) else None
-        if self.role != "decode" or not isinstance(kv, dict) or not connector.can_pull(kv):
-            return
-        try:
-            connector.check_params(kv, self.pull_hosts)
-        except ValueError:
-            return
-        _release_soon(kv)
-
-    def _pulled_done(self, ctx: RequestContext, out: RequestOutput | None = None) -> None:
-        if ctx.pulled is None:
-            return
-        rec = ctx.pulled.record
-        ctx.pulled.close(imported=out is not None)
-        ctx.pulled = None
-        if out is not None:
-            ctx.transfer = {
-                "seconds": rec.seconds,
-                "bytes": rec.nbytes,
-                "connector": rec.connector,
-                "emulated": rec.emulated,
-            }
-            self.metrics.kv_transfer_time.observe(rec.seconds)
-            self.metrics.kv_transfer_bytes.inc(rec.nbytes)
-            self.metrics.kv_transfers.inc()
-            if out.first_scheduled_time is not None:
-                self.metrics.kv_ready_delay.observe(max(0.0, out.first_scheduled_time - rec.end))
-        _release_soon(ctx.kv)
-
     async def _outputs(self, ctx: RequestContext, first: RequestOutput, stream):
         """All outputs, with token-latency metrics recorded on the way."""
-        self._pulled_done(ctx, first)
+        self.legs.done(ctx, first)
         last = time.monotonic()
         self.metrics.ttft.observe(last - ctx.arrival)
         yield first
@@ -329,66 +280,12 @@ def _internal(e: Exception) -> RequestError:
     )
 
 
-def _release_soon(kv: dict) -> None:
-    """Tell the prefiller named in `kv` to free its blocks, off the event loop, best effort."""
-    asyncio.get_running_loop().run_in_executor(None, connector.release, kv)
-
-
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(
-        description="Run one engine instance as an OpenAI-compatible server."
-    )
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--role", default="both", choices=["both", "prefill", "decode"])
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8100)
-    ap.add_argument(
-        "--kv-port", type=int, default=0, help="side-channel port of a prefill instance"
-    )
-    ap.add_argument("--connector", default="shm", choices=connectors.NAMES)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="auto", choices=DTYPES,
-                    help="auto: bfloat16 where it is fast here, else float32 (float16 on old GPUs)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--num-threads", type=int, default=1)
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    ap.add_argument("--kv-lease-duration", type=float, default=30.0)
-    ap.add_argument("--kv-load-failure-policy", default="fail", choices=["fail", "recompute"])
-    ap.add_argument(
-        "--kv-link-emulation",
-        default=None,
-        help="decode: make each KV transfer take as long as on a slower link "
-        "(1.3s per transfer, or a rate such as 1GBps); for experiments",
-    )
-    ap.add_argument("--keep-conversations", action="store_true",
-                    help="decode: keep each finished turn's KV for the conversation's next "
-                    "turn (bidirectional transfer: its prefiller pulls it back)")
-    ap.add_argument("--decoder-kv-ttl", type=float, default=480.0,
-                    help="decode: seconds a kept turn's KV waits for the next turn")
-    ap.add_argument("--kv-pull-hosts", nargs="+", default=list(PULL_HOSTS),
-                    help="decode: the hosts whose side channels it may pull KV from")
-    add_frontend_args(ap)
-    add_api_key_flag(ap)
-    a = ap.parse_args(argv)
-    cfg = EngineConfig(
-        model=a.model,
-        seed=a.seed,
-        device=a.device,
-        dtype=a.dtype,
-        role=a.role,
-        block_size=a.block_size,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        num_threads=a.num_threads,
-        kv_lease_duration=a.kv_lease_duration,
-        kv_load_failure_policy=a.kv_load_failure_policy,
-        keep_conversations=a.keep_conversations,
-        decoder_kv_ttl=a.decoder_kv_ttl,
-    )
+    a = parser().parse_args(argv)
     try:
         emulation = parse_emulation(a.kv_link_emulation) if a.kv_link_emulation else None
         server = EngineServer(
-            cfg,
+            engine_config(a),
             a.connector,
             kv_host=a.host,
             kv_port=a.kv_port,
