@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from advisor.cli import _user_errors
+from advisor.cli.app import user_errors
 from advisor.errors import UsageError
 from advisor.rundata.files import RunDataError
 from engine.serve.processes import LaunchError
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("error", [UsageError("--rates: bad"), RunDataError("x.json: corrupt"),
                                    LaunchError("instance exited")])
 def test_what_the_user_can_fix_exits_2_with_one_line(error, capsys):
-    with pytest.raises(typer.Exit) as e, _user_errors():
+    with pytest.raises(typer.Exit) as e, user_errors():
         raise error
     assert e.value.exit_code == 2
     err = capsys.readouterr().err
@@ -27,7 +27,7 @@ def test_what_the_user_can_fix_exits_2_with_one_line(error, capsys):
 
 @pytest.mark.parametrize("bug", [ValueError("a bug"), KeyError("p99_itl_ms"), TypeError("x")])
 def test_a_bug_surfaces_as_itself(bug):
-    with pytest.raises(type(bug)), _user_errors():
+    with pytest.raises(type(bug)), user_errors():
         raise bug
 
 

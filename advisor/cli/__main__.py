@@ -1,0 +1,5 @@
+"""`python -m advisor.cli`: the `advisor` command."""
+
+from advisor.cli import app
+
+app()
