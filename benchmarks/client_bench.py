@@ -16,7 +16,8 @@ import os
 
 import numpy as np
 
-from advisor.measure.client import Client, Endpoint
+from advisor.measure.client import Client
+from advisor.measure.records import Endpoint
 from engine.serve.launch import serve_module
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from advisor import console
 from advisor.errors import UsageError
-from advisor.measure.client import COMPLETIONS, Endpoint
 from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, check_url, served_model, wait_ready
+from advisor.measure.records import COMPLETIONS, Endpoint
 from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.rundata.files import manifest

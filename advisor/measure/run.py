@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from advisor.errors import UsageError
-from advisor.measure.client import Client, ClientRun, Endpoint, RequestRecord
+from advisor.measure.client import Client
+from advisor.measure.records import ClientRun, Endpoint, RequestRecord
 from workloads.spec import Workload
 
 REACH_TIMEOUT_S = 5.0

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from advisor.errors import UsageError
-from advisor.measure.client import RequestRecord
 from advisor.measure.confidence import intervals
+from advisor.measure.records import RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from advisor.measure.client import RequestRecord
+from advisor.measure.records import RequestRecord
 from advisor.plan.batching import Batcher, Job
 from advisor.plan.steptime import Step
 from advisor.plan.system import EngineSpec, SimRequest, System

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.errors import UsageError
-from advisor.measure.client import Endpoint
 from advisor.measure.prom import read, scrape_text, transfer_of
 from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, check_url, served_model, wait_ready
+from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.probe import hardware, p2p

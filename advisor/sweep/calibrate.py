@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from advisor.errors import UsageError
-from advisor.measure.client import Endpoint
+from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.stats import latency
 from advisor.probe.wakeup import NOTABLE, Wakeup

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from advisor.measure.client import Endpoint
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
+from advisor.measure.records import Endpoint
 from advisor.measure.run import measure, record_row, records_of
 from advisor.measure.stats import summarize
 from advisor.rundata.result import RunResult

@@ -13,8 +13,8 @@ from advisor import console
 from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
-from advisor.measure.client import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.ready import served_model
+from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.run import progress_bars
 from advisor.measure.stats import parse_percentiles
 from advisor.probe.wakeup import host_wakeup

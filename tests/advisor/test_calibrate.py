@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from advisor.errors import UsageError
-from advisor.measure.client import Endpoint
+from advisor.measure.records import Endpoint
 from advisor.probe.wakeup import Wakeup
 from advisor.sweep import calibrate as calibration
 from advisor.sweep.calibrate import calibrate

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from advisor.measure.client import CHAT, Client, Endpoint
+from advisor.measure.client import Client
+from advisor.measure.records import CHAT, Endpoint
 from advisor.measure.stats import summarize
 from tests.advisor.helpers import pinned_apart, received, scripted, workload
 from tests.cli import advisor

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from advisor.measure.client import CHAT, Endpoint, text_of
+from advisor.measure.client import text_of
 from advisor.measure.prom import FrontendTotals, parse_frontend
+from advisor.measure.records import CHAT, Endpoint
 from advisor.measure.run import measure
 from advisor.sweep.options import SweepOptions, seed_for
 from engine.render.frontend import Frontend, FrontendConfig

@@ -3,7 +3,7 @@
 import pytest
 
 from advisor.errors import UsageError
-from advisor.measure.client import RequestRecord
+from advisor.measure.records import RequestRecord
 from advisor.measure.stats import parse_percentiles, parse_slos, summarize
 
 

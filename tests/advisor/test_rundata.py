@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from advisor.errors import UsageError
-from advisor.measure.client import RequestRecord
+from advisor.measure.records import RequestRecord
 from advisor.measure.run import record_row, records_of
 from advisor.measure.stats import summarize
 from advisor.rundata.evidence import Calibration, Evidence

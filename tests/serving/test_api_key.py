@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.measure.client import Endpoint
+from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from engine.serve.launch import Topology, launch
 from workloads.presets import preset
