@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from advisor.errors import UsageError
@@ -123,3 +123,30 @@ def wait_port_free(url: str, timeout_s: float = PORT_FREE_S) -> None:
         except OSError:
             return
         time.sleep(0.2)
+
+
+class OnDemand:
+    """A placement's deployment, started when first needed: by `start` for the calibration
+    (the callable given returns its front URL, metrics URLs and one instance's URL), or by
+    the first run that asks for its `urls`. A run that is already in the run directory
+    (a resumed sweep) needs none."""
+
+    def __init__(self, start: Callable[[], tuple[str, list[str], str]]):
+        self._start = start
+        self._urls: tuple[str, list[str]] | None = None
+
+    @property
+    def live(self) -> bool:
+        return self._urls is not None
+
+    def start(self) -> str:
+        """Start it now; one instance's URL (for the calibration)."""
+        url, metrics, one = self._start()
+        self._urls = (url, metrics)
+        return one
+
+    def urls(self) -> tuple[str, list[str]]:
+        """The front URL and metrics URLs, started first if it is not running."""
+        if self._urls is None:
+            self.start()
+        return self._urls

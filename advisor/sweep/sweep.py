@@ -24,7 +24,7 @@ from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep import sizing
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.calibrate import calibrate, warm_up
-from advisor.sweep.deployments import metric_urls, started
+from advisor.sweep.deployments import OnDemand, metric_urls, started
 from advisor.sweep.evidence import build_evidence, write_summary
 from advisor.sweep.manifest import sweep_manifest
 from advisor.sweep.options import (
@@ -170,17 +170,9 @@ class _Sweep:
         self.leader = p.name if lead else self.leader
         grid = None if lead else self.replay
         with contextlib.ExitStack() as stack:
-            deployed: list = []  # [front URL, metrics URLs] once `p` is started
-
-            def at() -> list:
-                if not deployed:
-                    deployed.extend(self.budget.timed(lambda: self._deploy(p, stack))[:2])
-                return deployed
-
+            at = OnDemand(lambda: self.budget.timed(lambda: self._deploy(p, stack)))
             if self.calibration is None and self.calibrates:
-                url, metrics, one = self.budget.timed(lambda: self._deploy(p, stack))
-                deployed.extend((url, metrics))
-                self._calibrate(p, one)
+                self._calibrate(p, at.start())
             if self.missed:
                 return False
             # NOTE: the first pass is replayed (from the run directory) before the second
@@ -192,14 +184,13 @@ class _Sweep:
                 # down or a bisection may find the new bound (disaggregated missed at every
                 # replayed rate, then met at the step down for 0.97 of 33 requests, interval
                 # [0.89, 1], and its interval stayed [0, 5.92], within noise of collocated's)
-                while (not second or self._settle(p, outcomes, at, lambda: bool(deployed))) \
+                while (not second or self._settle(p, outcomes, at)) \
                         and (rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
                                                refine=second)) is not None:
                     if not self.run_dir.has_run(p.name, rate):
-                        if second and not self.budget.fits(span_s(self.opts, rate),
-                                                           bool(deployed)):
+                        if second and not self._fits(rate, at):
                             break
-                        self.run_dir.write_run(self._timed_run(at(), p, rate))
+                        self.run_dir.write_run(self._timed_run(at, p, rate))
                     outcomes.append(self._outcome(p, rate))
                     self.bars.advance(self.task)
                 if lead and self.grid is None:
@@ -207,26 +198,29 @@ class _Sweep:
                     self.replay = replay_grid(outcomes, self.plan)
         return True
 
-    def _settle(self, p: Placement, outcomes: list[Outcome], at: Callable[[], list],
-                live: Callable[[], bool]) -> bool:
+    def _settle(self, p: Placement, outcomes: list[Outcome], at: OnDemand) -> bool:
         """Measure again the rates within noise that hold `p`'s interval open
-        (`rate_search.top_up`) while it overlaps another's and the time budget allows
-        (`live`: whether `p` is running); whether it still overlaps and there is time."""
+        (`rate_search.top_up`) while it overlaps another's and the time budget allows;
+        whether it still overlaps and there is time."""
         # NOTE: --rates is a fixed grid: no search, so nothing is measured again
         others = others_of(self.done, p.name)
         while not self.opts.rates and p.name in unsettled(self.done) and (
-                rate := top_up(outcomes, others)) is not None and self.budget.fits(
-                span_s(self.opts, rate), live()):
+                rate := top_up(outcomes, others)) is not None and self._fits(rate, at):
             before = self.run_dir.read_run(p.name, rate, records=True)
-            self.run_dir.write_run(self._timed_run(at(), p, rate, before))
+            self.run_dir.write_run(self._timed_run(at, p, rate, before))
             outcomes[[o.rate for o in outcomes].index(rate)] = self._outcome(p, rate)
             self.bars.advance(self.task)
         return p.name in unsettled(self.done) and not self.budget.spent
 
-    def _timed_run(self, deployed: list, p: Placement, rate: float,
+    def _fits(self, rate: float, at: OnDemand) -> bool:
+        """Whether a run at `rate` (and a start, where `at` is not running) ends within
+        the time budget."""
+        return self.budget.fits(span_s(self.opts, rate), at.live)
+
+    def _timed_run(self, at: OnDemand, p: Placement, rate: float,
                    before: RunResult | None = None) -> RunResult:
-        """`_run_one` at `deployed` (front URL, metrics URLs), timed for the budget."""
-        return self.budget.timed(lambda: self._run_one(*deployed, p, rate, before),
+        """`_run_one` where `at` runs (started now if it is not), timed for the budget."""
+        return self.budget.timed(lambda: self._run_one(*at.urls(), p, rate, before),
                                  span_s(self.opts, rate))
 
     def _outcome(self, p: Placement, rate: float) -> Outcome:
