@@ -80,6 +80,8 @@ def bench(
         0, help="random: shared prefix tokens before each prompt"
     ),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="generate exactly max_tokens"),
+    temperature: float = typer.Option(0.0, help="sent with every request (0: greedy, as vllm "
+                                                "bench serve sends when not told)"),
     request_rate: float = typer.Option(None, help="requests/s (inf: all at once)"),
     burstiness: float = typer.Option(1.0, help="gamma shape; 1 = Poisson"),
     num_prompts: int = typer.Option(None, help="requests to send (default 100; a trace: all)"),
@@ -114,6 +116,7 @@ def bench(
         random_range_ratio=random_range_ratio,
         random_prefix_len=random_prefix_len,
         ignore_eos=ignore_eos,
+        temperature=temperature,
         request_rate=request_rate,
         burstiness=burstiness,
         num_prompts=num_prompts,

@@ -42,6 +42,7 @@ class BenchOptions:
     random_range_ratio: float = 0.0
     random_prefix_len: int = 0
     ignore_eos: bool = False
+    temperature: float = 0.0  # vLLM's default when --temperature is not given: greedy
     request_rate: float | None = None  # None: inf for random, the preset's own rate for a preset
     burstiness: float = 1.0
     num_prompts: int | None = None  # None: 100, or every row of a trace
@@ -68,6 +69,8 @@ def _checked(opts: BenchOptions) -> tuple[dict[str, float], list[float], tuple[s
     check_url("--base-url", opts.base_url)
     if opts.dataset not in DATASETS:
         raise UsageError(f"--dataset {opts.dataset!r} is unknown; one of {', '.join(DATASETS)}")
+    if not opts.temperature >= 0:
+        raise UsageError(f"--temperature must be >= 0, not {opts.temperature}")
     if opts.request_rate is not None and not opts.request_rate > 0:
         raise UsageError(f"--request-rate must be > 0 (or inf), not {opts.request_rate}")
     if opts.num_prompts is not None and opts.num_prompts < 1:
@@ -136,7 +139,7 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
     wait_ready(opts.base_url, opts.model, opts.api_key, opts.ready_timeout)
     model = served_model(opts.base_url, opts.model, opts.api_key)
     endpoint = Endpoint(opts.base_url, model, opts.endpoint, opts.ignore_eos, opts.request_timeout,
-                        opts.api_key)
+                        opts.api_key, opts.temperature)
     run = measure(endpoint, workload, opts.num_warmups, opts.max_concurrency)
     rate = opts.request_rate if opts.request_rate is not None else (
         math.inf if not (opts.workload or opts.trace) else None)

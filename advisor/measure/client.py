@@ -203,6 +203,8 @@ class Client:
         )
         if ep.ignore_eos:
             body["ignore_eos"] = True
+        if ep.temperature is not None:
+            body["temperature"] = ep.temperature
         chat = ep.path == CHAT
         text, ids, saw_ids, done = [], [], False, False
         async with contextlib.AsyncExitStack() as stack:

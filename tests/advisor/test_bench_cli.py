@@ -42,6 +42,7 @@ BAD = [
     (["--goodput", "ttft=5"], "--goodput"),
     (["--goodput", "ttft:5", "bogus"], "bogus"),
     (["--request-rate", "-2"], "--request-rate"),
+    (["--temperature", "-1"], "--temperature"),
     (["--metric-percentiles", "x"], "--metric-percentiles"),
     (["--percentile-metrics", "ttft,speed"], "--percentile-metrics"),
     (["--base-url", "http://127.0.0.1:9", "--ready-timeout", "0"], "cannot reach"),

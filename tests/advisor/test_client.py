@@ -19,8 +19,9 @@ pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 RULER_SLACK_MS = 1.0
 
 
-def run(url, w, path="/v1/completions", timeout_s=60.0, warmups=0, **client_kw):
-    endpoint = Endpoint(url, "scripted", path, timeout_s=timeout_s)
+def run(url, w, path="/v1/completions", timeout_s=60.0, warmups=0, temperature=0.0,
+        **client_kw):
+    endpoint = Endpoint(url, "scripted", path, timeout_s=timeout_s, temperature=temperature)
     return asyncio.run(Client(endpoint, **client_kw).run(w, warmups))
 
 
@@ -294,3 +295,12 @@ def test_a_request_timeout_past_300_s_is_not_capped_by_aiohttp():
         finally:
             aiohttp.ClientSession.__init__ = real
     assert seen["timeout"].total is None
+
+
+def test_requests_are_greedy_unless_told_as_vllm_bench_sends_them():
+    with scripted(ttft_ms=5, itl_ms=1) as url:
+        run(url, workload(n=2, rate=1000.0))
+        for temperature in (0.7, None):
+            run(url, workload(n=1, rate=1000.0), temperature=temperature)
+        bodies = [g["body"] for g in received(url)]
+    assert [b.get("temperature", "unset") for b in bodies] == [0.0, 0.0, 0.7, "unset"]
