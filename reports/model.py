@@ -152,6 +152,7 @@ def table(data: ReportData) -> tuple[list[Column], list[dict]]:
         Column("failed", "failed"),
         Column("slo_attainment", "attainment"),
         Column("request_goodput", "goodput (req/s)"),
+        Column("pace", "kept pace (completed / arrived)"),
         Column("median_ttft_ms", "TTFT median"),
     ]
     cols += [Column(k, k.removesuffix("_ms").replace("_", " ").upper()) for k in pct_keys]
@@ -168,6 +169,7 @@ def table(data: ReportData) -> tuple[list[Column], list[dict]]:
                 rate=fmt(run.rate),
                 emulated=run.emulated or "",
                 failed=fmt(run.get("failed")),
+                pace=fmt(run.pace()),
             )
             row["cores"] = _cores(run, cores)[0]
             row["failed_any"] = bool(run.get("failed"))

@@ -86,6 +86,20 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
             "the client, or the host slowed while it ran)"), False
 
 
+def behind_note(sides: list, target: float) -> str | None:
+    """Where a placement met the attainment `target` at a rate it could not keep up with:
+    what to say (that rate counted as a miss), naming each such placement; None otherwise."""
+    said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but it completed "
+            f"requests at {pace:.2f} of the rate they arrived)"
+            for p in sides if p is not None and p.fell_behind
+            for rate, pace, att in [p.fell_behind] if att >= target]
+    if not said:
+        return None
+    return ("counted as missing the SLO, though enough of their requests met it: "
+            + "; ".join(said) + ": the queue was still growing when its run ended, and a "
+            "longer run would have missed the SLO")
+
+
 def _num(v: float | None) -> float:
     return float("inf") if v is None else v
 

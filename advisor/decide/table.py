@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from advisor.decide.comparison import compare
-from advisor.decide.floor import fmt_ms, slowdown_note, unreachable
+from advisor.decide.floor import behind_note, fmt_ms, slowdown_note, unreachable
 from advisor.decide.thresholds import Thresholds
 from advisor.rundata.evidence import Evidence
 
@@ -239,6 +239,8 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
             why.append(f"{seen} goodputs are within {t.goodput_margin:.0%} "
                        f"({c:.3g} vs {d:.3g} req/s): the rules decide")
         why.append(comparison["confidence"])
+        if (behind := behind_note([ev.collocated, ev.disaggregated], ev.slo.attainment)):
+            why.append(behind)
     if action is None:
         row = next((fired[i] for i in RULE_ORDER if i in fired), None)
         if row is None:

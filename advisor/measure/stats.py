@@ -10,6 +10,8 @@ Definitions (the README repeats them, with where they differ from `vllm bench se
 - SLO attainment: good requests / all requests in the run (failed and unsent
   included); request goodput: good requests / duration.
 - ci95: bootstrap 95% intervals of attainment, median TTFT and p99 ITL (confidence.py).
+- early_e2el_ms: the median E2E latency of the first fifth of requests by schedule (a
+  request's lifetime before any queue a run builds), for `RunResult.pace`.
 """
 
 from __future__ import annotations
@@ -158,6 +160,9 @@ def summarize(
         result.update(_stats(m, pools[m], percentiles))
     if any(r.turn > 0 for r in runs):
         result["per_turn"] = per_turn(runs)
+    first = sorted(zip(runs, lats), key=lambda rl: rl[0].scheduled)[:max(1, len(runs) // 5)]
+    early = [lat.e2el for _, lat in first if lat is not None]
+    result["early_e2el_ms"] = float(np.median(early)) * 1000 if early else None
     result["ci95"] = intervals([is_good(lat, slos) for lat in lats],
                                [lat.ttft * 1000 if lat else None for lat in lats],
                                [[g * 1000 for g in lat.itls] if lat else [] for lat in lats])

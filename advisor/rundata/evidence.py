@@ -47,6 +47,9 @@ class PlacementEvidence:
     # ran (advisor.sweep.evidence.decode_slowdown): over 1, the host ran slower than when
     # calibrated; null without a calibration
     slowdown: float | None = None
+    # [rate, pace, attainment] of the lowest rate at which it completed requests slower
+    # than they arrived (advisor.sweep.rate_search.KEEP_PACE), counted as missing the SLO
+    fell_behind: list | None = None
 
 
 @dataclass(frozen=True)

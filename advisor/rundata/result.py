@@ -81,6 +81,23 @@ class RunResult:
         return tuple(None if s is None or seconds <= 0 else s / seconds
                      for s in (engines, client))
 
+    def pace(self) -> float | None:
+        """How fast the run's requests completed against how fast they arrived (their own
+        draw, not the nominal rate), allowing the one request lifetime after the last
+        arrival that a placement keeping up still takes (`early_e2el_ms`): near 1 when it
+        kept up, lower the more its queue grew. None for a multi-turn run (a conversation's
+        later turns wait on its earlier ones, so they do not arrive at a rate of their
+        own) or under two arrivals.
+
+        completed x (span + lifetime) / ((arrivals - 1) x (end - first arrival))"""
+        offsets = self.described.arrival_offsets
+        window = (self.get("duration") or 0.0) - (offsets[0] if offsets else 0.0)
+        if self.described.multi_turn or len(offsets) < 2 or offsets[-1] <= offsets[0] \
+                or window <= 0:
+            return None
+        span, life = offsets[-1] - offsets[0], (self.get("early_e2el_ms") or 0.0) / 1000
+        return self.get("completed") * (span + life) / ((len(offsets) - 1) * window)
+
     def host_cores_busy(self) -> float | None:
         """The instances' cores busy plus the client's where recorded (at least what the
         run kept busy); None when the instances' CPU was not recorded."""

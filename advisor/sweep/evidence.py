@@ -76,6 +76,8 @@ def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
         if cal and not r.get("simulated") else None
     best = max_goodput_rate(outcomes)
     ci = r.get("ci95") or {}
+    behind = min((o.rate for o in outcomes if o.behind), default=None)
+    late = run_dir.read_run(name, behind) if behind is not None else None
     return PlacementEvidence(
         placement=name, rate_rps=rate, p50_itl_ms=r.get("p50_itl_ms"),
         p99_itl_ms=r.get("p99_itl_ms"), median_ttft_ms=r.get("median_ttft_ms"),
@@ -85,7 +87,8 @@ def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
         max_goodput_interval_rps=list(goodput_interval(outcomes)),
         requests_at_rate=r.described.num_prompts, attainment_ci=ci.get("slo_attainment"),
         median_ttft_ci_ms=ci.get("median_ttft_ms"), p99_itl_ci_ms=ci.get("p99_itl_ms"),
-        slowdown=decode_slowdown(lowest.records or [], cal, _decoders(p)) if lowest else None)
+        slowdown=decode_slowdown(lowest.records or [], cal, _decoders(p)) if lowest else None,
+        fell_behind=[behind, late.pace(), late.get("slo_attainment")] if late else None)
 
 
 def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tuple[float, str]:
@@ -276,8 +279,9 @@ def write_summary(run_dir: RunDir, placements, done: dict[str, list[Outcome]]) -
             engines, client = r.cores_busy()
             rows.append(
                 {c: (p.name if c == "topology" else r.get(c)) for c in SUMMARY_COLUMNS}
-                | {"emulated_link": p.emulated or "", "instance_cores_busy": engines,
-                   "client_cores_busy": client}
+                | {"pace": r.pace(), "emulated_link": p.emulated or "",
+                   "instance_cores_busy": engines, "client_cores_busy": client}
             )
-    columns = [*SUMMARY_COLUMNS, "emulated_link", "instance_cores_busy", "client_cores_busy"]
+    columns = [*SUMMARY_COLUMNS, "pace", "emulated_link", "instance_cores_busy",
+               "client_cores_busy"]
     run_dir.write_summary(pd.DataFrame(rows, columns=columns).to_csv(index=False))
