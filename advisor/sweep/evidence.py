@@ -103,6 +103,9 @@ def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tupl
     rate = max((r for r in common if r <= best), default=common[0])
     if best <= 0:
         return rate, f"{rate:g} req/s, the lowest rate tried (no placement met the SLO)"
+    if rate > best:  # NOTE: the placements met at no common rate up to the best one's
+        return rate, (f"{rate:g} req/s, the lowest rate every placement ran at (none ran "
+                      f"at or below {best:g} req/s, the most any placement sustained)")
     if rate == best:
         return rate, (f"{rate:g} req/s, the highest rate where the placement with more "
                       "goodput still meets the SLO")

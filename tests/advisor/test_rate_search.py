@@ -251,3 +251,9 @@ def test_rows_are_judged_at_the_highest_common_rate_and_say_so():
     rate, why = judged_rate({"col": outs({1.2: True, 2.4: False}),
                              "dis": outs({1.2: True, 2.4: True})}, 2.0)
     assert rate == 1.2 and "operating rate 2" in why
+    # measured so (short-chat, 2026-12-02): P/D ran first at 54.3, above collocated's best
+    rate, why = judged_rate({"col": outs({27.2: True, 38.4: False, 76.8: False}),
+                             "dis": outs({54.3: True, 76.8: False})}, None)
+    assert rate == 76.8 and why == ("76.8 req/s, the lowest rate every placement ran at "
+                                    "(none ran at or below 54.3 req/s, the most any "
+                                    "placement sustained)")
