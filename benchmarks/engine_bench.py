@@ -6,7 +6,8 @@ here, else float32) on one thread:
   alone (the projections at their shapes in layer order, plus attention's QK^T and PV
   as batched matmuls at the causal half of their FLOPs); goal >= 0.7;
 - decode tokens/s at batch 1, 8 and 32, each against its roofline measured in the same
-  run: reading the KV once at this machine's single-thread read bandwidth, plus, at
+  run: reading the KV once at this machine's single-thread read bandwidth (summing a
+  buffer of the step's own bytes again and again), plus, at
   batch 1, reading the weights once, and at batch 8 and 32 the slower of that and the
   GEMM time of the step's projections and LM head at their batch, run in a step's order
   (so the weights come from wherever a step finds them) with the faster of torch's
@@ -91,8 +92,14 @@ def attention_matmuls(llm: LLM, n: int, dtype: torch.dtype) -> Callable[[], None
     return run
 
 
-def read_gbps(nbytes: int = 256 << 20) -> float:
-    """Single-thread streaming read bandwidth (GB/s): summing a buffer larger than the caches."""
+def read_gbps(nbytes: int) -> float:
+    """Single-thread streaming read bandwidth (GB/s): summing a buffer of `nbytes` again and
+    again, as a decode step reads the same weights every step.
+
+    NOTE: of the step's own size, not a fixed size meant to outgrow the caches: a 256 MB
+    buffer read at 16.7-17 GB/s on a Xeon with a 480 MiB L3 (model 167, 2026-12-02) while
+    `small`'s 132 MB of GEMVs streamed at 1.05-1.10x that, from wherever a step finds its
+    weights; a limit that the kernels alone beat is no limit."""
     x = torch.ones(nbytes // 4, dtype=torch.float32)
     return nbytes / best_of(lambda: x.sum()) / 1e9
 
@@ -199,7 +206,7 @@ def main() -> None:
         so the step's floor is the sum of theirs: attention's, at these sizes, is reading
         the KV (its FLOPs are a few percent of the projections'). Until 2026-12-02 the
         limit at batch 8 and 32 was the GEMMs alone, as if attention were free."""
-        bws.append(read_gbps())
+        bws.append(read_gbps(weights + int(kv_tokens * kv_per_token)))
         kv_read = kv_tokens * kv_per_token / (bws[-1] * 1e9)
         weight_read = weights / (bws[-1] * 1e9)
         gemm = min(timed(step, WINDOW) for step in steps)
