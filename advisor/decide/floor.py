@@ -52,6 +52,9 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
             " the SLO at any rate tried"
         floor_missed = False
         fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
+        if kept := behind_facts(measured, ev.slo.attainment):  # met it, but not at its pace
+            facts = [kept]
+            fixes = {m: "lower rates (--start-rate)" for m in missed}
         if slowed := slowdown_note(measured, t):
             facts.append(slowed[0] + ": the SLO and the workload sized for it no longer fit")
             if slowed[1]:
@@ -86,18 +89,23 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
             "the client, or the host slowed while it ran)"), False
 
 
-def behind_note(sides: list, target: float) -> str | None:
-    """Where a placement met the attainment `target` at a rate it could not keep up with:
-    what to say (that rate counted as a miss), naming each such placement; None otherwise."""
+def behind_facts(sides: list, target: float) -> str | None:
+    """Each placement that met the attainment `target` at a rate it could not keep up with
+    (advisor.sweep.rate_search.KEEP_PACE), with the rate and its pace; None if none did."""
     said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but it completed "
             f"requests at {pace:.2f} of the rate they arrived)"
             for p in sides if p is not None and p.fell_behind
             for rate, pace, att in [p.fell_behind] if att >= target]
-    if not said:
-        return None
-    return ("counted as missing the SLO, though enough of their requests met it: "
-            + "; ".join(said) + ": the queue was still growing when its run ended, and a "
-            "longer run would have missed the SLO")
+    return "; ".join(said) + (": the queue was still growing when its run ended, and a "
+                              "longer run would have missed the SLO") if said else None
+
+
+def behind_note(sides: list, target: float) -> str | None:
+    """Where a placement met the attainment `target` at a rate it could not keep up with:
+    what to say (that rate counted as a miss); None otherwise."""
+    facts = behind_facts(sides, target)
+    return f"counted as missing the SLO, though enough of their requests met it: {facts}" \
+        if facts else None
 
 
 def _num(v: float | None) -> float:

@@ -203,6 +203,25 @@ def test_when_no_placement_meets_the_slo_at_any_rate_it_says_why_not_0_vs_0():
     assert recommend(ev)["action"] != "measure-first"
 
 
+def test_when_every_rate_tried_was_met_but_not_kept_up_with_it_says_so():
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"] = None
+    ev["collocated"].update(placement="collocated-2", max_goodput_rps=0.0, p99_itl_ms=25.7,
+                            attainment_at_rate=1.0, fell_behind=[1.5, 0.52, 1.0])
+    ev["disaggregated"].update(placement="disagg-1p1d", max_goodput_rps=0.0, p99_itl_ms=18.4,
+                               median_ttft_ms=95, attainment_at_rate=1.0,
+                               fell_behind=[1.5, 0.53, 1.0])
+    rec = recommend(ev)
+    reason = rec["reasons"][0]
+    assert rec["action"] == "measure-first"
+    assert reason.startswith("neither placement meets the SLO at any rate tried: "
+                             "collocated-2 at 1.5 req/s (100% met the SLO, but it completed "
+                             "requests at 0.52 of the rate they arrived); disagg-1p1d at 1.5")
+    assert reason.endswith("To change: lower rates (--start-rate), faster hardware or another "
+                           "dtype (--dtype)")
+    assert "under the 90% needed" not in reason
+
+
 def test_when_the_pooled_figure_meets_the_slo_it_says_the_requests_missing_it_are_too_many():
     ev = copy.deepcopy(L40S)
     ev["collocated"].update(max_goodput_rps=0.0, p99_itl_ms=25.7, attainment_at_rate=0.6)
