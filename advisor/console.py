@@ -6,13 +6,15 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.decide.table import fmt_items
+from advisor.rundata.result import KEEP_PACE
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
 
 def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[float],
-                  out: Console | None = None) -> None:
-    """The headline counts and throughputs, then one row per latency metric (ms)."""
+                  pace: float | None = None, out: Console | None = None) -> None:
+    """The headline counts and throughputs (with the run's `pace`, `RunResult.pace`, where
+    known), then one row per latency metric (ms)."""
     out = out or Console()
     head = Table(title=f"{result['model_id']} @ {result['base_url']}", show_header=False)
     rows = [("requests", f"{result['num_requests']} ({result['completed']} completed, "
@@ -20,6 +22,10 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
             ("duration", f"{result['duration']:.2f} s"),
             ("request throughput", f"{result['request_throughput']:.3f} req/s"),
             ("output throughput", f"{result['output_throughput']:.1f} tok/s")]
+    if pace is not None:
+        rows.append(("kept pace", f"{pace:.2f} of the arrival rate" + (
+            "" if pace >= KEEP_PACE else ": the server fell behind its arrivals (its queue "
+            "grew), so a longer run at this rate would show worse latencies and goodput")))
     if result["goodput_slos"]:
         slo = " ".join(f"{k}:{v:g}" for k, v in result["goodput_slos"].items())
         rows += [("SLO", f"{slo} ms (itl: each request's p99 gap)"),

@@ -91,7 +91,7 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
 
 def behind_facts(sides: list, target: float) -> str | None:
     """Each placement that met the attainment `target` at a rate it could not keep up with
-    (advisor.sweep.rate_search.KEEP_PACE), with the rate and its pace; None if none did."""
+    (advisor.rundata.result.KEEP_PACE), with the rate and its pace; None if none did."""
     said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but it completed "
             f"requests at {pace:.2f} of the rate they arrived)"
             for p in sides if p is not None and p.fell_behind

@@ -152,8 +152,9 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         [record_row(r, run.start) for r in run.records], bench,
         request_rate=rate if rate is None or math.isfinite(rate) else "inf",
         num_prompts=workload.num_requests, workload=workload.name, workload_params=workload.params,
-        client_cpu_s=run.cpu_s)
+        client_cpu_s=run.cpu_s, arrival_offsets=[c.start for c in workload.conversations],
+        multi_turn=any(len(c.turns) > 1 for c in workload.conversations))
     if opts.result_dir:
         result.write(Path(opts.result_dir))
-    console.print_summary(result.to_json(), metrics, percentiles)
+    console.print_summary(result.to_json(), metrics, percentiles, result.pace())
     return result

@@ -48,7 +48,7 @@ class PlacementEvidence:
     # calibrated; null without a calibration
     slowdown: float | None = None
     # [rate, pace, attainment] of the lowest rate at which it completed requests slower
-    # than they arrived (advisor.sweep.rate_search.KEEP_PACE), counted as missing the SLO
+    # than they arrived (advisor.rundata.result.KEEP_PACE), counted as missing the SLO
     fell_behind: list | None = None
 
 

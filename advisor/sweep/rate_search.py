@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from advisor.rundata.result import KEEP_PACE
+
 if TYPE_CHECKING:
     from advisor.rundata.result import RunResult
 
@@ -244,16 +246,6 @@ def _on_lattice(rate: float, start: float) -> bool:
 
 TOPPED_UP = "topped_up"  # workload_params key of a run measured again (`top_up`)
 COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
-# NOTE: a run whose placement completed requests at under this share of the rate they
-# arrived at (`RunResult.pace`, which allows one request lifetime after the last arrival)
-# did not sustain that rate, whatever its attainment: its queue grew, and a longer run
-# would have missed the SLO. A short-chat sweep's P/D met the SLO for all of 100 requests
-# at 80-640 req/s offered while completing 42-60 per second: bursts too short for the
-# queue to reach the TTFT SLO, reported as "sustains 640 req/s, 32x collocated" until this
-# rule. Over six default sweeps and two short-chat ones (2026-12-02, Xeon, bfloat16 and
-# held to AVX2) every run that kept up had a pace of 0.97-1.11 (0.90 at one near its
-# capacity), and those that fell behind 0.47-0.82.
-KEEP_PACE = 0.85
 
 
 def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float) -> Outcome:

@@ -63,3 +63,18 @@ def test_a_trace_with_a_bad_row_is_named(tmp_path):
     bad.write_text('{"timestamp": 0, "input_length": 4, "output_length": 2}\n{"timestamp": "x"}\n')
     p = advisor("bench", "--trace", str(bad), "--base-url", "http://127.0.0.1:9")
     assert p.returncode == 2 and "row 2" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bench_says_when_the_server_fell_behind_its_arrivals(tmp_path):
+    # one request in flight at a time, ~80 ms each, arriving at 50 per second: every
+    # request meets the SLO from its send, but the run completes ~12 per second
+    with scripted(ttft_ms=20, itl_ms=10) as url:
+        args = ["bench", "--base-url", url, "--num-prompts", "30", "--random-input-len", "8",
+                "--random-output-len", "6", "--ignore-eos", "--goodput", "ttft:2000"]
+        behind = advisor_here(*args, "--request-rate", "50", "--max-concurrency", "1")
+        kept = advisor_here(*args, "--request-rate", "5")
+    assert behind.returncode == kept.returncode == 0
+    assert "SLO attainment" in behind.stdout and "100.0% of all requests" in behind.stdout
+    said = " ".join(w for w in behind.stdout.split() if w != "│")  # the table wraps it
+    assert "the server fell behind its arrivals" in said
+    assert "kept pace" in kept.stdout and "fell behind" not in kept.stdout

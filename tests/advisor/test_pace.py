@@ -6,8 +6,8 @@ import pytest
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.stats import summarize
-from advisor.rundata.result import RunResult
-from advisor.sweep.rate_search import KEEP_PACE, outcome_of
+from advisor.rundata.result import KEEP_PACE, RunResult
+from advisor.sweep.rate_search import outcome_of
 from tests.advisor.helpers import scripted, workload
 
 SLOS = {"ttft": 2000.0, "itl": 100.0}
