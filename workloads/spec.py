@@ -47,6 +47,12 @@ class Workload:
     def num_requests(self) -> int:
         return sum(len(c.turns) for c in self.conversations)
 
+    @property
+    def multi_turn(self) -> bool:
+        """Whether any conversation has a later turn (then requests do not arrive at a
+        rate of their own: a later turn waits on the one before it)."""
+        return any(len(c.turns) > 1 for c in self.conversations)
+
 
 @dataclass(frozen=True)
 class SyntheticSpec:

@@ -153,7 +153,7 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         request_rate=rate if rate is None or math.isfinite(rate) else "inf",
         num_prompts=workload.num_requests, workload=workload.name, workload_params=workload.params,
         client_cpu_s=run.cpu_s, arrival_offsets=[c.start for c in workload.conversations],
-        multi_turn=any(len(c.turns) > 1 for c in workload.conversations))
+        multi_turn=workload.multi_turn)
     if opts.result_dir:
         result.write(Path(opts.result_dir))
     console.print_summary(result.to_json(), metrics, percentiles, result.pace())

@@ -61,7 +61,7 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
         metrics=delta.to_json() if delta else None, client_cpu_s=cpu,
         topology=p.name, kind=p.kind, request_rate=rate, num_prompts=requests,
         workload=w.name, workload_params=params, emulated=p.emulated,
-        arrival_offsets=arrivals, multi_turn=any(len(c.turns) > 1 for c in w.conversations))
+        arrival_offsets=arrivals, multi_turn=w.multi_turn)
 
 
 def _sample(urls: list[str]) -> Sample | None:
