@@ -57,7 +57,7 @@ def projections(llm: LLM, rows: int, dtype: torch.dtype, head: bool):
                            layer.mlp.gate_up_proj, layer.mlp.down_proj)]
     if head:
         lm = model.lm_head
-        weights.append((model.embed_tokens.weight, model._head_packed) if lm is None
+        weights.append((model._head, model._head_packed) if lm is None
                        else (lm.weight, lm.packed))
     return [(inputs.setdefault(w.shape[1], torch.randn(rows, w.shape[1], dtype=dtype)), w, p)
             for w, p in weights]

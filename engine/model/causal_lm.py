@@ -13,7 +13,16 @@ from torch import nn
 from engine.core.config import ModelConfig
 from engine.model.attention import AttentionMetadata, paged_attention
 from engine.model.kv_cache import KVCache
-from engine.model.linear import SMALL_BATCH, Linear, can_gate, gated, linear, pack, warm
+from engine.model.linear import (
+    SMALL_BATCH,
+    Linear,
+    can_gate,
+    gated,
+    linear,
+    pack,
+    vector_layout,
+    warm,
+)
 
 NORM_CHUNK = 1 << 17  # elements a norm takes per pass: 128 tokens of a 1024-wide model
 
@@ -156,7 +165,10 @@ class CausalLM(nn.Module):
         self.rotary = Rotary(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, device)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(
             cfg.hidden_size, cfg.vocab_size, bias=False)
-        self._head_packed: torch.Tensor | None = None  # tied head, see pack_weights
+        # the tied head's weight as compute_logits multiplies by it, and its packed copy
+        # (pack_weights sets them)
+        self._head: torch.Tensor | None = None
+        self._head_packed: torch.Tensor | None = None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 meta: AttentionMetadata) -> torch.Tensor:
@@ -169,15 +181,19 @@ class CausalLM(nn.Module):
 
     def pack_weights(self) -> None:
         """Give every projection and the LM head a copy laid out for decode-sized batches
-        (`engine.model.linear`); call once the weights are loaded."""
+        (`engine.model.linear`) and lay their weights out for vectors; call once the
+        weights are loaded, before compute_logits."""
         for module in self.modules():
             if isinstance(module, (Linear, MLP)):
                 module.pack_weights()
-        self._head_packed = pack(self.embed_tokens.weight) if self.lm_head is None else None
-        warm(self.embed_tokens.weight, None, self._head_packed)
+        if self.lm_head is None:
+            # NOTE: a copy where vector_layout re-lays it: the embedding's lookup reads rows
+            w = self.embed_tokens.weight.detach()
+            self._head, self._head_packed = vector_layout(w), pack(w)
+            warm(self._head, None, self._head_packed)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [N, D] -> logits: [N, vocab] in float32
         if self.lm_head is not None:
             return self.lm_head(hidden).float()
-        return linear(hidden, self.embed_tokens.weight, None, self._head_packed).float()
+        return linear(hidden, self._head, None, self._head_packed).float()

@@ -100,9 +100,9 @@ def hf_state_dict(model: CausalLM) -> dict[str, torch.Tensor]:
             for i, part in enumerate(p.detach().split(_slices(model, fused))):
                 out[f"model.{prefix}.{inverse[(fused, i)]}.{kind}"] = part.contiguous()
         elif name == "lm_head.weight":
-            out[name] = p.detach()
-        else:
-            out[f"model.{name}"] = p.detach()
+            out[name] = p.detach().contiguous()
+        else:  # NOTE: contiguous: pack_weights may have re-laid it (linear.vector_layout)
+            out[f"model.{name}"] = p.detach().contiguous()
     return out
 
 

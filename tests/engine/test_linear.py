@@ -120,3 +120,34 @@ def test_gated_rows_do_not_depend_on_what_pads_them():
     # 290 and 300 rows both run as 320: padded with zeros, or with the next ten rows
     assert torch.equal(packed_linear.gated(x, *mlp.halves)[:290],
                        packed_linear.gated(x[:290], *mlp.halves))
+
+
+def test_float32_weights_are_laid_out_for_vectors_with_their_values_unchanged():
+    torch.manual_seed(0)
+    layer = Linear(96, 80, bias=False)
+    before = layer.weight.detach().clone()
+    layer.pack_weights()
+    w = layer.weight
+    # the same [out, in] values, stored column-major: w^T is the contiguous one
+    assert w.shape == (80, 96) and torch.equal(w, before)
+    assert not w.is_contiguous() and w.t().is_contiguous()
+    layer.pack_weights()  # again (after a change, say): still laid out so, still equal
+    assert w.t().is_contiguous() and torch.equal(layer.weight, before)
+    for rows in (1, 2):
+        x = torch.randn(rows, 96)
+        assert torch.allclose(layer(x), F.linear(x, before), atol=1e-5)
+    half = Linear(96, 80, bias=False).to(torch.bfloat16)
+    half.pack_weights()
+    assert half.weight.is_contiguous()  # bfloat16's one-row kernel runs on the plain layout
+
+
+def test_a_tied_head_multiplies_by_a_vector_laid_copy_and_the_embedding_keeps_its_rows():
+    from engine import LLM
+
+    llm = LLM(model="tiny", dtype="float32", enable_prefix_caching=False)
+    model = llm.engine.runner.model
+    emb = model.embed_tokens.weight
+    assert emb.is_contiguous() and model._head.t().is_contiguous()
+    assert torch.equal(model._head, emb)
+    h = torch.randn(1, emb.shape[1])
+    assert torch.allclose(model.compute_logits(h), F.linear(h, emb), atol=1e-5)
