@@ -69,9 +69,9 @@ def vector_layout(weight: torch.Tensor) -> torch.Tensor:
     # column-major it streams W^T's rows into the output instead. On a Zen 3 (AVX2, MKL,
     # one thread, float32) `small`'s step of GEMVs ran at 1.02 of the read limit that way
     # against 0.83 row-major (median of 15 alternating rounds; 2 rows 36.6 against 50.2 ms,
-    # the packed kernel 40.6);
-    # prefill's GEMMs at 128-2048 rows took the same either way (0.99-1.03). bfloat16 keeps
-    # its layout: its one-row kernel (torch.mv, below) was measured on the plain weight."""
+    # the packed kernel 40.6); prefill's GEMMs at 128-2048 rows took the same either way
+    # (0.99-1.03). bfloat16 keeps its layout: its one-row kernel (torch.mv, below) was
+    # measured on the plain weight. Not measured with it: float32 on an AVX-512 Xeon."""
     if weight.device.type != "cpu" or weight.dtype != torch.float32:
         return weight
     return weight.t().contiguous().t()
