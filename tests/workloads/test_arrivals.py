@@ -27,22 +27,6 @@ def test_gamma_gaps_follow_vllms_burstiness(burstiness):
     assert abs(gaps.mean() - 1 / rate) < 0.1 / rate
 
 
-@pytest.mark.parametrize("kind,burstiness", [("poisson", 1.0), ("gamma", 0.25), ("gamma", 4.0)])
-def test_start_times_span_exactly_the_nominal_time_and_keep_the_processs_pattern(kind, burstiness):
-    rate = 0.55
-    a = Arrivals(kind, rate, burstiness)
-    for seed in range(5):  # a 30-request run arrives at the rate it is labelled with
-        t = a.times(30, np.random.default_rng(seed))
-        assert t[0] == 0 and np.all(np.diff(t) >= 0)
-        assert t[-1] == pytest.approx(29 / rate)
-    t = a.times(N, np.random.default_rng(7))
-    gaps = np.diff(t)
-    # the gaps keep their distribution's shape: CV 1 / sqrt(burstiness), as vLLM draws them
-    assert gaps.std() / gaps.mean() == pytest.approx(burstiness ** -0.5, rel=0.1)
-    if kind == "poisson":  # a Poisson process given its count on [0, T]: uniform times
-        assert stats.kstest(t[1:-1], "uniform", args=(0, t[-1])).pvalue > 0.01
-
-
 def test_onoff_keeps_the_mean_rate_and_is_silent_when_off():
     a = Arrivals("onoff", 10.0, on_s=2.0, off_s=3.0)
     t = a.times(N, np.random.default_rng(3))
