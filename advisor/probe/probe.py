@@ -20,6 +20,7 @@ from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.probe import hardware, p2p
+from advisor.probe.cores import CoreSharing, host_core_sharing
 from advisor.probe.wakeup import IDLE_S, NOTABLE, Wakeup, probe_wakeup
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
@@ -69,6 +70,8 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
             (matrix.to_json(), "nvidia-smi") if matrix else (None, None)
         )
     result["wakeup"] = probe_wakeup(opts.wakeup_idle_s)
+    cores = host_core_sharing()
+    result["core_sharing"] = cores.to_json() if cores else None
     from advisor.probe import host_links as links  # NOTE: torch, after the flags are checked
 
     result["links"] = links.host_links(opts.link_mb << 20)
@@ -137,6 +140,10 @@ def _print(r: dict, out: Console) -> None:
         out.print(f"  after idle: {w.summary()}"
                   + ("; latencies at low request rates include this" if w.ratio >= NOTABLE
                      else ""))
+    if r["core_sharing"]:
+        c = r["core_sharing"]
+        out.print("  cores: " + CoreSharing(c["core"], c["other"], c["alone_gflops"],
+                                             c["shared_gflops"]).summary())
     if r["gpus"]:
         t = Table(title="GPUs")
         for col in ("index", "name", "memory", "PCI bus"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from advisor.errors import UsageError
-from advisor.probe import hardware, p2p
+from advisor.probe import cores, hardware, p2p
 from advisor.probe.kvsize import kv_size, parse_link
 from advisor.probe.wakeup import measure
 from tests.cli import advisor
@@ -131,6 +131,9 @@ def test_probe_json_on_this_machine(tmp_path):
         assert r["gpu_note"] and r["torch"]["device_count"] == 0
     assert r["links"]["shm"]["gbps"] > 0 and r["links"]["tcp"]["gbps"] > 0
     assert r["p2p"]["status"] == [["X", "CNS"], ["CNS", "X"]]
+    c = r["core_sharing"]
+    assert c is None or (c["alone_gflops"] > 0 and c["shared_gflops"] > 0
+                         and c["ratio"] == c["shared_gflops"] / c["alone_gflops"])
 
 
 @pytest.mark.integration
@@ -179,6 +182,25 @@ def test_the_wake_up_check_times_work_back_to_back_and_after_idling():
     assert w.ratio == pytest.approx(5.0)
     assert w.summary() == ("a 128 MB read takes 12.0 ms back to back and 60.0 ms after 2 s "
                            "idle (5.0x)")
+
+
+@pytest.mark.parametrize("shared_rate, independent", [(30.0, False), (58.0, True)])
+def test_the_core_check_alternates_the_contender_and_tells_shared_cores_apart(
+        shared_rate, independent):
+    """A host whose GEMM rate halves while the other core computes, and one where it does
+    not, on fakes: the contender paused and resumed in turn, and left paused."""
+    running, seen = [False], []
+
+    def rate():
+        seen.append(running[0])
+        return shared_rate if running[0] else 64.0
+
+    c = cores.measure(rate, lambda: running.__setitem__(0, False),
+                      lambda: running.__setitem__(0, True), core=0, other=1, rounds=2)
+    assert seen == [False, True, False, True] and not running[0]
+    assert (c.alone_gflops, c.shared_gflops) == (64.0, shared_rate)
+    assert c.independent is independent
+    assert ("slow each other" in c.summary()) is not independent
 
 
 def test_a_negative_wake_up_idle_is_one_line_naming_the_flag():
