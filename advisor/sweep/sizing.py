@@ -54,6 +54,13 @@ REGIME = {  # the preset's mean prompt's prefill, in ITL SLOs
     "short-chat": 0.5,  # short prompts: prefills hide between decode steps
 }
 TTFT_SHARE = 0.25
+# NOTE: the least a long prompt's prefill may be cut to, in ITL SLOs, for its first pass
+# to fit: a stall still past the SLO. On the Zen 3 VM (2026-12-02, ITL SLO widened to
+# 200-220 ms by the host's tail) 240-310-token prompts (a 500 ms prefill) put collocated's
+# knee at 0.29 req/s, a first pass from there at ~275 s, and two of three default sweeps
+# ended within noise; with 120-token ones (~270 ms, 1.3 SLOs) two of two were confident
+STALL_MIN = 1.25
+SHORTEN = 0.95  # the target prefill's step down while the first pass does not fit
 DECODE_PREFILL = 2.5
 ITL_HEADROOM = 1.5
 # NOTE: over seven sweeps here, the p99 ITL that 97% of P/D's requests stayed within at its
@@ -115,22 +122,33 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
         notes.append(f"TTFT SLO widened from {slos['ttft']:g} to {ttft} ms: a {MIN_PROMPT}-token "
                      f"prompt alone takes {cal.ttft_at(MIN_PROMPT):.0f} ms here")
         slos["ttft"] = ttft
+    regime = REGIME[workload] * slos["itl"]
+    target = min(regime, TTFT_SHARE * slos["ttft"])
+    lengths = _Lengths(cal, mean_in, mean_out, context, scale, output_scale)
+    prompt, output = lengths.at(target)
+    if scale is None and output_scale is None and run_s is not None:
+        # NOTE: shorter requests before a higher first rate: from above the knee collocated
+        # misses at its first rate, and its interval has no lower bound (2 of 3 default
+        # sweeps within noise on the Zen 3 with 240-310-token prompts)
+        floor, cut = min(STALL_MIN * slos["itl"], regime), target
+        took = first_pass_s(lengths.knee(output, instances, attainment), run_s)
+        while first_pass_s(lengths.knee(output, instances, attainment), run_s) > FIRST_PASS_S \
+                and cut * SHORTEN >= floor:
+            cut *= SHORTEN
+            prompt, output = lengths.at(cut)
+        shorter = (f"; shorter than {target:.0f} ms, whose first pass from collocated's knee "
+                   f"would take ~{took:.0f} s of rate runs, so that one fits {FIRST_PASS_S:g} s"
+                   if cut < target else "")
     if scale is None:
-        target = min(REGIME[workload] * slos["itl"], TTFT_SHARE * slos["ttft"])
-        tokens = (target - cal.prefill_base_ms) / cal.prefill_ms_per_token
-        prompt = int(min(max(tokens, MIN_PROMPT), mean_in, context // 2))
         scale = prompt / mean_in
         notes.append(f"prompts ~{prompt} tokens (scale {scale:.3g}): a prefill of "
                      f"{cal.ttft_at(prompt):.0f} ms, {cal.ttft_at(prompt) / slos['itl']:.1f}x the "
-                     f"ITL SLO and {cal.ttft_at(prompt) / slos['ttft']:.0%} of the TTFT SLO")
-    prompt = max(1, round(mean_in * scale))
+                     f"ITL SLO and {cal.ttft_at(prompt) / slos['ttft']:.0%} of the TTFT SLO"
+                     + (shorter if output_scale is None and run_s is not None else ""))
     if output_scale is None:
-        steps = DECODE_PREFILL * cal.ttft_at(prompt) / cal.step_at(1)
-        output = int(min(max(steps, MIN_OUTPUT), mean_out, context // 2))
         output_scale = output / mean_out
         notes.append(f"outputs ~{output} tokens (output scale {output_scale:.3g}): decoding one "
                      f"lasts {output * cal.step_at(1) / cal.ttft_at(prompt):.1f}x its prefill")
-    output = max(1, round(mean_out * output_scale))
     decode_s = output * cal.step_at(1) / 1000
     start = float(f"{start_rate(decode_s, instances, attainment):.2g}")
     knee = (f"where a collocated instance's requests (decoding ~{decode_s:.2f} s) start to "
@@ -145,6 +163,36 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
         notes.append(f"rate search from {start:g} req/s: {knee}")
     slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
     return Sizing(scale, output_scale, prompt, output, slo, start, notes)
+
+
+@dataclass(frozen=True)
+class _Lengths:
+    """Prompt and output tokens for a target prefill (ms), where they are not given."""
+
+    cal: Calibration
+    mean_in: float
+    mean_out: float
+    context: int
+    scale: float | None
+    output_scale: float | None
+
+    def at(self, prefill_ms: float) -> tuple[int, int]:
+        """(prompt, output) tokens: a prompt whose prefill lasts `prefill_ms`, an output
+        decoding for DECODE_PREFILL prefills (each as given, where it was)."""
+        cal, half = self.cal, self.context // 2
+        if self.scale is None:
+            tokens = (prefill_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token
+            prompt = int(min(max(tokens, MIN_PROMPT), self.mean_in, half))
+        else:
+            prompt = max(1, round(self.mean_in * self.scale))
+        if self.output_scale is None:
+            steps = DECODE_PREFILL * cal.ttft_at(prompt) / cal.step_at(1)
+            return prompt, int(min(max(steps, MIN_OUTPUT), self.mean_out, half))
+        return prompt, max(1, round(self.mean_out * self.output_scale))
+
+    def knee(self, output: int, instances: int, attainment: float) -> float:
+        """`start_rate` for requests of `output` tokens."""
+        return start_rate(output * self.cal.step_at(1) / 1000, instances, attainment)
 
 
 def first_pass_s(start: float, run_s: Callable[[float], float]) -> float:

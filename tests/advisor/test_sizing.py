@@ -54,23 +54,42 @@ HELD = Calibration([16, 64, 256, 1024], [63, 168, 501, 2058], [1, 8], [29.2, 60.
 default_run_s = _default_run_s(SweepOptions())
 
 
-def test_a_slow_host_starts_higher_so_the_first_pass_fits_its_share_of_five_minutes():
+def test_a_slow_host_shortens_its_requests_so_the_first_pass_fits_its_share_of_five_minutes():
     knee = sizing.size("long-prompt", SLO, HELD, context=16384, widen_slo=True, instances=2)
     assert sizing.first_pass_s(knee.start_rate, default_run_s) > sizing.FIRST_PASS_S
     s = sizing.size("long-prompt", SLO, HELD, context=16384, widen_slo=True, instances=2,
                     run_s=default_run_s)
-    assert (s.prompt_tokens, s.output_tokens, s.slo) == (
-        knee.prompt_tokens, knee.output_tokens, knee.slo)
-    assert knee.start_rate < s.start_rate <= 1.6 * knee.start_rate
+    assert s.slo == knee.slo == ("ttft:2000", "itl:150")
+    # shorter prompts and outputs (decode still 2.5 prefills), the search from their knee
+    assert s.prompt_tokens < knee.prompt_tokens and s.output_tokens < knee.output_tokens
+    prefill = HELD.ttft_at(s.prompt_tokens)
+    assert sizing.STALL_MIN * 150 <= prefill < HELD.ttft_at(knee.prompt_tokens)
+    assert s.output_tokens * HELD.step_at(1) >= 2.4 * prefill
+    rate = sizing.start_rate(s.output_tokens * HELD.step_at(1) / 1000, 2, 0.9)
+    assert s.start_rate == float(f"{rate:.2g}")
     # the six runs a first pass usually makes, by hand: 1, 2, 4 and 2, 4, 8 times the start
     by_hand = sum(default_run_s(m * s.start_rate) for m in (1, 2, 4, 2, 4, 8))
     assert by_hand <= sizing.FIRST_PASS_S * 1.05  # the 2-digit rounding's share
-    assert any(n.startswith(f"rate search from {s.start_rate:g} req/s, above "
-                            f"{knee.start_rate:g}") for n in s.notes)
+    assert "shorter than 375 ms, whose first pass from collocated's knee would take" in s.notes[1]
+    assert s.notes[-1].startswith(f"rate search from {s.start_rate:g} req/s: where")
+    # given lengths are kept, and then the first rate is raised instead
+    given = sizing.size("long-prompt", SLO, HELD, context=16384, widen_slo=True, instances=2,
+                        run_s=default_run_s, scale=knee.scale, output_scale=knee.output_scale)
+    assert (given.prompt_tokens, given.output_tokens) == (knee.prompt_tokens, knee.output_tokens)
+    assert knee.start_rate < given.start_rate <= 1.6 * knee.start_rate
+    assert given.notes[-1].startswith(f"rate search from {given.start_rate:g} req/s, above "
+                                      f"{knee.start_rate:g}")
+    # slower still: cut to STALL_MIN ITL SLOs, the first rate raised for the rest
+    slower = dataclasses.replace(HELD, step_ms=[90.0, 120.0])
+    s = sizing.size("long-prompt", SLO, slower, context=16384, widen_slo=True, instances=2,
+                    run_s=default_run_s)
+    floor = sizing.STALL_MIN * 180  # the ITL SLO: 1.5 x the 120 ms step at batch 8
+    assert floor <= slower.ttft_at(s.prompt_tokens) <= floor / sizing.SHORTEN
+    assert "above" in s.notes[-1]
     # a fast host's first pass fits from the knee: left there
     fast = sizing.size("long-prompt", SLO, FAST, context=16384, instances=2)
     assert sizing.size("long-prompt", SLO, FAST, context=16384, instances=2,
-                       run_s=default_run_s).start_rate == fast.start_rate
+                       run_s=default_run_s) == fast
 
 
 def test_short_chat_aims_below_the_itl_slo():
