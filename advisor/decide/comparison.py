@@ -52,10 +52,14 @@ def _what_would_separate(col, dis, target: float) -> str:
     if not unsure:
         return ""
     n, name, p = max(unsure, key=lambda u: u[0])
-    return (f"; their attainments at {col.rate_rps:g} req/s are apart, but {name}'s "
+    said = (f"; their attainments at {col.rate_rps:g} req/s are apart, but {name}'s "
             f"({p.attainment_at_rate:.2f}, interval [{p.attainment_ci[0]:.2f}, "
-            f"{p.attainment_ci[1]:.2f}]) holds the {target:g} target: about {n} requests "
-            f"per rate (now {p.requests_at_rate}) would tell whether it meets it")
+            f"{p.attainment_ci[1]:.2f}]) holds the {target:g} target")
+    if not n:  # NOTE: on the target itself: more requests narrow it around the target
+        return (said + ": it lies on the target itself, so no number of requests at that "
+                "rate would tell; a rate either side would")
+    return said + (f": about {n} requests per rate (now {p.requests_at_rate}) would tell "
+                   "whether it meets it")
 
 
 def _interval(ci: list) -> str:

@@ -344,6 +344,19 @@ def test_when_the_attainments_are_apart_the_advice_names_the_one_whose_interval_
             "requests per rate (now 30) would tell whether it meets it") in said
 
 
+def test_an_attainment_on_the_target_itself_is_not_given_a_request_count():
+    """Measured so (default sweep, Zen 3): P/D met 63 of 70 requests at 2.16 req/s, 0.90
+    in [0.83, 0.97] against the 0.9 target, collocated 0.40 there: the advice said "about
+    0 requests per rate (now 70) would tell"; no count does, a rate either side does."""
+    rec = _compared([0.0, 2.16], [1.5274, 4.32], c_attainment=(0.40, [0.26, 0.57]),
+                    d_attainment=(63 / 70, [0.83, 0.97]))
+    said = " ".join(rec["reasons"])
+    assert "about 0 requests" not in said
+    assert ("disaggregated's (0.90, interval [0.83, 0.97]) holds the 0.9 target: it lies on "
+            "the target itself, so no number of requests at that rate would tell; a rate "
+            "either side would") in said
+
+
 def test_confident_only_when_the_goodput_intervals_do_not_overlap():
     rec = _compared([0.4, 0.8], [0.8, 1.6])
     assert rec["action"] == "disaggregate" and rec["comparison"]["confident"]
