@@ -74,7 +74,7 @@ MIN_PROMPT, MIN_OUTPUT = 32, 12
 # and a second pass (where the intervals overlap) needs the rest
 FIRST_PASS_S = 160.0
 # NOTE: the rates a first pass usually measures, as multiples of the first: the leader
-# doubles to its collapse (1, 2, 4), the follower replays from the leader's sure miss (2, 4)
+# doubles to its first sure miss (1, 2, 4), the follower replays from the leader's sure miss (2, 4)
 # and doubles once more to a sure miss of its own (8)
 FIRST_PASS = (1, 2, 4, 2, 4, 8)
 

@@ -37,10 +37,13 @@ def test_leading_topology_doubles_until_collapse_then_bisects():
     assert max_goodput_rate(done) == done[3].rate == 1.4142
 
 
-def test_leading_topology_keeps_stepping_past_slo_misses_until_itl_collapses():
-    done = drive(capacity=0.8, collapse_at=2.0)
-    assert [o.rate for o in done][:3] == [0.5, 1.0, 2.0]
+def test_leading_topology_stops_doubling_at_a_sure_miss_or_a_collapse():
+    done = drive(capacity=0.8, collapse_at=2.0)  # 1.0: a sure miss, so not 2.0
+    assert [o.rate for o in done] == [0.5, 1.0, 0.7071]
     assert max_goodput_rate(done) == 0.7071  # bisected between 0.5 (met) and 1.0 (missed)
+    # a miss within noise decides nothing: on to the collapse
+    unsure = drive(capacity=0.8, collapse_at=2.0, sure_from=1.5)
+    assert [o.rate for o in unsure][:3] == [0.5, 1.0, 2.0]
 
 
 def test_follower_replays_the_grid_then_extends_upward():
@@ -74,10 +77,11 @@ def test_replaying_a_prefix_gives_the_same_next_rate():
 
 
 def test_followers_replay_the_grid_from_where_the_leader_first_missed():
-    leader = drive(capacity=0.8, collapse_at=2.0)  # met 0.5; missed 1.0 and 2.0
-    assert replay_grid(leader, PLAN) == [1.0, 2.0]
-    follower = drive(capacity=3.0, grid=replay_grid(leader, PLAN))
-    assert [o.rate for o in follower][:2] == [1.0, 2.0] and 0.5 not in {o.rate for o in follower}
+    leader = drive(capacity=0.8, collapse_at=2.0)  # met 0.5; surely missed 1.0
+    assert replay_grid(leader, PLAN) == [1.0]
+    follower = drive(capacity=3.0, grid=replay_grid(leader, PLAN))  # doubles on its own
+    assert [o.rate for o in follower][:3] == [1.0, 2.0, 4.0]
+    assert 0.5 not in {o.rate for o in follower}
     never_missed = drive(capacity=9.0, collapse_at=9.0)
     # met on its whole grid, surely missed past it (16.0 and the bisection 11.3137)
     assert replay_grid(never_missed, PLAN) == [11.3137]
@@ -95,7 +99,7 @@ def test_followers_replay_the_grid_from_where_the_leader_first_missed():
     leader = drive(capacity=0.8, collapse_at=2.0, sure_from=1.0)  # sure miss at 1.0 only
     leader_bisected = [*leader[:-1], Outcome(0.7071, False, False, sure_misses=True)]
     grid = replay_grid(leader_bisected, PLAN)
-    assert grid == [0.7071, 1.0, 2.0]
+    assert grid == [0.7071, 1.0]
     follower = drive(capacity=3.0, grid=grid)
     assert [o.rate for o in follower] == [0.7071, 1.0, 2.0, 4.0, 2.8284]
     # no sure miss at all: where its p99 ITL collapsed, not its first (unsure) miss
