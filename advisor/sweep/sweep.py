@@ -26,6 +26,7 @@ from advisor.sweep.budget import TimeBudget
 from advisor.sweep.calibrate import calibrate, warm_up
 from advisor.sweep.deployments import OnDemand, metric_urls, started
 from advisor.sweep.evidence import build_evidence, write_summary
+from advisor.sweep.kept import KeptDeployments
 from advisor.sweep.manifest import sweep_manifest
 from advisor.sweep.options import (
     DEFAULT_SLO,
@@ -66,8 +67,8 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
     print(f"run directory: {run_dir} (resume an interrupted sweep with --resume {run_dir})",
           flush=True)
     placements = opts.validate()
-    with progress_bars() as bars:
-        sweep = _Sweep(opts, run_dir, bars)
+    with progress_bars() as bars, contextlib.ExitStack() as kept:
+        sweep = _Sweep(opts, run_dir, bars, KeptDeployments(kept))
         # NOTE: a second pass only where the first left intervals that overlap: the lowest
         # rates and bisections are the slowest to measure and, there, decide nothing. The
         # last placement goes on while it is still deployed when it is the one to refine.
@@ -119,8 +120,8 @@ def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepO
 class _Sweep:
     """The measuring: calibration and sizing once, then each placement's rate search."""
 
-    def __init__(self, opts: SweepOptions, run_dir: RunDir, bars):
-        self.run_dir, self.bars = run_dir, bars
+    def __init__(self, opts: SweepOptions, run_dir: RunDir, bars, kept: KeptDeployments):
+        self.run_dir, self.bars, self.kept = run_dir, bars, kept
         self.task = bars.add_task("sweep", total=None)
         manifest = run_dir.read_manifest()
         self.widen_slo = bool(manifest.get("widen_slo"))
@@ -169,8 +170,12 @@ class _Sweep:
         lead = not self.opts.rates and self.leader in (None, p.name)
         self.leader = p.name if lead else self.leader
         grid = None if lead else self.replay
-        with contextlib.ExitStack() as stack:
-            at = OnDemand(lambda: self.budget.timed(lambda: self._deploy(p, stack)))
+        with contextlib.ExitStack() as own:
+            # NOTE: the bundled engine's placements stay up for a second pass (advisor.sweep.
+            # kept); one at a URL stops before the next starts (they may share GPUs)
+            at = self.kept.get(p.name, lambda kept: self.budget.timed(
+                lambda: self._deploy(p, kept))) if p.url is None else OnDemand(
+                lambda: self.budget.timed(lambda: self._deploy(p, own)))
             if self.calibration is None and self.calibrates:
                 self._calibrate(p, at.start())
             if self.missed:

@@ -1,10 +1,12 @@
 """A placement's two passes as the sweep runs them (advisor.sweep.sweep._Sweep.measure), on
 scripted outcomes instead of deployments: which rates it measures, and which again."""
 
+import contextlib
 from types import SimpleNamespace
 
 from advisor.sweep import sweep as sweep_module
 from advisor.sweep.budget import TimeBudget
+from advisor.sweep.kept import KeptDeployments
 from advisor.sweep.placements import Placement
 from advisor.sweep.rate_search import Outcome, SearchPlan, goodput_interval
 
@@ -51,6 +53,7 @@ def _measured(step_down: list[Outcome], budget_s: float | None = None,
     s.plan, s.grid, s.replay = SearchPlan(start=0.74), None, list(REPLAYED)
     s.leader, s.done = "collocated-2", {"collocated-2": COLLOCATED}
     s._deploy = lambda p, stack: ("url", [], "one")
+    s.kept = KeptDeployments(contextlib.ExitStack(), room=lambda: True)
     def run_one(url, metrics, p, rate, before=None):
         now[0] += sweep_module.span_s(opts, rate) + 2.0
         return rate, before is not None
