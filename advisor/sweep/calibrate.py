@@ -1,7 +1,7 @@
 """Calibration: the deployed engine's unloaded timings, measured before the rate search.
 
 Unloaded TTFT at a few prompt lengths (fitted as a + b x tokens), the decode step
-(median inter-token gap) at batch 1 and at a larger batch with its tail (the p99 ITL,
+(median inter-token gap) at batch 1, 2 and a larger batch with its tail (the p99 ITL,
 each request's own, that TAIL_SHARE of the requests stayed within: a host whose steps
 run slow in bursts shows it here), and what a request pays for
 finding the machine idle (TTFT after a few idle times, beyond its back-to-back TTFT: a
@@ -32,6 +32,11 @@ from workloads.spec import SyntheticSpec, synthesize
 # from 79 to 126 ms in three calibrations here (one point's noise tilts it), 98 measured
 PROMPTS = (16, 64, 256, 1024)
 BATCH = 8  # the larger decode batch
+# NOTE: batch 2 too: on the Zen 3 VM (float32) a step of 2 requests took 1.6-2x one of 1
+# (every kernel there streams the weights about twice for two rows) while 8 took 2.3-2.7x;
+# the line through 1 and 8 put 2 at ~1.2x, so a P/D decoder's gaps at its usual 2
+# running requests read as "1.8x the calibrated steps" and the advice as measure-first
+BATCHES = (1, 2, BATCH)
 STEPS = 24  # decode steps timed per request
 # NOTE: each figure is measured in rounds, each round every prompt length once and then
 # each batch, the median over them: the host's speed drifts by tens of percent over
@@ -82,7 +87,7 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     idling to find nothing."""
     prompts = [p for p in PROMPTS if p + STEPS < context // 2] or [min(PROMPTS[0], context // 4)]
     firsts: dict[int, list[float]] = {p: [] for p in prompts}
-    gaps: dict[int, list[float]] = {1: [], BATCH: []}
+    gaps: dict[int, list[float]] = {b: [] for b in BATCHES}
     tails: dict[int, list[float]] = {b: [] for b in gaps}  # each request's own p99 ITL
     # the last run of each figure: where every one failed, the error names its failure
     last_ttft, last_decode = {}, {}
@@ -109,7 +114,7 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
         idle, extra, tokens = _wake_up(endpoint, [(prompts[i], ttft[i]) for i in ends], bars)
     # NOTE: only where every batch answered (else _median_ms has raised above)
     tail = [float(np.quantile(tails[b], TAIL_SHARE)) * 1000 for b in gaps]
-    return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=[1, BATCH], step_ms=steps,
+    return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=list(BATCHES), step_ms=steps,
                        tail_ms=tail,
                        prefill_ms_per_token=max(float(slope), 1e-6), prefill_base_ms=float(base),
                        wake_idle_s=idle, wake_extra_ms=extra, wake_prompt_tokens=tokens,

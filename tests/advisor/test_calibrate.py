@@ -22,7 +22,7 @@ CLIENT_MS = 12.0
 # and by 28.5 ms in CI on 2026-12-01 with the host ~25% slower than that morning
 CLIENT_WAKE_MS = 40.0
 STALL_MS = 40.0  # one slow step in each decode request
-ROUND = 4 + 1 + 8  # requests per calibration round: each prompt length, decode at 1 and 8
+ROUND = 4 + 1 + 2 + 8  # requests per calibration round: each prompt length, decode at 1, 2, 8
 
 
 # NOTE: the wake-up points' idle times, a third of the sweep's (0.3, 1 and 3 s): the same
@@ -60,10 +60,10 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     timings = [r["timing"] for r in got]
     n = len(cal.prompt_tokens)
     assert n == 4 and len(timings) == ROUND * 3 + 2 * len(IDLE_S)
-    # three rounds: the four prompts, then a request alone and 8 at once (a slow spell
+    # three rounds: the four prompts, then a request alone, 2 and 8 at once (a slow spell
     # falls on every figure)
     assert [len(r["body"]["prompt"]) for r in got[:ROUND * 3]] == (
-        list(cal.prompt_tokens) + [16] * 9) * 3
+        list(cal.prompt_tokens) + [16] * 11) * 3
     # the scripted TTFT does not grow with the prompt; the requests sent one after another
     # still idled the server a little between them (the client's turn-around)
     wake, served = _wake_ms(timings), _served_ms(timings)
@@ -73,7 +73,8 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
         truth = np.median(served[each])
         assert truth - 1.0 <= ttft <= truth + CLIENT_MS
     assert cal.prefill_ms_per_token < 0.02
-    assert cal.step_ms == pytest.approx([ITL_MS, ITL_MS], abs=1.0)
+    assert cal.batches == [1, 2, 8]
+    assert cal.step_ms == pytest.approx([ITL_MS] * 3, abs=1.0)
     # each wake-up point, the shortest and the longest prompt after each idle: beyond the
     # back-to-back TTFT of the same prompt
     assert list(cal.wake_idle_s) == [s for s in IDLE_S for _ in (0, 1)]
@@ -114,11 +115,13 @@ def test_the_decode_tail_is_each_requests_own_p99_itl_not_the_median_step():
     # (linear, as the SLO counts it) lies that share of the way from the one to the other
     share = (calibration.STEPS - 1) * 0.99 % 1
     truth = ITL_MS + share * STALL_MS
-    assert cal.step_ms == pytest.approx([ITL_MS, ITL_MS], abs=1.0)  # the median: no stall
+    assert cal.batches == [1, 2, 8]
+    assert cal.step_ms == pytest.approx([ITL_MS] * 3, abs=1.0)  # the median: no stall
     for tail in cal.tail_ms:
         assert truth - 1.0 <= tail <= truth + CLIENT_MS
-    assert cal.tail_at(8) == cal.tail_ms[1]
-    assert f"p99 ITL within {cal.tail_ms[1]:.0f})" in cal.summary()
+    assert cal.tail_at(8) == cal.tail_ms[2]
+    assert f"batch 8 {cal.step_ms[2]:.1f} ms (9 in 10 requests' p99 ITL within " \
+        f"{cal.tail_ms[2]:.0f})" in cal.summary()
 
 
 @pytest.mark.slow  # a second calibration, ~6 s

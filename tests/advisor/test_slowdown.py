@@ -29,6 +29,16 @@ def test_gaps_are_held_to_the_step_at_the_batch_each_decoder_ran():
     assert decode_slowdown(apart, CAL, decoders=1) == pytest.approx(1.0)
 
 
+def test_a_batch_of_two_is_held_to_its_own_calibrated_step():
+    """Measured so on the Zen 3 (float32): a step of 2 requests took ~2x one of 1, of 8
+    ~2.4x. Calibrated at 1 and 8 only, a P/D decoder's pairs read as 1.7x slower than
+    calibrated (the line puts 2 at 12 ms); with the batch-2 point, as fast as calibrated."""
+    both = [_record(0.0, [20.0] * 20), _record(0.0, [20.0] * 20)]
+    assert decode_slowdown(both, CAL, decoders=1) == pytest.approx(20 / 12)
+    three = Calibration([16, 1024], [20.0, 300.0], [1, 2, 8], [10.0, 20.0, 24.0], 0.28, 15.0)
+    assert decode_slowdown(both, three, decoders=1) == pytest.approx(1.0)
+
+
 def test_each_gap_is_held_to_the_step_at_the_batch_running_when_it_came():
     # one request alone (10 ms steps), then three together (14 ms steps at batch 3): every
     # gap is the calibrated step at its batch. Against the run's mean batch (1.53: a step
