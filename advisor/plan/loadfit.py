@@ -52,8 +52,7 @@ def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
         s, prefill_base_ms=s.prefill_base_ms * decode,
         prefill_ms_per_token=s.prefill_ms_per_token * prefill,
         ms_per_pair=s.ms_per_pair * prefill, decode_base_ms=s.decode_base_ms * decode,
-        decode_ms_per_token=s.decode_ms_per_token * decode,
-        decode_bumps=tuple(x * decode for x in s.decode_bumps)))
+        decode_ms_per_token=s.decode_ms_per_token * decode))
 
 
 def _figures(system: System, run) -> tuple[float, float, float]:

@@ -3,9 +3,8 @@
 Two models behind one interface:
 - `FittedStep`, fitted to measured unloaded timings (advisor.sweep.calibrate): prefill as
   a + b x T + c x pairs (T tokens, `pairs` = query tokens x context each attends), decode
-  as d + e x batch + c x pairs plus, where the calibration timed more than two batch
-  sizes, what each measured batch had beyond that line (linear between them); a mixed
-  step pays the larger fixed cost once.
+  as d + e x batch + c x pairs (the line through the smallest and largest batch timed); a
+  mixed step pays the larger fixed cost once.
 - `RooflineStep`, from a GPU's datasheet: the slower of reading the weights and the KV
   read once, and the step's FLOPs, each at a fixed efficiency, plus a fixed overhead and,
   with tensor parallelism, two all-reduces per layer.
@@ -58,17 +57,11 @@ class FittedStep:
     decode_ms_per_token: float
     ms_per_pair: float
     source: str
-    # ms beyond the decode line at 0, 1, 2, ... running requests (the last holds for more);
-    # empty: none. NOTE: on the Zen 3 VM (float32) 2 requests stepped 1.6-2x 1, 8 only
-    # 2.3-2.7x: a line through the three put 1 and 2 ~25% off, each the other way
-    decode_bumps: tuple[float, ...] = ()
 
     def ms(self, s: Step) -> float:
         base = max(self.prefill_base_ms if s.prefill_tokens else 0.0,
                    self.decode_base_ms if s.decodes else 0.0)
-        bumps = self.decode_bumps
-        bump = bumps[min(s.decodes, len(bumps) - 1)] if bumps else 0.0
-        return (base + self.prefill_ms_per_token * s.prefill_tokens + bump
+        return (base + self.prefill_ms_per_token * s.prefill_tokens
                 + self.decode_ms_per_token * s.decodes + self.ms_per_pair * s.pairs)
 
 
@@ -84,19 +77,18 @@ def fit(cal: Calibration, decode_context: float = 28.0) -> FittedStep:
     else:  # too few lengths for the attention term: the calibration's own line
         a, b, c = cal.prefill_base_ms, cal.prefill_ms_per_token, 0.0
     y = np.array(cal.step_ms, dtype=float) - c * np.array(cal.batches) * decode_context
-    # NOTE: the line through the smallest and the largest batch; the ones between add their
-    # own excess (`decode_bumps`): a least-squares line through all three moved the decode
-    # step's fixed cost, which a prefill step shares (advisor.plan.loadfit._outside_steps)
+    # NOTE: the line through the smallest and the largest batch timed. The calibration's
+    # batch 2 (advisor.sweep.calibrate.BATCHES) is for judging a run's gaps, not for this
+    # line: on the Zen 3 (batch 2 ~1.7x batch 1, batch 8 ~2.3x) a least-squares line
+    # through all three moved the decode step's fixed cost, which a prefill step shares
+    # (advisor.plan.loadfit._outside_steps), and a step through batch 2's own time put 2
+    # of 5 short-chat rows within 20% against 4 of 5 with this line (2026-12-02 17:51, the
+    # same two sweeps fitted both ways)
     ends = [0, len(cal.batches) - 1] if len(cal.batches) > 1 else [0]
     x = np.array([[1.0, cal.batches[i]] for i in ends])
     (d, e), _ = nnls(x, np.maximum(y[ends], 0.0))
-    bumps = ()
-    if len(cal.batches) > 2:
-        off = y - (d + e * np.array(cal.batches))
-        bumps = (0.0, *(float(v) for v in np.interp(range(1, max(cal.batches) + 1),
-                                                     cal.batches, off)))
     return FittedStep(float(a), float(b), float(d), float(e), float(c),
-                      f"fitted to the calibration on {cal.placement} ({cal.dtype})", bumps)
+                      f"fitted to the calibration on {cal.placement} ({cal.dtype})")
 
 
 @dataclass(frozen=True)
