@@ -30,6 +30,12 @@ ROUND = 4 + 1 + 2 + 8  # requests per calibration round: each prompt length, dec
 IDLE_S = (0.1, 0.3, 1.0)
 
 
+def _prompt_at(i: int, n: int = 4) -> list[int]:
+    """Where the i-th of `n` prompt lengths' TTFT request is among a calibration's requests,
+    in each of its three rounds: each round starts at the next length."""
+    return [r * ROUND + (i - r) % n for r in range(3)]
+
+
 @pytest.fixture(autouse=True)
 def short_idles(monkeypatch):
     monkeypatch.setattr(calibration, "IDLE_S", IDLE_S)
@@ -60,15 +66,16 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     timings = [r["timing"] for r in got]
     n = len(cal.prompt_tokens)
     assert n == 4 and len(timings) == ROUND * 3 + 2 * len(IDLE_S)
-    # three rounds: the four prompts, then a request alone, 2 and 8 at once (a slow spell
-    # falls on every figure)
-    assert [len(r["body"]["prompt"]) for r in got[:ROUND * 3]] == (
-        list(cal.prompt_tokens) + [16] * 11) * 3
+    # three rounds: the four prompts (each round from the next), then a request alone, 2
+    # and 8 at once (a slow spell falls on every figure)
+    p = list(cal.prompt_tokens)
+    assert [len(r["body"]["prompt"]) for r in got[:ROUND * 3]] == [
+        x for r in range(3) for x in p[r:] + p[:r] + [16] * 11]
     # the scripted TTFT does not grow with the prompt; the requests sent one after another
     # still idled the server a little between them (the client's turn-around)
-    wake, served = _wake_ms(timings), _served_ms(timings)
+    wake, served = np.array(_wake_ms(timings)), np.array(_served_ms(timings))
     for i, ttft in enumerate(cal.ttft_ms):
-        each = slice(i, ROUND * 3, ROUND)
+        each = _prompt_at(i)
         assert np.median(served[each]) >= TTFT_MS + np.median(wake[each])
         truth = np.median(served[each])
         assert truth - 1.0 <= ttft <= truth + CLIENT_MS
@@ -79,8 +86,8 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     # back-to-back TTFT of the same prompt
     assert list(cal.wake_idle_s) == [s for s in IDLE_S for _ in (0, 1)]
     assert list(cal.wake_prompt_tokens) == [16, 1024] * len(IDLE_S)
-    back_to_back = {16: np.median(served[0:ROUND * 3:ROUND]),
-                    1024: np.median(served[n - 1:ROUND * 3:ROUND])}
+    back_to_back = {16: np.median(served[_prompt_at(0)]),
+                    1024: np.median(served[_prompt_at(n - 1)])}
     # the short prompt after the longest idle was sent first (it decides whether the rest is needed)
     sent = [1, 2, 3, 4, 0, 5]  # each point's place among the last six requests
     for idle, extra, p, k in zip(cal.wake_idle_s, cal.wake_extra_ms, cal.wake_prompt_tokens,
@@ -144,8 +151,8 @@ def test_a_deployment_that_does_not_slow_down_after_the_longest_idle_gets_that_o
         timings = [r["timing"] for r in received(url)]
     assert len(timings) == ROUND * 3 + 1
     assert list(cal.wake_idle_s) == [IDLE_S[-1]] and list(cal.wake_prompt_tokens) == [16]
-    truth = _served_ms(timings)
-    extra = truth[-1] - np.median(truth[0:ROUND * 3:ROUND])  # ~0: it does not slow down
+    truth = np.array(_served_ms(timings))
+    extra = truth[-1] - np.median(truth[_prompt_at(0)])  # ~0: it does not slow down
     assert extra - CLIENT_MS <= cal.wake_extra_ms[0] <= extra + CLIENT_WAKE_MS
     assert cal.wake_extra_ms[0] < 0.5 * TTFT_MS  # under NOTABLE: why it stopped there
     assert cal.wake_curve() == ((0.0, 0.0, 0.0), (IDLE_S[-1], cal.wake_extra_ms[0], 0.0))
