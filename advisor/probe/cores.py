@@ -88,7 +88,8 @@ def measure(rate: Callable[[], float], pause: Callable[[], None], resume: Callab
 
 def host_core_sharing(window_s: float = WINDOW_S, rounds: int = ROUNDS) -> CoreSharing | None:
     """This host's core sharing, measured on the first two cores this process may run on
-    (torch's GEMM on one thread here, numpy's on the other); None with fewer than two."""
+    (torch's GEMM on one thread here, numpy's on the other); None with fewer than two, or
+    where the contender could not start."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return None
@@ -105,7 +106,8 @@ def host_core_sharing(window_s: float = WINDOW_S, rounds: int = ROUNDS) -> CoreS
         torch.set_num_threads(1)
         a, w = torch.ones(M, K), torch.ones(K, N)
         a @ w
-        proc.stdout.readline()  # NOTE: blocks until its first GEMM ran (or it died)
+        if proc.stdout.readline().strip() != "ready":  # NOTE: blocks until its first GEMM
+            return None  # it died before computing: there is nothing to compare with
 
         def rate() -> float:
             began, n = time.perf_counter(), 0

@@ -203,6 +203,17 @@ def test_the_core_check_alternates_the_contender_and_tells_shared_cores_apart(
     assert ("slow each other" in c.summary()) is not independent
 
 
+def test_a_contender_that_cannot_start_leaves_the_core_check_unmeasured(monkeypatch):
+    """Not "independent" on no evidence: a contender that dies before its first GEMM (here
+    one that exits at once) gives no figure at all, and nothing is left running."""
+    import os
+
+    monkeypatch.setattr(cores, "_CONTENDER", "raise SystemExit(1)")
+    before = os.sched_getaffinity(0)
+    assert cores.host_core_sharing(window_s=0.01, rounds=1) is None
+    assert os.sched_getaffinity(0) == before  # this process may run anywhere again
+
+
 def test_a_negative_wake_up_idle_is_one_line_naming_the_flag():
     out = advisor("probe", "--wakeup-idle-s", "-1")
     assert out.returncode == 2 and "--wakeup-idle-s must be >= 0" in out.stderr
