@@ -126,6 +126,7 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     target = min(regime, TTFT_SHARE * slos["ttft"])
     lengths = _Lengths(cal, mean_in, mean_out, context, scale, output_scale)
     prompt, output = lengths.at(target)
+    shorter = ""
     if scale is None and output_scale is None and run_s is not None:
         # NOTE: shorter requests before a higher first rate: from above the knee collocated
         # misses at its first rate, and its interval has no lower bound (2 of 3 default
@@ -144,7 +145,7 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
         notes.append(f"prompts ~{prompt} tokens (scale {scale:.3g}): a prefill of "
                      f"{cal.ttft_at(prompt):.0f} ms, {cal.ttft_at(prompt) / slos['itl']:.1f}x the "
                      f"ITL SLO and {cal.ttft_at(prompt) / slos['ttft']:.0%} of the TTFT SLO"
-                     + (shorter if output_scale is None and run_s is not None else ""))
+                     + shorter)
     if output_scale is None:
         output_scale = output / mean_out
         notes.append(f"outputs ~{output} tokens (output scale {output_scale:.3g}): decoding one "
