@@ -151,7 +151,7 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
         notes.append(f"outputs ~{output} tokens (output scale {output_scale:.3g}): decoding one "
                      f"lasts {output * cal.step_at(1) / cal.ttft_at(prompt):.1f}x its prefill")
     decode_s = output * cal.step_at(1) / 1000
-    start = float(f"{start_rate(decode_s, instances, attainment):.2g}")
+    start = float(f"{lengths.knee(output, instances, attainment):.2g}")
     knee = (f"where a collocated instance's requests (decoding ~{decode_s:.2f} s) start to "
             "meet other prefills")
     if run_s is not None and first_pass_s(start, run_s) > FIRST_PASS_S:
