@@ -10,7 +10,10 @@
    max-goodput ordering of the placements (goal: the same). Beside each measured figure,
    its bootstrap 95% interval: a row whose predictions miss 20% but fall inside those is
    marked "within noise" (the run's own chance could put its figure there), and counted
-   apart from the goal.
+   apart from the goal. Last, each side's gaps over the ITL SLO, as counts: a p99 of a few
+   hundred gaps is one of its largest few, so at a knee, where ~1% of the gaps are a
+   prompt's stall, one stall more or less moves it several times over; the counts show
+   whether the model has the stalls' share right when the p99s part.
 4. Times one placement's rate sweep in the simulator (10 rates x 1,000 requests of the
    guide's L40S case) against its goal of 2 s on one core.
 
@@ -56,7 +59,18 @@ def ordering(run_dir: str) -> str:
     return out
 
 
-def table(title: str, rec: dict, slo, cores: int | None) -> tuple[int, int, int]:
+def over_slo(run_dir: str, itl_ms: float) -> dict[tuple[str, float], tuple[int, int]]:
+    """(gaps over `itl_ms`, gaps) of each run in `run_dir`, by (placement, rate)."""
+    out = {}
+    for run in RunDir(run_dir).read_runs([]):
+        gaps = [b - a for x in run.records or () if x["ok"]
+                for a, b in zip(x["chunks"], x["chunks"][1:])]
+        out[(run.placement, round(run.rate, 6))] = (sum(g * 1000 > itl_ms for g in gaps),
+                                                     len(gaps))
+    return out
+
+
+def table(title: str, rec: dict, slo, cores: int | None, measured: str) -> tuple[int, int, int]:
     """Print predicted against measured, with the host's cores each measured run kept busy
     (of `cores`; "host full" where the report marks the run: the simulation has no term
     for a full host); (rows within 20% on both, rows where each figure is within 20% or inside
@@ -64,7 +78,9 @@ def table(title: str, rec: dict, slo, cores: int | None) -> tuple[int, int, int]
     twice its SLO and median TTFT within its SLO, as the fit has them)."""
     print(f"\n{title}")
     print(f"  {'placement':>14} {'rate':>6}  {'median TTFT ms: pred / meas [95%]':>38}  "
-          f"{'p99 ITL ms: pred / meas [95%]':>36}")
+          f"{'p99 ITL ms: pred / meas [95%]':>36}  {'gaps > ITL SLO: pred / meas':>27}")
+    over = {side: over_slo(d, slo.itl_ms) for side, d in (("pred", rec["run_dir"]),
+                                                          ("meas", measured))}
     ok = noise = counted = 0
     for r in rec["compare"]:
         cells, good, near = [], True, True
@@ -86,8 +102,11 @@ def table(title: str, rec: dict, slo, cores: int | None) -> tuple[int, int, int]
         busy = r.get("measured_cores_busy")
         full = fills_host(busy, cores)
         host = "" if busy is None else f"  cores {busy:.2f}" + (" host full" if full else "")
+        key = (r["placement"], round(r["rate"], 6))
+        gaps = " / ".join("{} of {}".format(*over[side].get(key, (0, 0)))
+                          for side in ("pred", "meas"))
         print(f"  {r['placement']:>14} {r['rate']:6.3g}  {cells[0]:>38}  {cells[1]:>36}  "
-              f"{mark}{host}")
+              f"{gaps:>27}  {mark}{host}")
     return ok, noise, counted
 
 
@@ -124,7 +143,8 @@ def main() -> None:
     print("\n==== plan accuracy: the bundled engine on this machine (say which CPU: lscpu) ====")
     for title, (rec, measured) in results.items():
         host = RunDir(measured).read_manifest().get("host") or {}
-        ok, noise, counted = table(title, rec, slo[measured], host.get("cpus_usable"))
+        ok, noise, counted = table(title, rec, slo[measured], host.get("cpus_usable"),
+                                   measured)
         print(f"  within 20% on both below collapse: {ok} of {counted} rows; within 20% or "
               f"the measurement's 95% interval: {noise} of {counted}")
         m_order, p_order = ordering(measured), ordering(rec["run_dir"])
