@@ -52,7 +52,8 @@ def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
         s, prefill_base_ms=s.prefill_base_ms * decode,
         prefill_ms_per_token=s.prefill_ms_per_token * prefill,
         ms_per_pair=s.ms_per_pair * prefill, decode_base_ms=s.decode_base_ms * decode,
-        decode_ms_per_token=s.decode_ms_per_token * decode))
+        decode_ms_per_token=s.decode_ms_per_token * decode,
+        row_extra_ms=tuple(x * decode for x in s.row_extra_ms)))
 
 
 def _figures(system: System, run) -> tuple[float, float, float]:

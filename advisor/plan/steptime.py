@@ -3,8 +3,10 @@
 Two models behind one interface:
 - `FittedStep`, fitted to measured unloaded timings (advisor.sweep.calibrate): prefill as
   a + b x T + c x pairs (T tokens, `pairs` = query tokens x context each attends), decode
-  as d + e x batch + c x pairs (the line through the smallest and largest batch timed); a
-  mixed step pays the larger fixed cost once.
+  as d + e x batch + c x pairs (the line through the smallest and largest batch timed),
+  plus what a batch timed between them took beyond that line, linear between them and
+  keyed by the step's rows (decodes and prompt tokens); a mixed step pays the larger
+  fixed cost once.
 - `RooflineStep`, from a GPU's datasheet: the slower of reading the weights and the KV
   read once, and the step's FLOPs, each at a fixed efficiency, plus a fixed overhead and,
   with tensor parallelism, two all-reduces per layer.
@@ -57,10 +59,18 @@ class FittedStep:
     decode_ms_per_token: float
     ms_per_pair: float
     source: str
+    # ms beyond the decode line for a step of 0, 1, 2, ... rows (the last holds for more;
+    # empty: none). NOTE: keyed by rows, decodes and prompt tokens together: each matrix
+    # product has a row per query token, so 2 decodes beside a 30-token chunk run the
+    # kernels of 32 rows, not batch 2's (on the Zen 3, float32: 2 rows ~1.7x 1, 8 ~2.3x)
+    row_extra_ms: tuple[float, ...] = ()
 
     def ms(self, s: Step) -> float:
         base = max(self.prefill_base_ms if s.prefill_tokens else 0.0,
                    self.decode_base_ms if s.decodes else 0.0)
+        extra = self.row_extra_ms
+        if extra:
+            base += extra[min(s.decodes + s.prefill_tokens, len(extra) - 1)]
         return (base + self.prefill_ms_per_token * s.prefill_tokens
                 + self.decode_ms_per_token * s.decodes + self.ms_per_pair * s.pairs)
 
@@ -77,18 +87,25 @@ def fit(cal: Calibration, decode_context: float = 28.0) -> FittedStep:
     else:  # too few lengths for the attention term: the calibration's own line
         a, b, c = cal.prefill_base_ms, cal.prefill_ms_per_token, 0.0
     y = np.array(cal.step_ms, dtype=float) - c * np.array(cal.batches) * decode_context
-    # NOTE: the line through the smallest and the largest batch timed. The calibration's
-    # batch 2 (advisor.sweep.calibrate.BATCHES) is for judging a run's gaps, not for this
-    # line: on the Zen 3 (batch 2 ~1.7x batch 1, batch 8 ~2.3x) a least-squares line
-    # through all three moved the decode step's fixed cost, which a prefill step shares
-    # (advisor.plan.loadfit._outside_steps), and a step through batch 2's own time put 2
-    # of 5 short-chat rows within 20% against 4 of 5 with this line (2026-12-02 17:51, the
-    # same two sweeps fitted both ways)
+    # NOTE: the line through the smallest and the largest batch timed, and a batch between
+    # them (the calibration's 2) keeps its own time as an extra over the line: a
+    # least-squares line through all three moved the decode step's fixed cost, which a
+    # prefill step shares (advisor.plan.loadfit._outside_steps). With the line alone,
+    # fitted to P/D's steps at 2-3 running requests, the decode scale stretched its 7-8-
+    # request steps ~20% (Zen 3): replaying four default sweeps, each on itself and on a
+    # short-chat sweep, 21 of 37 rows within 20% (22 within 20% or the measurement's
+    # interval), 7 of 8 orderings, mean |log ratio| 0.23; with the extra 22, 25, 8 of 8
+    # and 0.15 (2026-12-02 evening; keyed by decodes alone: 20, 24, 8 of 8, 0.15)
     ends = [0, len(cal.batches) - 1] if len(cal.batches) > 1 else [0]
     x = np.array([[1.0, cal.batches[i]] for i in ends])
     (d, e), _ = nnls(x, np.maximum(y[ends], 0.0))
+    extra = ()
+    if len(cal.batches) > 2:
+        off = y - (d + e * np.array(cal.batches))  # [batches]: 0 at both ends
+        extra = (0.0, *(float(v) for v in np.interp(range(1, max(cal.batches) + 1),
+                                                     cal.batches, off)))
     return FittedStep(float(a), float(b), float(d), float(e), float(c),
-                      f"fitted to the calibration on {cal.placement} ({cal.dtype})")
+                      f"fitted to the calibration on {cal.placement} ({cal.dtype})", extra)
 
 
 @dataclass(frozen=True)
