@@ -141,27 +141,31 @@ def test_fit_recovers_a_known_engine_from_its_calibration():
         assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-3), name
 
 
-def test_a_batch_timed_between_the_ends_keeps_its_own_step():
-    """Measured so on the Zen 3 (float32): 2 requests stepped ~1.7x 1, 8 ~2.3x. The line
-    still goes through batch 1 and 8 exactly (a prefill step shares its fixed cost); the
-    fitted step also goes through batch 2's time, linear in excess from 2 to 8, and keeps
-    the line beyond 8."""
+def _batch_2_over_the_line(extra_ms: float = 15.0):
+    """(truth, its steps at batch 1, 2 and 8 with `extra_ms` on batch 2, the fit of a
+    calibration that timed those): as on the Zen 3 (float32), where 2 requests stepped
+    ~1.7x 1 and 8 ~2.3x."""
     truth = FittedStep(20.0, 0.15, 18.0, 0.6, 2e-5, "truth")
     prompts = [64, 256, 1024]
-
-    def at(b):
-        return truth.ms(Step(decodes=b, pairs=b * 28, kv_read_tokens=b * 28))
-
-    steps = [at(1), at(2) + 15.0, at(8)]  # batch 2: 15 ms over the line
+    steps = [truth.ms(Step(decodes=b, pairs=b * 28)) + (extra_ms if b == 2 else 0.0)
+             for b in (1, 2, 8)]
     cal = Calibration(prompts, [truth.ms(prefill_step(p)) for p in prompts], [1, 2, 8], steps,
                       0.15, 20.0, "float32", "collocated-2")
-    got = fit(cal)
+    return truth, steps, fit(cal)
+
+
+def test_a_batch_timed_between_the_ends_keeps_its_own_step():
+    """The line still goes through batch 1 and 8 exactly (a prefill step shares its fixed
+    cost); the fitted step also goes through batch 2's time, linear in excess from 2 to 8,
+    and keeps the line beyond 8."""
+    truth, steps, got = _batch_2_over_the_line(15.0)
     for name in ("decode_base_ms", "decode_ms_per_token"):
         assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-3), name
     for b, want in zip((1, 2, 8), steps):
         assert got.ms(Step(decodes=b, pairs=b * 28)) == pytest.approx(want, rel=1e-3), b
-    assert got.ms(Step(decodes=5, pairs=5 * 28)) == pytest.approx(at(5) + 7.5, rel=1e-3)
-    assert got.ms(Step(decodes=16, pairs=16 * 28)) == pytest.approx(at(16), rel=1e-3)
+    at = {b: truth.ms(Step(decodes=b, pairs=b * 28)) for b in (5, 16)}
+    assert got.ms(Step(decodes=5, pairs=5 * 28)) == pytest.approx(at[5] + 7.5, rel=1e-3)
+    assert got.ms(Step(decodes=16, pairs=16 * 28)) == pytest.approx(at[16], rel=1e-3)
     # a run of decode-only steps at batch 2 (arrays of context): each step pays it
     runs = got.ms(Step(2, 0, np.array([56.0, 58.0]), np.array([56.0, 58.0])))
     assert runs[0] == pytest.approx(steps[1], rel=1e-3)
@@ -170,14 +174,9 @@ def test_a_batch_timed_between_the_ends_keeps_its_own_step():
 def test_two_decodes_beside_a_prompt_chunk_pay_no_small_batch_extra():
     """The extra is the kernels' at that many rows: 2 decodes and a 30-token chunk are a
     32-row step, which the line prices (as the calibration's TTFTs and batch 8 do)."""
-    truth = FittedStep(20.0, 0.15, 18.0, 0.6, 2e-5, "truth")
-    prompts = [64, 256, 1024]
-    steps = [truth.ms(Step(decodes=b, pairs=b * 28)) for b in (1, 2, 8)]
-    cal = Calibration(prompts, [truth.ms(prefill_step(p)) for p in prompts], [1, 2, 8],
-                      [steps[0], steps[1] + 15.0, steps[2]], 0.15, 20.0, "float32",
-                      "collocated-2")
+    truth, _, got = _batch_2_over_the_line(15.0)
     mixed = Step(2, 30, 2 * 28 + prefill_step(30).pairs, 2 * 28 + 30)
-    assert fit(cal).ms(mixed) == pytest.approx(truth.ms(mixed), rel=1e-3)
+    assert got.ms(mixed) == pytest.approx(truth.ms(mixed), rel=1e-3)
 
 
 def test_step_jitter_spreads_gaps_as_a_lognormal_of_that_sigma():
