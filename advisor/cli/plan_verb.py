@@ -11,8 +11,9 @@ from workloads.presets import PRESETS as WORKLOADS
 @app.command(context_settings={"allow_extra_args": True})
 def plan(
     ctx: typer.Context,
-    model: str = typer.Option("qwen2.5-7b", help="preset name (also deepseek-v3, "
-                                                 "qwen3-next-80b-a3b) or a local config.json dir"),
+    model: str = typer.Option(None, help="preset name (also deepseek-v3, qwen3-next-80b-a3b) "
+                                         "or a local config.json dir (default qwen2.5-7b; with "
+                                         "--calibrate, the sweep's)"),
     gpu: str = typer.Option("l40s", help="l40s, a10g, a100-40gb, a100-80gb, h100-pcie, "
                                          "h100-sxm, h200, b200, mi300x"),
     gpus: int = typer.Option(2, help="how many of them"),
@@ -35,6 +36,9 @@ def plan(
                                              "link models to it and re-predict its runs"),
     replay: str = typer.Option(None, help="with --calibrate: predict this other measured run "
                                           "directory's runs instead (a workload not fitted)"),
+    topology: list[str] = typer.Option(None, help="with --calibrate: the shape of a deployment "
+                                                  "measured by URL, NAME=collocated:N or "
+                                                  "NAME=disagg:XpYd (e.g. disagg-url=disagg:1p1d)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
     report: bool = typer.Option(True, "--report/--no-report",
                                 help="draw report.html and report.md (`advisor report RUN_DIR` "
@@ -52,10 +56,14 @@ def plan(
                 fail("--replay needs --calibrate RUN_DIR (what to fit the models to)")
             from advisor.plan.calibrated import run_calibrated
 
-            run_calibrated(calibrate, replay, out, json_out, report)
+            run_calibrated(calibrate, replay, out, json_out, report, tuple(topology or ()),
+                           model)
             return
+        if topology:
+            fail("--topology names a measured deployment's shape: it needs --calibrate RUN_DIR")
         run_plan(PlanOptions(
-            model=model, gpu=gpu, gpus=gpus, link=link, p2p=p2p == "yes", workload=workload,
+            model=model or PlanOptions.model, gpu=gpu, gpus=gpus, link=link, p2p=p2p == "yes",
+            workload=workload,
             slo=tuple(slo_items(slo, ctx)) or PlanOptions.slo, attainment=attainment,
             rates=parse_rates(rates), num_prompts=num_prompts,
             max_num_batched_tokens=max_num_batched_tokens, operating_rate=operating_rate,

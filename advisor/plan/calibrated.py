@@ -12,6 +12,7 @@ a sweep's measurements do. `compare` sets predicted beside measured.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -32,6 +33,8 @@ from advisor.sweep.placements import Placement
 from engine.core.config import EngineConfig
 
 GIB = 1 << 30
+URL_KV_TOKENS = 1 << 40  # a deployment measured by URL: KV that never runs short
+SHAPE = re.compile(r"^(collocated-\d+|disagg-\d+p\d+d)$")  # what system_of simulates
 
 
 def _dir(path: str, flag: str) -> RunDir:
@@ -61,19 +64,45 @@ def _link(run_dir: RunDir) -> Link:
                 f"{run_dir.name}: {kv.mean_ms:.1f} ms per transfer at {kv.gbps:.2f} GB/s")
 
 
-def _engine(step: FittedStep, shape, dtype: str) -> EngineSpec:
-    """The bundled engine's defaults around `step`."""
+def _engine(step: FittedStep, shape, dtype: str, by_url: bool) -> EngineSpec:
+    """The bundled engine's defaults around `step` (its token budget and sequences are
+    vLLM's defaults too); a deployment measured `by_url` gets KV that never runs short,
+    since its size is not known here."""
     base = EngineConfig()
-    return EngineSpec(step, int(base.kv_cache_memory_gib * GIB // shape.kv_bytes_per_token(dtype)),
-                      base.max_num_batched_tokens, base.max_num_seqs, base.enable_chunked_prefill,
-                      block_size=base.block_size)
+    kv = URL_KV_TOKENS if by_url else \
+        int(base.kv_cache_memory_gib * GIB // shape.kv_bytes_per_token(dtype))
+    return EngineSpec(step, kv, base.max_num_batched_tokens, base.max_num_seqs,
+                      base.enable_chunked_prefill, block_size=base.block_size)
+
+
+def _shapes(names: list[str], kinds: dict[str, str], given: tuple[str, ...]) -> dict[str, str]:
+    """Each measured placement's simulated shape: its own name where that is one
+    (collocated-N, disagg-XpYd: the bundled engine's), else what `--topology NAME=SHAPE`
+    says (a deployment measured by URL: collocated-url, disagg-url)."""
+    out = {}
+    for item in given:
+        name, _, shape = item.partition("=")
+        kind, _, size = shape.partition(":")
+        if name not in names or kind != kinds[name] or not SHAPE.match(f"{kind}-{size}"):
+            raise UsageError(f"--topology {item!r}: expected NAME=collocated:N or "
+                             f"NAME=disagg:XpYd of the same kind, NAME one of {', '.join(names)}")
+        out[name] = f"{kind}-{size}"
+    for name in names:
+        out.setdefault(name, name)
+        if not SHAPE.match(out[name]):
+            example = "collocated:2" if kinds[name] == "collocated" else "disagg:1p1d"
+            raise UsageError(f"placement {name!r} cannot be simulated without its shape: give "
+                             f"it, for example --topology {name}={example}")
+    return out
 
 
 def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
-                   report: bool = True) -> dict:
+                   report: bool = True, topologies: tuple[str, ...] = (),
+                   model: str | None = None) -> dict:
     """Fit to `measured`, predict `replay` (default: `measured` itself); the recommendation
     with `compare` (predicted beside measured, per placement and rate); with `report`, its
-    report drawn too."""
+    report drawn too. `topologies` (NAME=SHAPE) give a deployment measured by URL its shape,
+    `model` its model's (default: the sweep's --model)."""
     fitted_on = _dir(measured, "--calibrate")
     target = _dir(replay, "--replay") if replay else fitted_on
     cal = _calibration(fitted_on)
@@ -82,8 +111,13 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     m = target.read_manifest()
     cfg = m.get("config") or {}
     dtype = (m.get("dtype") or {}).get("ran") or "float32"
-    shape = shape_of(cfg.get("model") or "small")
-    engine = _engine(step, shape, dtype)
+    model = model or cfg.get("model") or "small"
+    try:
+        shape = shape_of(model)
+    except ValueError as e:
+        raise UsageError(f"--model: {e}") from None
+    by_url = bool(cfg.get("collocated_url") or cfg.get("disagg_url"))
+    engine = _engine(step, shape, dtype, by_url)
     problems: list[str] = []
     measured_runs = target.read_runs(problems)
     if not measured_runs:
@@ -93,11 +127,17 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                          "depends on the previous reply)")
     fitted_runs = fitted_on.read_runs(problems) if replay else measured_runs
     kv_bytes = lambda t: shape.kv_bytes(t, dtype)  # noqa: E731
-    systems, why = fit_to_runs(engine, fitted_runs,
-                               sorted({r.placement for r in measured_runs}), link, kv_bytes,
-                               fitted_on.read_evidence().slo, cal.wake_curve())
+    kinds = {r.placement: r.kind for r in measured_runs}
+    names = sorted(kinds)
+    shapes = _shapes(names, kinds, topologies)
+    systems, why = fit_to_runs(engine, fitted_runs, names, link, kv_bytes,
+                               fitted_on.read_evidence().slo, cal.wake_curve(), shapes)
+    if by_url:
+        why += ("; measured by URL: " + ", ".join(f"{n} as {shapes[n]}" for n in names)
+                + f", {shape.name}'s shapes, KV not limited (its size is not known here), "
+                  "vLLM's default token budget")
     slo = tuple((m.get("sizing") or {}).get("slo") or cfg.get("slo") or DEFAULT_SLO)
-    opts = PlanOptions(model=cfg.get("model") or "small", slo=slo, dtype=dtype,
+    opts = PlanOptions(model=model, slo=slo, dtype=dtype,
                        attainment=cfg.get("attainment", 0.9),
                        operating_rate=cfg.get("operating_rate"), workload=cfg.get("workload"),
                        report=report)
@@ -109,7 +149,6 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                                                             "replayed": str(target)}),
                             "simulated": label, "dtype": m.get("dtype"),
                             "calibration": m.get("calibration")})
-    kinds = {r.placement: r.kind for r in measured_runs}
     placements = [Placement(n, kinds[n])
                   for n in sorted(kinds, key=lambda n: kinds[n] != "collocated")]
     done = {p.name: [] for p in placements}

@@ -149,7 +149,8 @@ def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
 
 
 def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link,
-                kv_bytes, slo, wake: tuple = ()) -> tuple[dict[str, System], str]:
+                kv_bytes, slo, wake: tuple = (),
+                shapes: dict[str, str] | None = None) -> tuple[dict[str, System], str]:
     """Each placement in `names` as a system fitted to the rates measured (in `measured`):
     the request's path outside the steps (_outside_steps) as a fixed latency; prompt
     tokens' cost scaled to collocated's median TTFT at its lowest rate below collapse
@@ -159,7 +160,8 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     its p99 ITL there (a placement with no rate below collapse, or whose stalls alone
     reach that p99, takes the jitter fitted where the host's noise showed); how much a
     busy neighbour slows a step to its median ITLs at every rate below collapse; and P/D's
-    prompt tokens to its median TTFTs at those rates.
+    prompt tokens to its median TTFTs at those rates. `shapes`: the shape each name is
+    simulated as (collocated-N, disagg-XpYd; default the name itself).
 
     # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
     # proxy and the other instances share this machine's cores: every step is slower, and
@@ -171,7 +173,8 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     engine, outside = _outside_steps(engine)
 
     def system(name: str, spec: EngineSpec, contention: float = 0.0) -> System:
-        return system_of(name, spec, link, kv_bytes, outside, wake, contention)
+        return system_of((shapes or {}).get(name, name), spec, link, kv_bytes, outside, wake,
+                         contention)
 
     pre = 1.0
     col = next((r for r in lowest.values() if r.kind == "collocated"), None)

@@ -113,6 +113,7 @@ BAD = [
     (["--workload", "chat-multiturn"], "multi-turn workloads are not simulated"),
     (["--gpus", "0"], "advisor: error: --gpus must be >= 1, not 0\n"),  # that flag alone
     (["--slo", "ttft:soon", "itl:50"], "--slo item 'ttft:soon': 'soon' is not a number"),
+    (["--topology", "disagg-url=disagg:1p1d"], "--topology names a measured deployment's shape"),
 ]
 
 
@@ -140,19 +141,23 @@ RATES = (1.0, 3.0, 6.0)
 
 
 def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float = 0.0,
-                    jitter: float = 0.0, collocated_rates=RATES) -> RunDir:
+                    jitter: float = 0.0, collocated_rates=RATES,
+                    by_url: bool = False) -> RunDir:
     """A run directory as the bundled sweep writes it, whose engine is TRUTH exactly (its
     prefill `collocated_prefill` times slower in the collocated runs; each step
     `contention` of itself slower per other engine stepping, and `jitter` its lognormal
-    noise); P/D runs at RATES, collocated at `collocated_rates`."""
+    noise); P/D runs at RATES, collocated at `collocated_rates`. `by_url`: as a sweep of
+    two deployments given by URL writes it (collocated-url: 2 replicas, disagg-url: 1P1D)."""
     run_dir = RunDir.create(parent, "long-prompt")
     prompts = [64, 256, 1024]
     cal = Calibration(prompts, [TRUTH_FRONT_MS + TRUTH.ms(prefill_step(p)) for p in prompts],
                       [1, 8],
                       [TRUTH.ms(Step(decodes=b, pairs=b * 28, kv_read_tokens=b * 28))
                        for b in (1, 8)], 0.15, 20.0, "bfloat16", "collocated-2")
+    urls = {"collocated_url": "http://127.0.0.1:9/v1", "disagg_url": "http://127.0.0.1:10/v1"}
     run_dir.write_manifest({"config": {"model": "small", "workload": "long-prompt",
-                                       "slo": ["ttft:2000", "itl:100"], "seed": 0},
+                                       "slo": ["ttft:2000", "itl:100"], "seed": 0,
+                                       **(urls if by_url else {})},
                             "dtype": {"ran": "bfloat16"}, "calibration": cal.to_json()})
     shape = shape_of("small")
     engine = EngineSpec(TRUTH, 10**6, jitter=jitter)
@@ -161,9 +166,10 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
     slos = {"ttft": 2000.0, "itl": 100.0}
     mixed = scaled(engine, collocated_prefill, 1.0)
-    for p, system in ((Placement("collocated-2", "collocated"),
+    names = ("collocated-url", "disagg-url") if by_url else ("collocated-2", "disagg-1p1d")
+    for p, system in ((Placement(names[0], "collocated"),
                        System((mixed, mixed), front_ms=TRUTH_FRONT_MS, contention=contention)),
-                      (Placement("disagg-1p1d", "disagg"),
+                      (Placement(names[1], "disagg"),
                        System((engine,), (engine,), link, kv, TRUTH_FRONT_MS, PROXY_MS,
                               contention=contention))):
         for rate in collocated_rates if p.kind == "collocated" else RATES:
@@ -191,6 +197,35 @@ def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
             assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.02), row
             lo, hi = row[f"measured_{k}_ci95"]  # the measurement's own chance, beside it
             assert lo <= row[f"measured_{k}"] <= hi and lo < hi, row
+
+
+def test_a_deployment_measured_by_url_is_simulated_as_the_shape_named(tmp_path):
+    """A sweep of URLs names its placements collocated-url and disagg-url: the user says
+    what stands behind each, and the fit predicts its runs back as for the bundled one."""
+    measured = _measured_sweep(tmp_path / "measured", by_url=True)
+    rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
+                         report=False, topologies=("collocated-url=collocated:2",
+                                                   "disagg-url=disagg:1p1d"))
+    assert "collocated-url as collocated-2" in rec["simulated"]
+    assert "KV not limited" in rec["simulated"]
+    assert {row["placement"] for row in rec["compare"]} == {"collocated-url", "disagg-url"}
+    for row in rec["compare"]:
+        for k in ("median_ttft_ms", "p99_itl_ms"):
+            assert row[f"predicted_{k}"] == pytest.approx(row[f"measured_{k}"], rel=0.02), row
+
+
+@pytest.mark.parametrize("topologies,needle", [
+    ((), "--topology collocated-url=collocated:2"),
+    (("collocated-url=disagg:1p1d",), "--topology 'collocated-url=disagg:1p1d'"),
+    (("collocated-url=collocated:two",), "expected NAME=collocated:N"),
+    (("nowhere=collocated:2",), "NAME one of collocated-url, disagg-url"),
+])
+def test_a_url_sweeps_shape_must_be_given_and_make_sense(tmp_path, topologies, needle):
+    measured = _measured_sweep(tmp_path / "measured", collocated_rates=(1.0,), by_url=True)
+    with pytest.raises(UsageError) as e:
+        run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
+                       report=False, topologies=topologies)
+    assert needle in str(e.value)
 
 
 @pytest.mark.slow  # fits and replays a sweep, ~6 s
