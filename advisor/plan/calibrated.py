@@ -12,7 +12,6 @@ a sweep's measurements do. `compare` sets predicted beside measured.
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from advisor import console
 from advisor.errors import UsageError
 from advisor.plan import runs
 from advisor.plan.hardware import Link
-from advisor.plan.loadfit import fit_to_runs, requests_of
+from advisor.plan.loadfit import fit_to_runs, instances, requests_of
 from advisor.plan.plan import PlanOptions
 from advisor.plan.steptime import FittedStep, fit
 from advisor.plan.system import EngineSpec
@@ -34,7 +33,6 @@ from engine.core.config import EngineConfig
 
 GIB = 1 << 30
 URL_KV_TOKENS = 1 << 40  # a deployment measured by URL: KV that never runs short
-SHAPE = re.compile(r"^(collocated-\d+|disagg-\d+p\d+d)$")  # what system_of simulates
 
 
 def _dir(path: str, flag: str) -> RunDir:
@@ -83,16 +81,20 @@ def _shapes(names: list[str], kinds: dict[str, str], given: tuple[str, ...]) -> 
     for item in given:
         name, _, shape = item.partition("=")
         kind, _, size = shape.partition(":")
-        if name not in names or kind != kinds[name] or not SHAPE.match(f"{kind}-{size}"):
+        if name not in names or kind != kinds[name] or instances(f"{kind}-{size}") is None:
             raise UsageError(f"--topology {item!r}: expected NAME=collocated:N or "
                              f"NAME=disagg:XpYd of the same kind, NAME one of {', '.join(names)}")
         out[name] = f"{kind}-{size}"
     for name in names:
         out.setdefault(name, name)
-        if not SHAPE.match(out[name]):
-            example = "collocated:2" if kinds[name] == "collocated" else "disagg:1p1d"
-            raise UsageError(f"placement {name!r} cannot be simulated without its shape: give "
-                             f"it, for example --topology {name}={example}")
+        if instances(out[name]) is not None:
+            continue
+        if kinds[name] not in ("collocated", "disagg"):
+            raise UsageError(f"placement {name!r} ({kinds[name]}) cannot be simulated: the "
+                             "planner runs collocated and disagg placements")
+        example = "collocated:2" if kinds[name] == "collocated" else "disagg:1p1d"
+        raise UsageError(f"placement {name!r} cannot be simulated without its shape: give "
+                         f"it, for example --topology {name}={example}")
     return out
 
 

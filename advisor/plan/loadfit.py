@@ -22,20 +22,31 @@ MAX_CONTENTION = 1.0  # a neighbour that doubles a step is the most fitted
 CLOSE = 0.02  # median ITLs this close at every rate without contention: none is fitted
 
 
+def instances(name: str) -> tuple[int, int] | None:
+    """(prefillers, decoding engines) of a placement by its sweep name, collocated-N (0, N)
+    or disagg-XpYd (X, Y); None for any other name (nothing the simulator can run)."""
+    kind, _, shape = name.partition("-")
+    if kind == "collocated" and shape.isdigit() and int(shape) >= 1:
+        return 0, int(shape)
+    p, _, d = shape.removesuffix("d").partition("p")
+    if kind == "disagg" and shape.endswith("d") and p.isdigit() and d.isdigit() \
+            and min(int(p), int(d)) >= 1:
+        return int(p), int(d)
+    return None
+
+
 def system_of(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
               front_ms: float = 0.0, wake: tuple = (), contention: float = 0.0) -> System:
     """A bundled-engine placement by its sweep name: collocated-N or disagg-XpYd."""
-    kind, _, shape = name.partition("-")
-    if kind == "collocated" and shape.isdigit():
-        return System(decode=(engine,) * int(shape), front_ms=front_ms, wake=wake,
-                      contention=contention)
-    p, _, d = shape.removesuffix("d").partition("p")
-    if kind == "disagg" and p.isdigit() and d.isdigit():
-        return System(decode=(engine,) * int(d), prefill=(engine,) * int(p), link=link,
-                      kv_bytes=kv_bytes, front_ms=front_ms, proxy_ms=PROXY_MS, wake=wake,
-                      contention=contention)
-    raise UsageError(f"placement {name!r} cannot be simulated (collocated-N and disagg-XpYd "
-                     "can)")
+    shape = instances(name)
+    if shape is None:
+        raise UsageError(f"placement {name!r} cannot be simulated (collocated-N and "
+                         "disagg-XpYd can)")
+    p, d = shape
+    if not p:
+        return System(decode=(engine,) * d, front_ms=front_ms, wake=wake, contention=contention)
+    return System(decode=(engine,) * d, prefill=(engine,) * p, link=link, kv_bytes=kv_bytes,
+                  front_ms=front_ms, proxy_ms=PROXY_MS, wake=wake, contention=contention)
 
 
 def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
