@@ -132,11 +132,11 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
         # misses at its first rate, and its interval has no lower bound (2 of 3 default
         # sweeps within noise on the Zen 3 with 240-310-token prompts)
         floor, cut = min(STALL_MIN * slos["itl"], regime), target
-        took = first_pass_s(lengths.knee(output, instances, attainment), run_s)
-        while first_pass_s(lengths.knee(output, instances, attainment), run_s) > FIRST_PASS_S \
-                and cut * SHORTEN >= floor:
+        took = need = first_pass_s(lengths.knee(output, instances, attainment), run_s)
+        while need > FIRST_PASS_S and cut * SHORTEN >= floor:
             cut *= SHORTEN
             prompt, output = lengths.at(cut)
+            need = first_pass_s(lengths.knee(output, instances, attainment), run_s)
         shorter = (f"; shorter than {target:.0f} ms, whose first pass from collocated's knee "
                    f"would take ~{took:.0f} s of rate runs, so that one fits {FIRST_PASS_S:g} s"
                    if cut < target else "")
