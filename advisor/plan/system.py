@@ -17,7 +17,9 @@ class SimRequest:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    step: object  # a step model: .ms(Step) -> milliseconds
+    # a step model: .ms(Step) -> milliseconds. NOTE: convex in the context at a fixed batch
+    # (a line, or the larger of lines), which the simulator's runs of decode steps rely on
+    step: object
     kv_tokens: int  # KV capacity
     max_batched_tokens: int = 2048
     max_num_seqs: int = 256

@@ -114,6 +114,40 @@ def test_arrivals_cut_a_run_of_decode_steps_exactly_where_a_step_ends():
     assert gaps.min() >= 6.0 - 1e-6
 
 
+
+class _TwoLines:
+    """A step model bound by one line of the context, then another (as a roofline turns
+    from compute- to memory-bound): convex, with its kink at 300 tokens."""
+
+    def ms(self, s: Step) -> float:
+        if s.prefill_tokens:
+            return 10.0
+        return np.maximum(40.0 - 0.05 * s.kv_read_tokens, 16.0 + 0.03 * s.kv_read_tokens)
+
+
+def test_a_run_of_decode_steps_across_a_kink_in_the_step_model_keeps_each_steps_time():
+    """Decode-only steps are summed in closed form where their time is one line of the
+    context: a run that crosses from one bound to the other must still give every step
+    its own time (the first decode step reads the prompt and its first token)."""
+    (rec,) = simulate(System((engine(_TwoLines()),), front_ms=0.0),
+                      [SimRequest(0.0, 200, 300)]).records
+    context = 201 + np.arange(299)  # [299] KV tokens each decode step reads
+    want = np.maximum(40.0 - 0.05 * context, 16.0 + 0.03 * context)
+    assert gaps_ms(rec) == pytest.approx(want, rel=1e-9)
+
+
+def test_tensor_parallel_steps_pay_two_all_reduces_a_layer_on_their_fabric():
+    shape, g = shape_of("qwen2.5-7b"), hardware.gpu("L40S")
+    fabric = hardware.Link("fabric", 10.0, 0.01, 0.0, "test")  # 10 GB/s, 10 us
+    one, two = RooflineStep(shape, g), RooflineStep(shape, g, tp=2, fabric=fabric)
+    for s in (Step(decodes=1), prefill_step(1000)):
+        tokens = s.decodes + s.prefill_tokens
+        per = 0.01 + tokens * shape.hidden * 2 * 2 * (1 / 2) / 10e9 * 1000  # ms, ring of 2
+        # the rest is one GPU's time with the weights, KV and FLOPs split over two
+        alone = (one.ms(s) - 1.5) / 2 + 1.5
+        assert two.ms(s) == pytest.approx(alone + 2 * shape.layers * per, rel=1e-9)
+
+
 def test_roofline_decode_is_the_weight_read_and_prefill_the_flops():
     shape, g = shape_of("qwen2.5-7b"), hardware.gpu("L40S")
     step = RooflineStep(shape, g)
