@@ -27,9 +27,12 @@ def intervals(good: list[bool], ttft_ms: list[float | None],
     att = np.asarray(good, float)[picks].mean(axis=1)
     ttft = np.array([np.nan if t is None else t for t in ttft_ms])[picks]
     out = {"slo_attainment": _bounds(att)}
-    with warnings.catch_warnings():  # a resample of failed requests only has no median
-        warnings.simplefilter("ignore", RuntimeWarning)
-        out["median_ttft_ms"] = _bounds(np.nanmedian(ttft, axis=1))
+    if np.isnan(ttft).any():
+        with warnings.catch_warnings():  # a resample of failed requests only has no median
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out["median_ttft_ms"] = _bounds(np.nanmedian(ttft, axis=1))
+    else:  # NOTE: nanmedian goes row by row in Python past 600 columns; median does not
+        out["median_ttft_ms"] = _bounds(np.median(ttft, axis=1))
     gaps = [np.asarray(g, float) for g in itl_ms]
     if any(g.size for g in gaps):
         out["p99_itl_ms"] = _bounds(_pooled_p99(gaps, picks))

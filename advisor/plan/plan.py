@@ -17,6 +17,7 @@ import numpy as np
 
 from advisor import console
 from advisor.errors import UsageError
+from advisor.measure.run import progress_bars
 from advisor.measure.stats import parse_slos
 from advisor.plan import candidates as cands
 from advisor.plan import hardware, runs
@@ -157,15 +158,19 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> dict:
     missed = [m for m, v in cal.floors(prompt).items() if v > o.slos[m]]
     if missed:  # as the sweep: the floor misses the SLO, nothing to search
         rates = []
-    for c, p in zip(s.candidates, placements):
-        system = cands.system(c, s.shape, s.gpu, s.link, o.dtype, o.max_num_batched_tokens)
-        for rate in rates:
-            reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
-            sim = runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
-                           {"preset": o.workload, "simulated": True})
-            run_dir.write_run(sim.result)
-            done[p.name].append(sim.outcome)
-            transfers[p.name].append(sim.sim)
+    with progress_bars() as bars:
+        task = bars.add_task("simulating", total=len(placements) * len(rates))
+        for c, p in zip(s.candidates, placements):
+            system = cands.system(c, s.shape, s.gpu, s.link, o.dtype, o.max_num_batched_tokens)
+            for rate in rates:
+                bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
+                reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
+                sim = runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
+                               {"preset": o.workload, "simulated": True})
+                run_dir.write_run(sim.result)
+                done[p.name].append(sim.outcome)
+                transfers[p.name].append(sim.sim)
+                bars.advance(task)
     ranking = _ranking(s, placements, done)
     shown = _best(placements, ranking)
     dis = next((p for p in shown if p.kind == "disagg"), None)

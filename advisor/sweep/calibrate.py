@@ -104,8 +104,8 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
             last_decode[b] = run = measure(
                 endpoint, _workload(16, STEPS + 1, b, SEED + 100 + 10 * i + b),
                 label=f"calibrating decode at batch {b}", bars=bars)
-            lats = [lat for r in run.records if (lat := latency(r)) and lat.itls]
-            gaps[b] += [g for lat in lats for g in lat.itls]
+            lats = [lat for r in run.records if (lat := latency(r)) and lat.itls.size]
+            gaps[b] += [float(g) for lat in lats for g in lat.itls]
             tails[b] += [lat.p99_itl for lat in lats]
     ttft = [_median_ms(firsts[p], last_ttft[p], f"timing TTFT at {p} tokens",
                        endpoint.base_url) for p in prompts]
