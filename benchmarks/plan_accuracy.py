@@ -14,10 +14,15 @@
    hundred gaps is one of its largest few, so at a knee, where ~1% of the gaps are a
    prompt's stall, one stall more or less moves it several times over; the counts show
    whether the model has the stalls' share right when the p99s part.
-4. Times one placement's rate sweep in the simulator (10 rates x 1,000 requests of the
+4. Measures the default sweep again, as the same experiment (its workload scales, SLO,
+   rates per placement and seed: the same requests), and prints how often the two
+   measurements agree within 20% below collapse: the ceiling this host's own noise puts on
+   any prediction (--no-repeat leaves it out, ~4 minutes less).
+5. Times one placement's rate sweep in the simulator (10 rates x 1,000 requests of the
    guide's L40S case) against its goal of 2 s on one core.
 
 Usage: python benchmarks/plan_accuracy.py [--fit-run DIR] [--other-run DIR] [--out DIR]
+           [--no-repeat]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from advisor.plan import candidates, hardware, runs
@@ -40,12 +46,68 @@ from workloads.presets import preset_spec
 WITHIN = 0.2
 
 
-def sweep(workload: str, out: Path) -> str:
+def sweep(workload: str, out: Path, *flags: str) -> str:
     before = set(out.glob("*")) if out.exists() else set()
     subprocess.run([sys.executable, "-m", "advisor.cli", "sweep", "--workload", workload,
-                    "--out", str(out)], check=True)
+                    "--out", str(out), *flags], check=True)
     (new,) = set(out.glob("*")) - before
     return str(new)
+
+
+def _figures(run_dir: str) -> dict[tuple[str, float], tuple[float, float]]:
+    """(median TTFT, p99 ITL) in ms of each run in `run_dir`, by (placement, rate)."""
+    return {(r.placement, round(r.rate, 6)): (r.get("median_ttft_ms"), r.get("p99_itl_ms"))
+            for r in RunDir(run_dir).read_runs([])}
+
+
+def repeat(first: str, out: Path) -> list[str]:
+    """The sweep in `first` measured again as the same experiment: one fixed-rate sweep per
+    placement at the rates it ran, with its workload scales, SLO and seed."""
+    rd = RunDir(first)
+    slo, config = rd.read_evidence().slo, rd.read_manifest()["config"]
+    params = next(r.get("workload_params") for r in rd.read_runs([]))
+    rates: dict[str, list[float]] = {}
+    for placement, rate in _figures(first):
+        rates.setdefault(placement, []).append(rate)
+    topology = {"collocated": "collocated:{}", "disagg": "disagg:{}"}
+    dirs = []
+    for placement, rs in sorted(rates.items()):
+        kind, _, shape = placement.partition("-")
+        dirs.append(sweep(config["workload"], out, "--topologies",
+                          topology[kind].format(shape), "--rates",
+                          ",".join(f"{r:g}" for r in sorted(rs)),
+                          "--scale", str(params["scale"]),
+                          "--output-scale", str(params["output_scale"]),
+                          "--slo", f"ttft:{slo.ttft_ms:g}", f"itl:{slo.itl_ms:g}",
+                          "--model", config["model"], "--seed", str(config["seed"]),
+                          "--no-report"))
+    return dirs
+
+
+def agreement(first: str, again: list[str]) -> None:
+    """Print the second measurement against the first, row by row, and how many rows below
+    collapse (in the first) agree within 20% on both figures."""
+    slo = RunDir(first).read_evidence().slo
+    a = _figures(first)
+    b = {k: v for d in again for k, v in _figures(d).items()}
+    when = [datetime.fromisoformat(RunDir(d).read_manifest()["created"]) for d in (first, *again)]
+    print(f"\nthe default sweep measured again {(when[1] - when[0]).total_seconds() / 60:.0f} "
+          "minutes later (same workload, SLO, rates and seed): the ceiling of this host's own "
+          "noise")
+    print(f"  {'placement':>14} {'rate':>6}  {'median TTFT ms: again / first':>30}  "
+          f"{'p99 ITL ms: again / first':>28}")
+    ok = counted = 0
+    for key in sorted(a.keys() & b.keys()):
+        (t1, p1), (t2, p2) = a[key], b[key]
+        below = below_collapse(p1, t1, slo)
+        good = all(x and abs(y / x - 1) <= WITHIN for x, y in ((t1, t2), (p1, p2)))
+        counted += below
+        ok += below and good
+        mark = "collapsed" if not below else "within 20%" if good else "off"
+        print(f"  {key[0]:>14} {key[1]:6.3g}  {t2:9.1f} / {t1:9.1f} ({t2 / t1:4.2f})      "
+              f"{p2:8.1f} / {p1:8.1f} ({p2 / p1:4.2f})  {mark}")
+    print(f"  the same experiment within 20% of itself on both below collapse: {ok} of "
+          f"{counted} rows")
 
 
 def ordering(run_dir: str) -> str:
@@ -129,10 +191,15 @@ def main() -> None:
     ap.add_argument("--fit-run", help="a default sweep's run directory (else one is run)")
     ap.add_argument("--other-run", help="a short-chat sweep's run directory (else one is run)")
     ap.add_argument("--out", default="results/plan-accuracy")
+    ap.add_argument("--no-repeat", action="store_true",
+                    help="do not measure the default sweep again (its noise ceiling)")
     a = ap.parse_args()
     out = Path(a.out)
     fit_run = a.fit_run or sweep("long-prompt", out / "measured")
     other = a.other_run or sweep("short-chat", out / "measured")
+    # NOTE: after the short-chat sweep, so that the two measurements of the default sweep lie
+    # at least as far apart as the fit and the sweep it predicts without fitting
+    again = [] if a.no_repeat else repeat(fit_run, out / "again")
     slo = {run: RunDir(run).read_evidence().slo for run in (fit_run, other)}
     results = {}
     for title, replay in (("fitted to and predicting the default sweep", None),
@@ -149,6 +216,8 @@ def main() -> None:
               f"the measurement's 95% interval: {noise} of {counted}")
         m_order, p_order = ordering(measured), ordering(rec["run_dir"])
         print(f"  max-goodput ordering (req/s): measured {m_order}; predicted {p_order}")
+    if not a.no_repeat:
+        agreement(fit_run, again)
     s = speed()
     print(f"\nsimulator: 10 rates x 1,000 requests of one placement in {s:.2f} s of CPU "
           f"(goal 2 s: {2 / s:.1f}x faster than needed)")
