@@ -84,30 +84,41 @@ def repeat(first: str, out: Path) -> list[str]:
     return dirs
 
 
-def agreement(first: str, again: list[str]) -> None:
-    """Print the second measurement against the first, row by row, and how many rows below
-    collapse (in the first) agree within 20% on both figures."""
+def _close(pairs) -> bool:
+    """Whether each (x, y) pair of figures is within 20%: y of x."""
+    return all(x and y is not None and abs(y / x - 1) <= WITHIN for x, y in pairs)
+
+
+def agreement(first: str, again: list[str], rec: dict) -> None:
+    """Print the second measurement against the first, and the prediction fitted to the
+    first (`rec`) against the second, row by row; count the rows below collapse (in the
+    first) where each agrees within 20% on both figures."""
     slo = RunDir(first).read_evidence().slo
     a = _figures(first)
     b = {k: v for d in again for k, v in _figures(d).items()}
+    pred = {(r["placement"], round(r["rate"], 6)):
+            (r["predicted_median_ttft_ms"], r["predicted_p99_itl_ms"]) for r in rec["compare"]}
     when = [datetime.fromisoformat(RunDir(d).read_manifest()["created"]) for d in (first, *again)]
     print(f"\nthe default sweep measured again {(when[1] - when[0]).total_seconds() / 60:.0f} "
           "minutes later (same workload, SLO, rates and seed): the ceiling of this host's own "
           "noise")
     print(f"  {'placement':>14} {'rate':>6}  {'median TTFT ms: again / first':>30}  "
-          f"{'p99 ITL ms: again / first':>28}")
-    ok = counted = 0
+          f"{'p99 ITL ms: again / first':>28}  predicted / again: TTFT, p99 ITL")
+    same = fits = counted = 0
     for key in sorted(a.keys() & b.keys()):
         (t1, p1), (t2, p2) = a[key], b[key]
+        t3, p3 = pred.get(key, (None, None))
         below = below_collapse(p1, t1, slo)
-        good = all(x and abs(y / x - 1) <= WITHIN for x, y in ((t1, t2), (p1, p2)))
+        good = _close(((t1, t2), (p1, p2)))
         counted += below
-        ok += below and good
+        same += below and good
+        fits += below and _close(((t2, t3), (p2, p3)))
         mark = "collapsed" if not below else "within 20%" if good else "off"
+        mine = f"{t3 / t2:4.2f}, {p3 / p2:4.2f}" if t3 is not None else "-"
         print(f"  {key[0]:>14} {key[1]:6.3g}  {t2:9.1f} / {t1:9.1f} ({t2 / t1:4.2f})      "
-              f"{p2:8.1f} / {p1:8.1f} ({p2 / p1:4.2f})  {mark}")
-    print(f"  the same experiment within 20% of itself on both below collapse: {ok} of "
-          f"{counted} rows")
+              f"{p2:8.1f} / {p1:8.1f} ({p2 / p1:4.2f})  {mine:>10}  {mark}")
+    print(f"  below collapse, within 20% on both: the second measurement of the first in "
+          f"{same} of {counted} rows; the prediction of the second in {fits} of {counted}")
 
 
 def ordering(run_dir: str) -> str:
@@ -217,7 +228,7 @@ def main() -> None:
         m_order, p_order = ordering(measured), ordering(rec["run_dir"])
         print(f"  max-goodput ordering (req/s): measured {m_order}; predicted {p_order}")
     if not a.no_repeat:
-        agreement(fit_run, again)
+        agreement(fit_run, again, results["fitted to and predicting the default sweep"][0])
     s = speed()
     print(f"\nsimulator: 10 rates x 1,000 requests of one placement in {s:.2f} s of CPU "
           f"(goal 2 s: {2 / s:.1f}x faster than needed)")
