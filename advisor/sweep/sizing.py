@@ -95,12 +95,13 @@ class Sizing:
 def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
          scale: float | None = None, output_scale: float | None = None,
          widen_slo: bool = False, instances: int = 1, attainment: float = 0.9,
-         run_s: Callable[[float], float] | None = None) -> Sizing:
+         run_s: Callable[[float], float] | None = None, searched: bool = True) -> Sizing:
     """The lengths (unless given; a given `scale` alone scales outputs too), the SLO
     (widened only if `widen_slo`) and the first rate for `workload`, whose collocated
     placement has `instances` engines and must meet the SLO for `attainment` of requests;
     with `run_s` (the seconds a run at a rate lasts), a first rate whose first pass fits
-    FIRST_PASS_S."""
+    FIRST_PASS_S. The notes name the first rate only where a rate search starts there
+    (`searched`: not where --rates or --start-rate decide the rates)."""
     spec = PRESETS[workload][1]
     mean_in, mean_out = spec.input.mean, spec.output.mean
     slos, notes = dict(slos), []
@@ -156,12 +157,14 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
             "meet other prefills")
     if run_s is not None and first_pass_s(start, run_s) > FIRST_PASS_S:
         fits = float(f"{fitting_start(start, run_s):.2g}")
-        notes.append(f"rate search from {fits:g} req/s, above {start:g} {knee}: a first pass "
-                     f"from {start:g} would take ~{first_pass_s(start, run_s):.0f} s of rate runs, "
-                     f"from {fits:g} ~{first_pass_s(fits, run_s):.0f} s")
+        note = (f"rate search from {fits:g} req/s, above {start:g} {knee}: a first pass "
+                f"from {start:g} would take ~{first_pass_s(start, run_s):.0f} s of rate runs, "
+                f"from {fits:g} ~{first_pass_s(fits, run_s):.0f} s")
         start = fits
     else:
-        notes.append(f"rate search from {start:g} req/s: {knee}")
+        note = f"rate search from {start:g} req/s: {knee}"
+    if searched:
+        notes.append(note)
     slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
     return Sizing(scale, output_scale, prompt, output, slo, start, notes)
 

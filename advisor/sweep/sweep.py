@@ -257,7 +257,8 @@ class _Sweep:
         scale = opts.scale if opts.scale is not None or opts.bundled else 1.0
         sized = sizing.size(opts.workload, opts.slos, self.calibration, context, scale,
                             opts.output_scale, self.widen_slo, instances=_collocated(opts),
-                            attainment=opts.attainment, run_s=_default_run_s(opts))
+                            attainment=opts.attainment, run_s=_default_run_s(opts),
+                            searched=not opts.rates and opts.start_rate is None)
         for note in sized.notes:
             print(f"sizing: {note}", flush=True)
         record = dataclasses.asdict(sized)

@@ -40,6 +40,10 @@ def test_the_search_starts_where_collocated_should_start_to_miss(instances, atta
     within = 1 - math.exp(-lam) * sum(lam ** k / math.factorial(k) for k in range(instances))
     assert within == pytest.approx((1 - min(attainment, 0.99)) / 2, rel=0.1)
     assert any(f"rate search from {s.start_rate:g} req/s" in n for n in s.notes)
+    # where --rates or --start-rate decide the rates, no note names a first rate
+    fixed = sizing.size("long-prompt", SLO, FAST, context=16384, instances=instances,
+                        attainment=attainment, searched=False)
+    assert fixed.notes == s.notes[:-1] and "rate search" not in " ".join(fixed.notes)
     slow = sizing.size("long-prompt", SLO, SLOW, context=16384, instances=instances,
                        attainment=attainment)
     assert 0 < slow.start_rate < s.start_rate  # slower decode: collocated misses sooner
