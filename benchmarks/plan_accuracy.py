@@ -69,12 +69,10 @@ def repeat(first: str, out: Path) -> list[str]:
     rates: dict[str, list[float]] = {}
     for placement, rate in _figures(first):
         rates.setdefault(placement, []).append(rate)
-    topology = {"collocated": "collocated:{}", "disagg": "disagg:{}"}
     dirs = []
     for placement, rs in sorted(rates.items()):
-        kind, _, shape = placement.partition("-")
-        dirs.append(sweep(config["workload"], out, "--topologies",
-                          topology[kind].format(shape), "--rates",
+        kind, _, shape = placement.partition("-")  # collocated-2 -> collocated:2
+        dirs.append(sweep(config["workload"], out, "--topologies", f"{kind}:{shape}", "--rates",
                           ",".join(f"{r:g}" for r in sorted(rs)),
                           "--scale", str(params["scale"]),
                           "--output-scale", str(params["output_scale"]),

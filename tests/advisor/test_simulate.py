@@ -114,7 +114,6 @@ def test_arrivals_cut_a_run_of_decode_steps_exactly_where_a_step_ends():
     assert gaps.min() >= 6.0 - 1e-6
 
 
-
 class _TwoLines:
     """A step model bound by one line of the context, then another (as a roofline turns
     from compute- to memory-bound): convex, with its kink at 300 tokens."""
