@@ -28,7 +28,7 @@ from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import RunDataError, manifest
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.options import DEFAULT_SLO
-from advisor.sweep.placements import Placement
+from advisor.sweep.placements import Placement, counts
 from engine.core.config import EngineConfig
 
 GIB = 1 << 30
@@ -81,7 +81,7 @@ def _shapes(names: list[str], kinds: dict[str, str], given: tuple[str, ...]) -> 
     for item in given:
         name, _, shape = item.partition("=")
         kind, _, size = shape.partition(":")
-        if name not in names or kind != kinds[name] or instances(f"{kind}-{size}") is None:
+        if name not in names or kind != kinds[name] or counts(kind, size) is None:
             raise UsageError(f"--topology {item!r}: expected NAME=collocated:N or "
                              f"NAME=disagg:XpYd of the same kind, NAME one of {', '.join(names)}")
         out[name] = f"{kind}-{size}"

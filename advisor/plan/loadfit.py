@@ -15,6 +15,7 @@ from advisor.plan.hardware import Link
 from advisor.plan.simulate import simulate
 from advisor.plan.system import EngineSpec, SimRequest, System
 from advisor.rundata.evidence import wake_text
+from advisor.sweep.placements import counts
 from advisor.sweep.rate_search import COLLAPSE
 
 PROXY_MS = 3.0  # the bundled P/D's extra HTTP leg and proxy hop per request (assumed)
@@ -26,13 +27,7 @@ def instances(name: str) -> tuple[int, int] | None:
     """(prefillers, decoding engines) of a placement by its sweep name, collocated-N (0, N)
     or disagg-XpYd (X, Y); None for any other name (nothing the simulator can run)."""
     kind, _, shape = name.partition("-")
-    if kind == "collocated" and shape.isdigit() and int(shape) >= 1:
-        return 0, int(shape)
-    p, _, d = shape.removesuffix("d").partition("p")
-    if kind == "disagg" and shape.endswith("d") and p.isdigit() and d.isdigit() \
-            and min(int(p), int(d)) >= 1:
-        return int(p), int(d)
-    return None
+    return counts(kind, shape)
 
 
 def system_of(name: str, engine: EngineSpec, link: Link | None, kv_bytes,

@@ -29,6 +29,17 @@ class Placement:
         return f"--{self.kind}"
 
 
+def counts(kind: str, shape: str) -> tuple[int, int] | None:
+    """(prefillers, decoding engines) of a topology as --topologies writes it: collocated N
+    is (0, N), disagg XpYd is (X, Y); None for anything else or a count below 1."""
+    if kind == "collocated" and shape.isdigit() and int(shape) >= 1:
+        return 0, int(shape)
+    m = _DISAGG.match(shape) if kind == "disagg" else None
+    if m and min(map(int, m.groups())) >= 1:
+        return int(m.group(1)), int(m.group(2))
+    return None
+
+
 def parse_topologies(opts) -> list[Placement]:
     """From a SweepOptions: the URLs if given, else `--topologies`; collocated first (it
     leads the rate search). UsageError names the bad flag."""
@@ -52,19 +63,18 @@ def parse_topologies(opts) -> list[Placement]:
     out = []
     for item in (t.strip() for t in opts.placements.split(",") if t.strip()):
         kind, _, shape = item.partition(":")
-        if kind == "collocated" and shape.isdigit() and int(shape) >= 1:
-            topo = Topology(mode="collocated", replicas=int(shape), model=opts.model,
+        if kind == "collocated" and (n := counts(kind, shape)):
+            topo = Topology(mode="collocated", replicas=n[1], model=opts.model,
                             dtype=opts.dtype, device=opts.device)
             out.append(Placement(f"collocated-{shape}", kind, topo))
         elif kind == "render-split" and shape.isdigit() and int(shape) >= 1:
             topo = Topology(mode="render-split", replicas=int(shape), model=opts.model,
                             dtype=opts.dtype, device=opts.device)
             out.append(Placement(f"render-split-{shape}", kind, topo))
-        elif kind in ("disagg", "disagg-bidi") and (m := _DISAGG.match(shape)) \
-                and min(map(int, m.groups())) >= 1:
+        elif kind in ("disagg", "disagg-bidi") and (n := counts("disagg", shape)):
             extra = ("--kv-link-emulation", opts.link_emulation) if opts.link_emulation else ()
             bidi = kind == "disagg-bidi"
-            topo = Topology(mode="disagg", prefill=int(m.group(1)), decode=int(m.group(2)),
+            topo = Topology(mode="disagg", prefill=n[0], decode=n[1],
                             model=opts.model, connector=opts.connector, dtype=opts.dtype,
                             device=opts.device, extra_args=extra, bidirectional=bidi)
             out.append(Placement(f"{kind}-{shape}", "disagg", topo, emulated=opts.link_emulation,
