@@ -42,8 +42,7 @@ def serve(
         help="the front requires 'Authorization: Bearer KEY' on /v1/ and /inference/ "
              "(default: $ADVISOR_API_KEY)"),
 ) -> None:
-    """Run the bundled engine (collocated or disaggregated), or a render-tier server, until
-    interrupted."""
+    """Run the bundled engine (collocated, disaggregated) or a render server, until ^C."""
     from advisor.serve import run_serve
     from engine.render.frontend import FrontendConfig
 
