@@ -31,6 +31,12 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
                  for m in missed]
         head = "the SLO cannot be met even by one request alone"
         floor_missed = True
+    elif measured and all(p.max_goodput_rps == 0 and _none_done(p) for p in measured):
+        return ("every request failed at the rates judged, so no latency was measured: "
+                + failed_text(measured)
+                + ". To change: what the failure names (requests the deployment takes: "
+                "--scale, --output-scale, --workload; the model it serves: --model; "
+                "--api-key), then measure again"), False
     elif measured and all(p.max_goodput_rps == 0 for p in measured):
         # each placement's worst metric against its SLO; the closest placement names it
         seen = {"ttft": ("median TTFT", "median_ttft_ms"), "itl": ("p99 ITL", "p99_itl_ms")}
@@ -55,6 +61,8 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
         if kept := behind_facts(measured, ev.slo.attainment):  # met it, but not at its pace
             facts = [kept]
             fixes = {m: "lower rates (--start-rate)" for m in missed}
+        if failed := [p for p in measured if p.failed_at_rate]:
+            facts.append(failed_text(failed) + ", each counted as a miss")
         if slowed := slowdown_note(measured, t):
             facts.append(slowed[0] + ": the SLO and the workload sized for it no longer fit")
             if slowed[1]:
@@ -106,6 +114,17 @@ def behind_note(sides: list, target: float) -> str | None:
     facts = behind_facts(sides, target)
     return f"counted as missing the SLO, though enough of their requests met it: {facts}" \
         if facts else None
+
+
+def failed_text(sides: list) -> str:
+    """How many requests failed on each of `sides` at its judged rate, and why."""
+    return "; ".join(f"{p.placement}: {p.failed_at_rate} of {p.requests_at_rate} requests "
+                     f"failed at {p.rate_rps:g} req/s ({p.error})" for p in sides)
+
+
+def _none_done(p) -> bool:
+    """Whether every request of placement evidence `p` failed at its judged rate."""
+    return bool(p.failed_at_rate) and p.failed_at_rate >= (p.requests_at_rate or 0)
 
 
 def _num(v: float | None) -> float:

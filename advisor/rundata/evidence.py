@@ -50,6 +50,9 @@ class PlacementEvidence:
     # [rate, pace, attainment] of the lowest rate at which it completed requests slower
     # than they arrived (advisor.rundata.result.KEEP_PACE), counted as missing the SLO
     fell_behind: list | None = None
+    # its requests at rate_rps that failed (counted as SLO misses), and the commonest reason
+    failed_at_rate: int | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import UsageError
+from advisor.measure.failures import commonest
 from advisor.measure.prom import FRONTEND_CPU, PROCESS_CPU, Sample, transfer_of
 from advisor.measure.transfer import link_class, verdict
 from advisor.probe.kvsize import kv_size
@@ -78,17 +79,21 @@ def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
     ci = r.get("ci95") or {}
     behind = min((o.rate for o in outcomes if o.behind), default=None)
     late = run_dir.read_run(name, behind) if behind is not None else None
+    failed, error = commonest(run_dir.read_run(name, rate, records=True).records or []) \
+        if r.get("failed") else (0, None)
+    # NOTE: with no request completed, vLLM's statistics read 0 ms: no latency was measured
+    lat = {k: r.get(k) if r.get("completed") != 0 else None
+           for k in ("p50_itl_ms", "p99_itl_ms", "median_ttft_ms", "p99_ttft_ms")}
     return PlacementEvidence(
-        placement=name, rate_rps=rate, p50_itl_ms=r.get("p50_itl_ms"),
-        p99_itl_ms=r.get("p99_itl_ms"), median_ttft_ms=r.get("median_ttft_ms"),
-        p99_ttft_ms=r.get("p99_ttft_ms"), attainment_at_rate=r.get("slo_attainment"),
+        placement=name, rate_rps=rate, **lat, attainment_at_rate=r.get("slo_attainment"),
         max_goodput_rps=best,
         max_goodput_is_lower_bound=best > 0 and best == max(o.rate for o in outcomes),
         max_goodput_interval_rps=list(goodput_interval(outcomes)),
         requests_at_rate=r.described.num_prompts, attainment_ci=ci.get("slo_attainment"),
         median_ttft_ci_ms=ci.get("median_ttft_ms"), p99_itl_ci_ms=ci.get("p99_itl_ms"),
         slowdown=decode_slowdown(lowest.records or [], cal, _decoders(p)) if lowest else None,
-        fell_behind=[behind, late.pace(), late.get("slo_attainment")] if late else None)
+        fell_behind=[behind, late.pace(), late.get("slo_attainment")] if late else None,
+        failed_at_rate=failed, error=error)
 
 
 def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tuple[float, str]:

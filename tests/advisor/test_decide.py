@@ -203,6 +203,36 @@ def test_when_no_placement_meets_the_slo_at_any_rate_it_says_why_not_0_vs_0():
     assert recommend(ev)["action"] != "measure-first"
 
 
+REFUSED = ("HTTP 400: prompt (7872 tokens) + max_tokens (256) exceeds the model's context "
+           "of 2048 tokens")
+
+
+def test_when_every_request_failed_it_names_the_failure_not_a_binding_slo():
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"] = None
+    for side, name in (("collocated", "collocated-url"), ("disaggregated", "disagg-url")):
+        ev[side].update(placement=name, rate_rps=0.4, max_goodput_rps=0.0, requests_at_rate=30,
+                        failed_at_rate=30, error=REFUSED, attainment_at_rate=0.0,
+                        p50_itl_ms=None, p99_itl_ms=None, median_ttft_ms=None,
+                        p99_ttft_ms=None)
+    rec = recommend(ev)
+    reason = rec["reasons"][0]
+    assert rec["action"] == "measure-first"
+    assert reason.startswith("every request failed at the rates judged, so no latency was "
+                             "measured: collocated-url: 30 of 30 requests failed at 0.4 req/s "
+                             f"({REFUSED}); disagg-url: 30 of 30")
+    assert "binding" not in reason and "0 ms" not in reason and "--scale" in reason
+    # one placement answered some: the SLO binds there, and the failures are a fact beside it
+    ev["disaggregated"].update(failed_at_rate=3, median_ttft_ms=2200, p99_itl_ms=29,
+                               error="HTTP 500: scripted failure")
+    reason = recommend(ev)["reasons"][0]
+    assert reason.startswith("neither placement meets the SLO at any rate tried: ttft:2000 is "
+                             "binding, median TTFT was 2.2 s at best on disagg-url")
+    assert ("; collocated-url: 30 of 30 requests failed at 0.4 req/s "
+            f"({REFUSED}); disagg-url: 3 of 30 requests failed at 0.4 req/s (HTTP 500: "
+            "scripted failure), each counted as a miss") in reason
+
+
 def test_when_every_rate_tried_was_met_but_not_kept_up_with_it_says_so():
     ev = copy.deepcopy(L40S)
     ev["kv_transfer"] = None
