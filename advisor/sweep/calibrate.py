@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from advisor.errors import UsageError
+from advisor.measure.failures import reason
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.stats import latency
@@ -64,8 +65,8 @@ def _median_ms(values_s: list[float], run, what: str, url: str) -> float:
     """The median in ms; a clear error naming the failure when every request of `run`
     failed (a deployment that fails its calibration cannot be measured)."""
     if not values_s:
-        why = next((f"HTTP {r.status}: {r.error}" if r.status else r.error
-                    for r in run.records if r.error), "no tokens streamed")
+        why = next((reason(r.status, r.error) for r in run.records if r.error),
+                   "no tokens streamed")
         raise UsageError(f"{url}: every request {what} failed ({why}): the deployment "
                          "cannot be calibrated")
     return float(np.median(values_s)) * 1000

@@ -13,6 +13,7 @@ from advisor import console
 from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
+from advisor.measure.failures import refused
 from advisor.measure.ready import served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.run import progress_bars
@@ -195,7 +196,7 @@ class _Sweep:
                     if not self.run_dir.has_run(p.name, rate):
                         if second and not self._fits(rate, at):
                             break
-                        self.run_dir.write_run(self._timed_run(at, p, rate))
+                        self._refused(p, rate, self._timed_run(at, p, rate))
                     outcomes.append(self._outcome(p, rate))
                     self.bars.advance(self.task)
                 if lead and self.grid is None:
@@ -216,6 +217,18 @@ class _Sweep:
             outcomes[[o.rate for o in outcomes].index(rate)] = self._outcome(p, rate)
             self.bars.advance(self.task)
         return p.name in unsettled(self.done) and not self.budget.spent
+
+    def _refused(self, p: Placement, rate: float, run: RunResult) -> None:
+        """Store `run`; UsageError where `p` refused every one of its requests: no rate
+        takes a request the deployment will not (a prompt past its context, a model it does
+        not serve), and searching on would spend minutes measuring refusals."""
+        self.run_dir.write_run(run)
+        if (why := refused(run.records or [])) is not None:
+            raise UsageError(
+                f"{p.name} refused all {len(run.records)} requests at {rate:g} req/s ({why}): "
+                "the requests this sweep sends do not fit that deployment; change them "
+                "(--scale, --output-scale, --workload, --model) or the deployment. Its "
+                f"records: {self.run_dir.run_path(p.name, rate)}")
 
     def _fits(self, rate: float, at: OnDemand) -> bool:
         """Whether a run at `rate` (and a start, where `at` is not running) ends within

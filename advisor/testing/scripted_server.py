@@ -5,10 +5,11 @@ rest every `itl_ms`, on an absolute schedule (no drift); with `wake_ms_per_s`, a
 request that finds the server idle (nothing in flight) for s seconds gets its first
 token s x wake_ms_per_s later still; with `stall_ms`, the gap before a stream's middle
 token (of its second, for two) is that much longer, as if one step ran slow. `fail_every=k`
-answers every k-th request with HTTP 500. No model: each token is "tok" with id = its
-position. The bodies it received, with each request's arrival (the kernel's
-receive timestamp) and chunk-write times (time.monotonic()), are kept for
-inspection (`GET /debug/requests`).
+answers every k-th request with HTTP 500; with `max_model_len`, a request whose prompt and
+max_tokens exceed it is refused with HTTP 400, as vLLM refuses one (and /v1/models says
+it). No model: each token is "tok" with id = its position. The bodies it received, with
+each request's arrival (the kernel's receive timestamp) and chunk-write times
+(time.monotonic()), are kept for inspection (`GET /debug/requests`).
 
 # NOTE: one blocking thread per connection, not asyncio: a thread sleeping in
 # time.sleep wakes within ~0.1 ms, while an event loop's timers wake up to a
@@ -41,6 +42,7 @@ class Script:
     fail_every: int = 0
     wake_ms_per_s: float = 0.0
     stall_ms: float = 0.0
+    max_model_len: int = 0  # 0: no limit
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -62,7 +64,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._json(200, {"status": "ok"})
         elif self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+            limit = self.server.script.max_model_len
+            model = {"id": "scripted", "object": "model",
+                     **({"max_model_len": limit} if limit else {})}
+            self._json(200, {"object": "list", "data": [model]})
         elif self.path == "/debug/requests":
             self._json(200, self.server.received)
         else:
@@ -117,8 +122,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(500, error_body("scripted failure", "server_error", 500))
         n = int(body.get("max_tokens") or s.max_tokens)
         prompt = body.get("messages") if chat else body.get("prompt")
-        usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else 1,
-                 "completion_tokens": n, "total_tokens": n + 1}
+        tokens = len(prompt) if isinstance(prompt, list) else 1
+        if s.max_model_len and tokens + n > s.max_model_len:
+            return self._json(400, error_body(
+                f"prompt ({tokens} tokens) + max_tokens ({n}) exceeds the model's context of "
+                f"{s.max_model_len} tokens", "invalid_request_error", 400))
+        usage = {"prompt_tokens": tokens, "completion_tokens": n, "total_tokens": n + tokens}
         due = lambda k: arrived + (ttft_ms + k * s.itl_ms  # noqa: E731
                                    + (s.stall_ms if k >= max(1, n // 2) else 0.0)) / 1000
         if not body.get("stream"):
@@ -175,10 +184,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fail-every", type=int, default=0)
     ap.add_argument("--wake-ms-per-s", type=float, default=0.0)
     ap.add_argument("--stall-ms", type=float, default=0.0)
+    ap.add_argument("--max-model-len", type=int, default=0)
     a = ap.parse_args(argv)
     sys.setswitchinterval(2e-4)  # a thread due to write must not wait 5 ms for the GIL
     script = Script(a.ttft_ms, a.itl_ms, a.max_tokens, a.fail_every, a.wake_ms_per_s,
-                    a.stall_ms)
+                    a.stall_ms, a.max_model_len)
     server = ScriptedServer(script, a.host, a.port)
     print(f"scripted server ready on http://{a.host}:{a.port}", flush=True)
     try:

@@ -210,6 +210,26 @@ def test_repeats_pool_into_one_timeline_and_the_operating_rate_is_where_rows_are
     assert "operating rate 3" in rec["judged_at"]
 
 
+@pytest.mark.slow  # a sweep's calibration and one run, ~15 s
+def test_a_deployment_that_refuses_every_request_stops_the_sweep_naming_why(tmp_path):
+    """vLLM answers HTTP 400 to a prompt past its context: the guide's 8k-token prompts on a
+    model served with a 2048-token context. One run shows it; no rate measures past it."""
+    with scripted(ttft_ms=20, itl_ms=5, max_model_len=2048) as short, \
+            scripted(ttft_ms=20, itl_ms=5) as other:
+        out = advisor("sweep", "--collocated-url", short, "--disagg-url", other, "--rates",
+                      "20,40", "--num-prompts", "4", "--out", str(tmp_path), "--no-report")
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]  # after the scripted server's "no metrics"
+    assert "Traceback" not in out.stderr
+    assert last.startswith("advisor: error: collocated-url refused all 4 requests at 20 req/s "
+                           "(HTTP 400: prompt (") and "exceeds the model's context of 2048" \
+        in last and "--scale" in last
+    run = run_dir_of(tmp_path)
+    assert [d.name for d in (run / "runs").glob("*/*")] == ["rate-20"]  # nothing after it
+    records = (run / "runs" / "collocated-url" / "rate-20" / "requests.jsonl").read_text()
+    assert records.count('"status": 400') == 4  # its records kept, as any run's
+
+
 def _rates(run) -> dict[str, list[float]]:
     rows = list(csv.DictReader((run / "summary.csv").open()))
     return {p: sorted(float(r["request_rate"]) for r in rows if r["topology"] == p)
@@ -242,6 +262,11 @@ def test_a_placement_whose_interval_already_parts_from_the_others_gets_no_second
     assert _rates(run) == {"collocated-url": [8.0, 16.0, 32.0, 64.0], "disagg-url": [16.0]}
     ev = json.loads((run / "evidence.json").read_text())
     assert ev["disaggregated"]["max_goodput_interval_rps"] == [0.0, 16.0]
+    # judged at 16 req/s: the failures there, counted and named beside the figures
+    assert ev["judged_at"].startswith("16 req/s")
+    assert (ev["disaggregated"]["failed_at_rate"], ev["disaggregated"]["error"]) == \
+        (3, "HTTP 500: scripted failure")
+    assert (ev["collocated"]["failed_at_rate"], ev["collocated"]["error"]) == (0, None)
 
 
 @pytest.mark.slow  # a sweep with its calibration, ~25 s
