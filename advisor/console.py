@@ -12,17 +12,20 @@ _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
 
 def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[float],
-                  pace: float | None = None, out: Console | None = None) -> None:
-    """The headline counts and throughputs (with the run's `pace`, `RunResult.pace`, where
-    known), then one row per latency metric (ms)."""
+                  pace: float | None = None, out: Console | None = None,
+                  failure: str | None = None) -> None:
+    """The headline counts (with the commonest `failure`, where any failed) and
+    throughputs (with the run's `pace`, `RunResult.pace`, where known and any request
+    completed), then one row per latency metric (ms), where any was measured."""
     out = out or Console()
     head = Table(title=f"{result['model_id']} @ {result['base_url']}", show_header=False)
     rows = [("requests", f"{result['num_requests']} ({result['completed']} completed, "
-                         f"{result['failed']} failed)"),
+                         f"{result['failed']} failed)"
+             + (f"; the commonest failure: {failure}" if failure else "")),
             ("duration", f"{result['duration']:.2f} s"),
             ("request throughput", f"{result['request_throughput']:.3f} req/s"),
             ("output throughput", f"{result['output_throughput']:.1f} tok/s")]
-    if pace is not None:
+    if pace is not None and result["completed"]:
         rows.append(("kept pace", f"{pace:.2f} of the arrival rate" + (
             "" if pace >= KEEP_PACE else ": the server fell behind its arrivals (its queue "
             "grew), so a longer run at this rate would show worse latencies and goodput")))
@@ -34,6 +37,9 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
     for k, v in rows:
         head.add_row(k, v)
     out.print(head)
+    if not result["completed"]:  # NOTE: vLLM's statistics read 0 ms where none was measured
+        out.print("no request completed: no latency was measured")
+        return
     lat = Table(title="latency (ms)")
     cols = ["mean", "median", "std"] + [f"p{p:g}" for p in percentiles]
     lat.add_column("metric")

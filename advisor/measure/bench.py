@@ -14,6 +14,7 @@ from pathlib import Path
 
 from advisor import console
 from advisor.errors import UsageError
+from advisor.measure.failures import commonest
 from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, check_url, served_model, wait_ready
 from advisor.measure.records import COMPLETIONS, Endpoint
 from advisor.measure.run import max_send_lateness_ms, measure, record_row
@@ -156,5 +157,6 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         multi_turn=workload.multi_turn)
     if opts.result_dir:
         result.write(Path(opts.result_dir))
-    console.print_summary(result.to_json(), metrics, percentiles, result.pace())
+    console.print_summary(result.to_json(), metrics, percentiles, result.pace(),
+                          failure=commonest(result.records or [])[1])
     return result

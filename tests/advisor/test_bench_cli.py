@@ -17,6 +17,11 @@ VLLM_KEYS = ("completed", "failed", "duration", "request_throughput", "request_g
 
 
 
+def flat(table: str) -> str:
+    """A rich table's text without its borders, each run of whitespace one space."""
+    return " ".join(table.replace("│", " ").split())
+
+
 def test_bench_writes_result_and_records_atomically(tmp_path):
     with scripted(ttft_ms=20, itl_ms=5, fail_every=4) as url:
         p = advisor("bench", "--base-url", url, "--num-prompts", "12", "--request-rate", "50",
@@ -34,6 +39,21 @@ def test_bench_writes_result_and_records_atomically(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(rows) == 12 and sum(not r["ok"] for r in rows) == 3
     assert sorted(f.name for f in tmp_path.iterdir()) == ["requests.jsonl", "result.json"]
+    assert "the commonest failure: HTTP 500: scripted failure" in flat(p.stdout)
+
+
+def test_a_run_with_every_request_refused_says_why_and_shows_no_latency():
+    """vLLM refuses a prompt past its context with HTTP 400: the summary names that, and
+    shows neither a pace nor latencies (its statistics read 0 ms, measured from nothing)."""
+    with scripted(ttft_ms=20, itl_ms=5, max_model_len=64) as url:
+        p = advisor("bench", "--base-url", url, "--num-prompts", "3", "--request-rate", "50",
+                    "--random-input-len", "100")
+    assert p.returncode == 0, p.stderr
+    out = flat(p.stdout)
+    assert "3 (0 completed, 3 failed); the commonest failure: HTTP 400: prompt (100 tokens) " \
+           "+ max_tokens (128) exceeds the model's context of 64 tokens" in out
+    assert "no request completed: no latency was measured" in out
+    assert "fell behind" not in out and "TTFT" not in out
 
 
 BAD = [
