@@ -11,6 +11,12 @@ from advisor.sweep.placements import Placement
 from advisor.sweep.rate_search import Outcome, SearchPlan, goodput_interval
 
 
+class _Run(tuple):
+    """A measured run as (rate, measured again), with no records (none refused)."""
+
+    records: list = []
+
+
 class _Runs:
     """The run directory's side of it: which runs exist, and each measurement written."""
 
@@ -56,7 +62,7 @@ def _measured(step_down: list[Outcome], budget_s: float | None = None,
     s.kept = KeptDeployments(contextlib.ExitStack(), room=lambda: True)
     def run_one(url, metrics, p, rate, before=None):
         now[0] += sweep_module.span_s(opts, rate) + 2.0
-        return rate, before is not None
+        return _Run((rate, before is not None))
     s._run_one = run_one
     s._outcome = lambda p, rate: truth[rate][sum(r == rate for r, _ in runs.written) - 1]
     s.measure(Placement("disagg-1p1d", "disagg"), refine=True)
