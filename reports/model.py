@@ -163,7 +163,7 @@ def table(data: ReportData) -> tuple[list[Column], list[dict]]:
     rows = []
     for p in data.placements:
         for run in data.series(p):
-            row = {c.key: fmt(run.get(c.key)) for c in cols}
+            row = {c.key: fmt(run.shown(c.key)) for c in cols}
             row.update(
                 placement=p,
                 rate=fmt(run.rate),

@@ -119,6 +119,12 @@ class RunResult:
             return self.stats[key]
         return getattr(self.described, key, default) if key in _DESCRIBED else default
 
+    def shown(self, key: str):
+        """`get(key)` as the advice, the summary and the reports show it: a latency (..._ms)
+        is None where no request completed. # NOTE: vLLM's statistics, kept as they are in
+        result.json, read 0 ms there."""
+        return None if key.endswith("_ms") and self.get("completed") == 0 else self.get(key)
+
     def to_json(self) -> dict:
         """result.json's object: one flat namespace, as vLLM writes it."""
         described = {f: getattr(self.described, f) for f in _DESCRIBED}

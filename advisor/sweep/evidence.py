@@ -81,9 +81,7 @@ def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
     late = run_dir.read_run(name, behind) if behind is not None else None
     failed, error = commonest(run_dir.read_run(name, rate, records=True).records or []) \
         if r.get("failed") else (0, None)
-    # NOTE: with no request completed, vLLM's statistics read 0 ms: no latency was measured
-    lat = {k: r.get(k) if r.get("completed") != 0 else None
-           for k in ("p50_itl_ms", "p99_itl_ms", "median_ttft_ms", "p99_ttft_ms")}
+    lat = {k: r.shown(k) for k in ("p50_itl_ms", "p99_itl_ms", "median_ttft_ms", "p99_ttft_ms")}
     return PlacementEvidence(
         placement=name, rate_rps=rate, **lat, attainment_at_rate=r.get("slo_attainment"),
         max_goodput_rps=best,
@@ -286,7 +284,7 @@ def write_summary(run_dir: RunDir, placements, done: dict[str, list[Outcome]]) -
             r = run_dir.read_run(p.name, o.rate)
             engines, client = r.cores_busy()
             rows.append(
-                {c: (p.name if c == "topology" else r.get(c)) for c in SUMMARY_COLUMNS}
+                {c: (p.name if c == "topology" else r.shown(c)) for c in SUMMARY_COLUMNS}
                 | {"pace": r.pace(), "emulated_link": p.emulated or "",
                    "instance_cores_busy": engines, "client_cores_busy": client}
             )

@@ -88,6 +88,24 @@ def test_failed_requests_show_in_the_tables_and_count_in_attainment(tmp_path):
     assert cells[3:6] == ["6", "3", "0.667"]  # completed, failed, attainment 6/9
 
 
+def test_a_run_with_no_request_completed_shows_no_latency(engine_run):
+    """vLLM's statistics read 0 ms where nothing completed: the table shows none."""
+    path = engine_run / "runs" / "collocated-2" / "rate-4" / "result.json"
+    result = json.loads(path.read_text())
+    result.update(completed=0, failed=result["num_requests"], slo_attainment=0.0,
+                  **{k: 0.0 for k in result if k.endswith("_ms")})
+    path.write_text(json.dumps(result))
+    assert advisor("report", str(engine_run), "--format", "md").returncode == 0
+    md = (engine_run / "report.md").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("| placement"))
+    names = [c.strip() for c in head.strip("|").split("|")]
+    cells = {float(r[1]): r for line in md.splitlines() if line.startswith("| collocated-2")
+             for r in [[c.strip() for c in line.strip("|").split("|")]]}
+    ttft, p99 = names.index("TTFT median"), names.index("P99 ITL")
+    assert cells[4.0][ttft] == cells[4.0][p99] == "-"  # nothing was measured
+    assert float(cells[2.0][ttft]) > 0 and float(cells[2.0][p99]) > 0  # the other run's kept
+
+
 @pytest.mark.slow  # renders a dozen damaged run directories, ~6 s
 def test_damaged_run_directories_are_named_never_a_traceback(engine_run, tmp_path):
     run = tmp_path / "run"
