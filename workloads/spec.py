@@ -47,6 +47,12 @@ class Workload:
     def num_requests(self) -> int:
         return sum(len(c.turns) for c in self.conversations)
 
+    def longest(self) -> int:
+        """The most tokens one request holds, its prompt and max_tokens: a conversation's
+        last turn carries every turn before it and each reply (max_tokens long)."""
+        return max((sum(len(t.new_tokens) + t.max_tokens for t in c.turns)
+                    for c in self.conversations), default=0)
+
     @property
     def multi_turn(self) -> bool:
         """Whether any conversation has a later turn (then requests do not arrive at a

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 
 from advisor.errors import UsageError
-from advisor.measure.run import discover_model
+from advisor.measure.run import discover_model, list_models
 
 HEALTH_PATHS = ("/health", "/healthcheck", "/v1/models")
 PROBE_TIMEOUT_S = 5.0
@@ -36,6 +36,19 @@ def check_url(flag: str, url: str | None) -> None:
 def served_model(url: str, model: str | None, api_key: str | None = None) -> str:
     """`model` when given (nothing is asked); else the first the server lists."""
     return model or discover_model(url, api_key)
+
+
+def served_context(url: str, model: str, api_key: str | None = None) -> int | None:
+    """The context in tokens (`max_model_len`, as vLLM and ours list it in /v1/models) of
+    `model` at `url`, else of the first model listed; None where the front does not say
+    (vLLM's toy proxy has no /v1/models)."""
+    try:
+        data = list_models(url, api_key)
+    except UsageError:
+        return None
+    entry = next((m for m in data if m.get("id") == model), data[0] if data else {})
+    n = entry.get("max_model_len")
+    return n if isinstance(n, int) and n > 0 else None
 
 
 def wait_ready(url: str, model: str | None, api_key: str | None = None,

@@ -24,6 +24,14 @@ REACH_TIMEOUT_S = 5.0
 
 def discover_model(base_url: str, api_key: str | None = None) -> str:
     """The first model the server lists; UsageError (with the timeout) when unreachable."""
+    data = list_models(base_url, api_key)
+    if not data:
+        raise UsageError(f"{base_url.rstrip('/')}/v1/models lists no models; pass --model")
+    return data[0]["id"]
+
+
+def list_models(base_url: str, api_key: str | None = None) -> list[dict]:
+    """/v1/models' entries; UsageError (with the timeout) when unreachable or absent."""
     url = base_url.rstrip("/") + "/v1/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
@@ -33,9 +41,7 @@ def discover_model(base_url: str, api_key: str | None = None) -> str:
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         raise UsageError(f"cannot reach {url} (waited {REACH_TIMEOUT_S:g} s): {reason}") from None
-    if not data:
-        raise UsageError(f"{url} lists no models; pass --model")
-    return data[0]["id"]
+    return data
 
 
 def progress_bars() -> Progress:

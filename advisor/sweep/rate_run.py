@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from advisor.errors import UsageError
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure, record_row, records_of
@@ -21,10 +22,11 @@ REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rat
 
 def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_urls: list[str],
              p: Placement, rate: float, pcts: list[float], bars,
-             before: RunResult | None = None) -> RunResult:
+             before: RunResult | None = None, context: int | None = None) -> RunResult:
     """`p` at `rate` through `endpoint(chat)`, its instances' counters read from
     `metric_urls` around it; with `before` (this rate's run, read with its records), as
-    many repeats again after its own, pooled with it."""
+    many repeats again after its own, pooled with it. UsageError before sending anything
+    where a request would not fit the deployment's `context` (tokens; None: unknown)."""
     first = before.described.workload_params.get("repeats", 1) if before else 0
     sample = _sample(metric_urls)
     records, rows, arrivals, elapsed, requests, cpu = [], [], [], 0.0, 0, 0.0
@@ -39,6 +41,12 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
     for k in range(first, 2 * first if before else opts.repeats):
         w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
                              prompts_for(opts, rate))
+        if context and (need := w.longest()) > context:
+            raise UsageError(
+                f"{p.name} serves a context of {context} tokens (max_model_len, in its "
+                f"/v1/models), and a request of {w.name} at {rate:g} req/s needs {need} (its "
+                "prompt and max_tokens): it would be refused. Send shorter ones (--scale, "
+                "--output-scale) or serve a longer context")
         run = measure(endpoint(w.chat), w, bars=bars,
                       label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""))
         records += run.records

@@ -14,7 +14,7 @@ from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
 from advisor.measure.failures import refused
-from advisor.measure.ready import served_model
+from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.run import progress_bars
 from advisor.measure.stats import parse_percentiles
@@ -141,6 +141,7 @@ class _Sweep:
         self.leader: str | None = None  # the placement that builds the grid
         self.done: dict[str, list[Outcome]] = {}
         self.budget = TimeBudget(opts.budget_s())
+        self.contexts: dict[str, int | None] = {}  # front URL -> its max_model_len
 
     def _plan(self, start: float) -> SearchPlan:
         opts = self.opts
@@ -283,8 +284,10 @@ class _Sweep:
         """`p` at `rate` (advisor.sweep.rate_run); with `before`, measured again."""
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s"
                          + (" again" if before else ""))
+        if url not in self.contexts:  # NOTE: asked once: a deployment's context stays
+            self.contexts[url] = served_context(url, self.opts.model, self.opts.api_key)
         return run_rate(self.opts, lambda chat: self._endpoint(url, chat), metric_urls, p, rate,
-                        self.pcts, self.bars, before)
+                        self.pcts, self.bars, before, self.contexts[url])
 
     def _endpoint(self, url: str, chat: bool) -> Endpoint:
         """Where requests go; the model as given for a deployment (nothing is asked), else

@@ -1,15 +1,16 @@
 """An OpenAI-compatible server whose timing is known exactly: a ruler for clients.
 
-Each streamed request gets its first token `ttft_ms` after it arrived and the
-rest every `itl_ms`, on an absolute schedule (no drift); with `wake_ms_per_s`, a
-request that finds the server idle (nothing in flight) for s seconds gets its first
-token s x wake_ms_per_s later still; with `stall_ms`, the gap before a stream's middle
-token (of its second, for two) is that much longer, as if one step ran slow. `fail_every=k`
-answers every k-th request with HTTP 500; with `max_model_len`, a request whose prompt and
-max_tokens exceed it is refused with HTTP 400, as vLLM refuses one (and /v1/models says
-it). No model: each token is "tok" with id = its position. The bodies it received, with
-each request's arrival (the kernel's receive timestamp) and chunk-write times
-(time.monotonic()), are kept for inspection (`GET /debug/requests`).
+Each streamed request gets its first token `ttft_ms` after it arrived and the rest every
+`itl_ms`, on an absolute schedule (no drift); with `wake_ms_per_s`, a request that finds
+the server idle (nothing in flight) for s seconds gets its first token s x wake_ms_per_s
+later still; with `stall_ms`, the gap before a stream's middle token (of its second, for
+two) is that much longer, as if one step ran slow. `fail_every=k` answers every k-th
+request with HTTP 500; with `max_model_len`, a request whose prompt and max_tokens exceed
+it is refused with HTTP 400, as vLLM refuses one (and /v1/models says it, unless
+`lists_context` is off, as a front other than vLLM's may leave it out). No model: each
+token is "tok" with id = its position. The bodies it received, with each request's arrival
+(the kernel's receive timestamp) and chunk-write times (time.monotonic()), are kept for
+inspection (`GET /debug/requests`).
 
 # NOTE: one blocking thread per connection, not asyncio: a thread sleeping in
 # time.sleep wakes within ~0.1 ms, while an event loop's timers wake up to a
@@ -43,6 +44,7 @@ class Script:
     wake_ms_per_s: float = 0.0
     stall_ms: float = 0.0
     max_model_len: int = 0  # 0: no limit
+    lists_context: bool = True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -64,9 +66,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._json(200, {"status": "ok"})
         elif self.path == "/v1/models":
-            limit = self.server.script.max_model_len
+            s = self.server.script
             model = {"id": "scripted", "object": "model",
-                     **({"max_model_len": limit} if limit else {})}
+                     **({"max_model_len": s.max_model_len}
+                        if s.max_model_len and s.lists_context else {})}
             self._json(200, {"object": "list", "data": [model]})
         elif self.path == "/debug/requests":
             self._json(200, self.server.received)
@@ -185,10 +188,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--wake-ms-per-s", type=float, default=0.0)
     ap.add_argument("--stall-ms", type=float, default=0.0)
     ap.add_argument("--max-model-len", type=int, default=0)
+    ap.add_argument("--unlisted-context", action="store_true",
+                    help="leave max_model_len out of /v1/models")
     a = ap.parse_args(argv)
     sys.setswitchinterval(2e-4)  # a thread due to write must not wait 5 ms for the GIL
     script = Script(a.ttft_ms, a.itl_ms, a.max_tokens, a.fail_every, a.wake_ms_per_s,
-                    a.stall_ms, a.max_model_len)
+                    a.stall_ms, a.max_model_len, not a.unlisted_context)
     server = ScriptedServer(script, a.host, a.port)
     print(f"scripted server ready on http://{a.host}:{a.port}", flush=True)
     try:

@@ -13,12 +13,13 @@ from workloads.spec import SyntheticSpec, synthesize
 
 @contextlib.contextmanager
 def scripted(ttft_ms=50, itl_ms=10, fail_every=0, cores=None, wake_ms_per_s=0.0, stall_ms=0.0,
-             max_model_len=0):
+             max_model_len=0, lists_context=True):
     with serve_module(
         "advisor.testing.scripted_server",
         ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--fail-every", str(fail_every),
          "--wake-ms-per-s", str(wake_ms_per_s), "--stall-ms", str(stall_ms),
-         "--max-model-len", str(max_model_len)],
+         "--max-model-len", str(max_model_len),
+         *([] if lists_context else ["--unlisted-context"])],
         cores=cores,
     ) as url:
         yield url

@@ -210,11 +210,28 @@ def test_repeats_pool_into_one_timeline_and_the_operating_rate_is_where_rows_are
     assert "operating rate 3" in rec["judged_at"]
 
 
+@pytest.mark.slow  # a sweep's calibration, ~10 s
+def test_requests_past_the_context_a_deployment_lists_are_named_before_any_run(tmp_path):
+    """vLLM lists its context (max_model_len) in /v1/models: the guide's 8k-token prompts
+    on a model served with 2048 tokens are named before a request is sent."""
+    with scripted(ttft_ms=20, itl_ms=5, max_model_len=2048) as short, \
+            scripted(ttft_ms=20, itl_ms=5) as other:
+        out = advisor("sweep", "--collocated-url", short, "--disagg-url", other, "--rates",
+                      "20,40", "--num-prompts", "4", "--out", str(tmp_path), "--no-report")
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("advisor: error: collocated-url serves a context of 2048 tokens "
+                           "(max_model_len, in its /v1/models), and a request of long-prompt "
+                           "at 20 req/s needs ") and "--scale" in last
+    assert not list((run_dir_of(tmp_path) / "runs").glob("*/*"))  # nothing measured
+
+
 @pytest.mark.slow  # a sweep's calibration and one run, ~15 s
 def test_a_deployment_that_refuses_every_request_stops_the_sweep_naming_why(tmp_path):
     """vLLM answers HTTP 400 to a prompt past its context: the guide's 8k-token prompts on a
-    model served with a 2048-token context. One run shows it; no rate measures past it."""
-    with scripted(ttft_ms=20, itl_ms=5, max_model_len=2048) as short, \
+    model served with a 2048-token context, behind a front that does not list the context.
+    One run shows it; no rate measures past it."""
+    with scripted(ttft_ms=20, itl_ms=5, max_model_len=2048, lists_context=False) as short, \
             scripted(ttft_ms=20, itl_ms=5) as other:
         out = advisor("sweep", "--collocated-url", short, "--disagg-url", other, "--rates",
                       "20,40", "--num-prompts", "4", "--out", str(tmp_path), "--no-report")
