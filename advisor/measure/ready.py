@@ -38,7 +38,7 @@ def served_model(url: str, model: str | None, api_key: str | None = None) -> str
     return model or discover_model(url, api_key)
 
 
-def served_context(url: str, model: str, api_key: str | None = None) -> int | None:
+def served_context(url: str, model: str | None, api_key: str | None = None) -> int | None:
     """The context in tokens (`max_model_len`, as vLLM and ours list it in /v1/models) of
     `model` at `url`, else of the first model listed; None where the front does not say
     (vLLM's toy proxy has no /v1/models)."""

@@ -56,7 +56,7 @@ from engine.model.dtype import resolve as resolve_dtype
 from engine.serve.launch import launch
 
 REQUEST_TIMEOUT_S = 180.0
-URL_CONTEXT = 32768  # a real deployment's context, for sizing calibration prompts
+URL_CONTEXT = 32768  # for sizing calibration prompts, where a front lists no context
 
 
 def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
@@ -197,7 +197,7 @@ class _Sweep:
                     if not self.run_dir.has_run(p.name, rate):
                         if second and not self._fits(rate, at):
                             break
-                        self._refused(p, rate, self._timed_run(at, p, rate))
+                        self._write_run(p, rate, self._timed_run(at, p, rate))
                     outcomes.append(self._outcome(p, rate))
                     self.bars.advance(self.task)
                 if lead and self.grid is None:
@@ -219,7 +219,7 @@ class _Sweep:
             self.bars.advance(self.task)
         return p.name in unsettled(self.done) and not self.budget.spent
 
-    def _refused(self, p: Placement, rate: float, run: RunResult) -> None:
+    def _write_run(self, p: Placement, rate: float, run: RunResult) -> None:
         """Store `run`; UsageError where `p` refused every one of its requests: no rate
         takes a request the deployment will not (a prompt past its context, a model it does
         not serve), and searching on would spend minutes measuring refusals."""
@@ -264,7 +264,7 @@ class _Sweep:
         self.bars.update(self.task, description=f"calibrating on {p.name}")
         opts = self.opts
         context = load_model_config(opts.model).max_position_embeddings if opts.bundled \
-            else URL_CONTEXT
+            else self._context(url)
         host = host_wakeup(repeats=2) if opts.bundled else None
         cal = calibrate(self._endpoint(url, False), context, self.bars, host)
         self.calibration = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
@@ -284,10 +284,15 @@ class _Sweep:
         """`p` at `rate` (advisor.sweep.rate_run); with `before`, measured again."""
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s"
                          + (" again" if before else ""))
-        if url not in self.contexts:  # NOTE: asked once: a deployment's context stays
-            self.contexts[url] = served_context(url, self.opts.model, self.opts.api_key)
         return run_rate(self.opts, lambda chat: self._endpoint(url, chat), metric_urls, p, rate,
-                        self.pcts, self.bars, before, self.contexts[url])
+                        self.pcts, self.bars, before, self._context(url, listed=True))
+
+    def _context(self, url: str, listed: bool = False) -> int | None:
+        """The context (tokens) the front at `url` lists, asked once (a deployment's
+        context stays); where it lists none, None if `listed`, else URL_CONTEXT."""
+        if url not in self.contexts:
+            self.contexts[url] = served_context(url, self.opts.model, self.opts.api_key)
+        return self.contexts[url] or (None if listed else URL_CONTEXT)
 
     def _endpoint(self, url: str, chat: bool) -> Endpoint:
         """Where requests go; the model as given for a deployment (nothing is asked), else

@@ -213,17 +213,21 @@ def test_repeats_pool_into_one_timeline_and_the_operating_rate_is_where_rows_are
 @pytest.mark.slow  # a sweep's calibration, ~10 s
 def test_requests_past_the_context_a_deployment_lists_are_named_before_any_run(tmp_path):
     """vLLM lists its context (max_model_len) in /v1/models: the guide's 8k-token prompts
-    on a model served with 2048 tokens are named before a request is sent."""
-    with scripted(ttft_ms=20, itl_ms=5, max_model_len=2048) as short, \
+    on a model served with 1000 tokens are named before a request is sent, and the
+    calibration keeps to prompts that fit (its 1024-token one would be refused)."""
+    with scripted(ttft_ms=20, itl_ms=5, max_model_len=1000) as short, \
             scripted(ttft_ms=20, itl_ms=5) as other:
         out = advisor("sweep", "--collocated-url", short, "--disagg-url", other, "--rates",
                       "20,40", "--num-prompts", "4", "--out", str(tmp_path), "--no-report")
     assert out.returncode == 2, out.stderr
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("advisor: error: collocated-url serves a context of 2048 tokens "
+    assert last.startswith("advisor: error: collocated-url serves a context of 1000 tokens "
                            "(max_model_len, in its /v1/models), and a request of long-prompt "
                            "at 20 req/s needs ") and "--scale" in last
-    assert not list((run_dir_of(tmp_path) / "runs").glob("*/*"))  # nothing measured
+    run = run_dir_of(tmp_path)
+    assert not list((run / "runs").glob("*/*"))  # nothing measured
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["calibration"]["prompt_tokens"] == [16, 64, 256]
 
 
 @pytest.mark.slow  # a sweep's calibration and one run, ~15 s
