@@ -15,7 +15,14 @@ from pathlib import Path
 from advisor import console
 from advisor.errors import UsageError
 from advisor.measure.failures import commonest
-from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, check_url, served_model, wait_ready
+from advisor.measure.ready import (
+    DEFAULT_READY_TIMEOUT_S,
+    check_fits,
+    check_url,
+    served_context,
+    served_model,
+    wait_ready,
+)
 from advisor.measure.records import COMPLETIONS, Endpoint
 from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
@@ -139,6 +146,9 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         traces.save(traces.from_workload(workload), opts.export_trace, "mooncake")
     wait_ready(opts.base_url, opts.model, opts.api_key, opts.ready_timeout)
     model = served_model(opts.base_url, opts.model, opts.api_key)
+    check_fits(workload, served_context(opts.base_url, model, opts.api_key), opts.base_url,
+               "Send shorter ones (--random-input-len, --random-output-len; --scale for a "
+               "--workload) or serve a longer context")
     endpoint = Endpoint(opts.base_url, model, opts.endpoint, opts.ignore_eos, opts.request_timeout,
                         opts.api_key, opts.temperature)
     run = measure(endpoint, workload, opts.num_warmups, opts.max_concurrency)

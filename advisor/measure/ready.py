@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from advisor.errors import UsageError
 from advisor.measure.run import discover_model, list_models
+from workloads.spec import Workload
 
 HEALTH_PATHS = ("/health", "/healthcheck", "/v1/models")
 PROBE_TIMEOUT_S = 5.0
@@ -49,6 +50,15 @@ def served_context(url: str, model: str | None, api_key: str | None = None) -> i
     entry = next((m for m in data if m.get("id") == model), data[0] if data else {})
     n = entry.get("max_model_len")
     return n if isinstance(n, int) and n > 0 else None
+
+
+def check_fits(workload: Workload, context: int | None, who: str, fix: str) -> None:
+    """UsageError where a request of `workload` needs more tokens than the `context` (None:
+    unknown) that `who` serves, which would refuse it; `fix` says what to change."""
+    if context and (need := workload.longest()) > context:
+        raise UsageError(f"{who} serves a context of {context} tokens (max_model_len, in its "
+                         f"/v1/models), and a request of {workload.name} needs {need} (its "
+                         f"prompt and max_tokens): it would be refused. {fix}")
 
 
 def wait_ready(url: str, model: str | None, api_key: str | None = None,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from advisor.errors import UsageError
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
+from advisor.measure.ready import check_fits
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure, record_row, records_of
 from advisor.measure.stats import summarize
@@ -41,12 +41,8 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
     for k in range(first, 2 * first if before else opts.repeats):
         w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
                              prompts_for(opts, rate))
-        if context and (need := w.longest()) > context:
-            raise UsageError(
-                f"{p.name} serves a context of {context} tokens (max_model_len, in its "
-                f"/v1/models), and a request of {w.name} at {rate:g} req/s needs {need} (its "
-                "prompt and max_tokens): it would be refused. Send shorter ones (--scale, "
-                "--output-scale) or serve a longer context")
+        check_fits(w, context, p.name, "Send shorter ones (--scale, --output-scale) or serve "
+                   "a longer context")
         run = measure(endpoint(w.chat), w, bars=bars,
                       label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""))
         records += run.records

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.advisor.helpers import scripted
+from tests.advisor.helpers import received, scripted
 from tests.cli import advisor, advisor_here
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI
@@ -45,7 +45,7 @@ def test_bench_writes_result_and_records_atomically(tmp_path):
 def test_a_run_with_every_request_refused_says_why_and_shows_no_latency():
     """vLLM refuses a prompt past its context with HTTP 400: the summary names that, and
     shows neither a pace nor latencies (its statistics read 0 ms, measured from nothing)."""
-    with scripted(ttft_ms=20, itl_ms=5, max_model_len=64) as url:
+    with scripted(ttft_ms=20, itl_ms=5, max_model_len=64, lists_context=False) as url:
         p = advisor("bench", "--base-url", url, "--num-prompts", "3", "--request-rate", "50",
                     "--random-input-len", "100")
     assert p.returncode == 0, p.stderr
@@ -98,3 +98,16 @@ def test_bench_says_when_the_server_fell_behind_its_arrivals(tmp_path):
     said = " ".join(w for w in behind.stdout.split() if w != "│")  # the table wraps it
     assert "the server fell behind its arrivals" in said
     assert "kept pace" in kept.stdout and "fell behind" not in kept.stdout
+
+
+def test_requests_past_the_context_the_server_lists_are_named_before_any_is_sent():
+    with scripted(ttft_ms=20, itl_ms=5, max_model_len=64) as url:
+        p = advisor("bench", "--base-url", url, "--num-prompts", "3", "--request-rate", "50",
+                    "--random-input-len", "100")
+        sent = received(url)
+    assert p.returncode == 2 and not sent
+    assert p.stderr.strip() == (
+        f"advisor: error: {url} serves a context of 64 tokens (max_model_len, in its "
+        "/v1/models), and a request of random needs 228 (its prompt and max_tokens): it would "
+        "be refused. Send shorter ones (--random-input-len, --random-output-len; --scale for a "
+        "--workload) or serve a longer context")
