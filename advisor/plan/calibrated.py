@@ -23,7 +23,7 @@ from advisor.plan.loadfit import fit_to_runs, instances, requests_of
 from advisor.plan.plan import PlanOptions
 from advisor.plan.steptime import FittedStep, fit
 from advisor.plan.system import EngineSpec
-from advisor.probe.shapes import shape_of
+from advisor.probe.shapes import DTYPE_BYTES, shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import RunDataError, manifest
 from advisor.rundata.rundir import RunDir
@@ -33,6 +33,7 @@ from engine.core.config import EngineConfig
 
 GIB = 1 << 30
 URL_KV_TOKENS = 1 << 40  # a deployment measured by URL: KV that never runs short
+URL_DTYPE = "bfloat16"  # a deployment measured by URL that did not say its dtype
 
 
 def _dir(path: str, flag: str) -> RunDir:
@@ -112,7 +113,10 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     link = _link(fitted_on)
     m = target.read_manifest()
     cfg = m.get("config") or {}
-    dtype = (m.get("dtype") or {}).get("ran") or "float32"
+    ran = (m.get("dtype") or {}).get("ran") or "float32"
+    # NOTE: a sweep by URL records "auto" (the deployment's own choice): vLLM's auto is the
+    # model's dtype, bfloat16 for the models here
+    dtype = ran if ran in DTYPE_BYTES else URL_DTYPE
     model = model or cfg.get("model") or "small"
     try:
         shape = shape_of(model)
@@ -137,7 +141,9 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     if by_url:
         why += ("; measured by URL: " + ", ".join(f"{n} as {shapes[n]}" for n in names)
                 + f", {shape.name}'s shapes, KV not limited (its size is not known here), "
-                  "vLLM's default token budget")
+                  "vLLM's default token budget"
+                + ("" if dtype == ran else f", KV bytes in {dtype} (the deployment's dtype, "
+                   f"{ran}, is not known here)"))
     slo = tuple((m.get("sizing") or {}).get("slo") or cfg.get("slo") or DEFAULT_SLO)
     opts = PlanOptions(model=model, slo=slo, dtype=dtype,
                        attainment=cfg.get("attainment", 0.9),

@@ -158,7 +158,9 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
     run_dir.write_manifest({"config": {"model": "small", "workload": "long-prompt",
                                        "slo": ["ttft:2000", "itl:100"], "seed": 0,
                                        **(urls if by_url else {})},
-                            "dtype": {"ran": "bfloat16"}, "calibration": cal.to_json()})
+                            # NOTE: as a sweep records it: by URL, the deployment's choice
+                            "dtype": {"ran": "auto" if by_url else "bfloat16"},
+                            "calibration": cal.to_json()})
     shape = shape_of("small")
     engine = EngineSpec(TRUTH, 10**6, jitter=jitter)
     kv = lambda t: shape.kv_bytes(t)  # noqa: E731
@@ -208,6 +210,8 @@ def test_a_deployment_measured_by_url_is_simulated_as_the_shape_named(tmp_path):
                                                    "disagg-url=disagg:1p1d"))
     assert "collocated-url as collocated-2" in rec["simulated"]
     assert "KV not limited" in rec["simulated"]
+    assert "KV bytes in bfloat16 (the deployment's dtype, auto, is not known here)" \
+        in rec["simulated"]
     assert {row["placement"] for row in rec["compare"]} == {"collocated-url", "disagg-url"}
     for row in rec["compare"]:
         for k in ("median_ttft_ms", "p99_itl_ms"):
