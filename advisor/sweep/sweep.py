@@ -316,9 +316,10 @@ class _Sweep:
 
 def _default_run_s(opts: SweepOptions) -> Callable[[float], float] | None:
     """Seconds a run at a rate lasts, where the requests per rate are the default (for
-    sizing's first-rate budget); None where the user asked for more (--num-prompts,
-    --repeats): a longer sweep, by choice."""
-    if opts.num_prompts or opts.repeats > 1:
+    sizing's first-rate budget: the bundled engine's five-minute sweep); None where the
+    user asked for more (--num-prompts, --repeats) or measures deployments by URL: a longer
+    sweep, by choice, with no time budget (SweepOptions.budget_s)."""
+    if opts.num_prompts or opts.repeats > 1 or not opts.bundled:
         return None
     return lambda rate: span_s(opts, rate)
 
