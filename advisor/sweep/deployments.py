@@ -54,31 +54,33 @@ def metric_urls(p: Placement) -> list[str]:
 
 @contextlib.contextmanager
 def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
-            ready_timeout: float) -> Iterator[None]:
+            ready_timeout: float) -> Iterator[Callable[[], str | None]]:
     """Run `p.cmd` (when it has one) until the block exits, its output in
     `log_dir/NAME.log`; wait until `p.url` is ready. UsageError naming the log when the
-    command exits or never becomes ready."""
+    command exits or never becomes ready. Yields what says, when asked, why the
+    deployment is gone (its command exited), else None."""
     if not p.cmd:
         wait_ready(p.url, model, api_key, ready_timeout)
-        yield
+        yield lambda: None
         return
     log_path = log_dir / f"{p.name}.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(p.cmd, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
-        def alive() -> str | None:
+        def exited(when: str) -> str | None:
             code = proc.poll()
             return None if code is None else (
-                f"{p.flag}-cmd exited with code {code} before {p.url} was ready: see {log_path}")
+                f"{p.flag}-cmd exited with code {code} {when}: see {log_path}")
 
         try:
-            wait_ready(p.url, model, api_key, ready_timeout, alive)
+            wait_ready(p.url, model, api_key, ready_timeout,
+                       lambda: exited(f"before {p.url} was ready"))
         except UsageError as e:
             if proc.poll() is None:  # still running, never ready
                 raise UsageError(f"{p.flag}-cmd: {e}: see {log_path}") from None
             raise
-        yield
+        yield lambda: exited("while it was measured")
     finally:
         stop_group(proc)
         wait_port_free(p.url)

@@ -142,6 +142,8 @@ class _Sweep:
         self.done: dict[str, list[Outcome]] = {}
         self.budget = TimeBudget(opts.budget_s())
         self.contexts: dict[str, int | None] = {}  # front URL -> its max_model_len
+        # placement -> why its deployment is gone (a command that exited), else None
+        self.gone: dict[str, Callable[[], str | None]] = {}
 
     def _plan(self, start: float) -> SearchPlan:
         opts = self.opts
@@ -214,16 +216,22 @@ class _Sweep:
         while not self.opts.rates and p.name in unsettled(self.done) and (
                 rate := top_up(outcomes, others)) is not None and self._fits(rate, at):
             before = self.run_dir.read_run(p.name, rate, records=True)
-            self.run_dir.write_run(self._timed_run(at, p, rate, before))
+            self._write_run(p, rate, self._timed_run(at, p, rate, before))
             outcomes[[o.rate for o in outcomes].index(rate)] = self._outcome(p, rate)
             self.bars.advance(self.task)
         return p.name in unsettled(self.done) and not self.budget.spent
 
     def _write_run(self, p: Placement, rate: float, run: RunResult) -> None:
-        """Store `run`; UsageError where `p` refused every one of its requests: no rate
-        takes a request the deployment will not (a prompt past its context, a model it does
-        not serve), and searching on would spend minutes measuring refusals."""
+        """Store `run`; UsageError where `p`'s deployment is gone (its command exited), or
+        where it refused every one of its requests: no rate takes a request the deployment
+        will not (a prompt past its context, a model it does not serve), and searching on
+        would spend minutes measuring refusals."""
         self.run_dir.write_run(run)
+        if (why := self.gone.get(p.name, lambda: None)()) is not None:
+            # NOTE: the run is kept: its requests failed when the deployment went down,
+            # which is what this rate did to it (or what killed it)
+            raise UsageError(f"{why}; the run at {rate:g} req/s is kept, failures and all: "
+                             f"--resume {self.run_dir.path} measures the rest")
         if (why := refused(run.records or [])) is not None:
             raise UsageError(
                 f"{p.name} refused all {len(run.records)} requests at {rate:g} req/s ({why}): "
@@ -251,8 +259,9 @@ class _Sweep:
         for a URL with no command, ready)."""
         self.bars.update(self.task, description=f"starting {p.name}")
         if p.url is not None:
-            stack.enter_context(started(p, self.run_dir.path, self.opts.model, self.opts.api_key,
-                                        self.opts.ready_timeout))
+            self.gone[p.name] = stack.enter_context(started(
+                p, self.run_dir.path, self.opts.model, self.opts.api_key,
+                self.opts.ready_timeout))
             return p.url, metric_urls(p), p.url
         dep = stack.enter_context(launch(p.topology))
         instances = [u for us in dep.instance_urls.values() for u in us]

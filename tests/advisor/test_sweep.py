@@ -4,6 +4,7 @@ this machine's bundled engine, with and without an emulated slow link."""
 import csv
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -254,6 +255,32 @@ def test_a_deployment_that_refuses_every_request_stops_the_sweep_naming_why(tmp_
     assert [d.name for d in (run / "runs").glob("*/*")] == ["rate-20"]  # nothing after it
     records = (run / "runs" / "collocated-url" / "rate-20" / "requests.jsonl").read_text()
     assert records.count('"status": 400') == 4  # its records kept, as any run's
+
+
+@pytest.mark.slow  # a sweep's calibration and three runs, ~40 s
+def test_a_deployment_whose_command_exits_mid_sweep_stops_it_naming_the_log(tmp_path):
+    """The disaggregated deployment's command serves for 6 s, then exits (as a server that
+    crashes under load): the run it died in is kept, and no rate is measured after it."""
+    from engine.serve.processes import free_port
+
+    port = free_port()
+    cmd = (f"timeout 6 {sys.executable} -m advisor.testing.scripted_server --port {port} "
+           "--ttft-ms 20 --itl-ms 5")
+    with scripted(ttft_ms=20, itl_ms=5) as col:
+        out = advisor("sweep", "--collocated-url", col, "--disagg-url",
+                      f"http://127.0.0.1:{port}", "--disagg-cmd", cmd, "--rates", "1,2",
+                      "--num-prompts", "12", "--scale", "0.01", "--output-scale", "0.02",
+                      "--out", str(tmp_path), "--no-report")
+    assert out.returncode == 2, out.stderr
+    run = run_dir_of(tmp_path)
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == (f"advisor: error: --disagg-cmd exited with code 124 while it was "
+                    f"measured: see {run / 'disagg-url.log'}; the run at 1 req/s is kept, "
+                    f"failures and all: --resume {run} measures the rest")
+    assert sorted(str(d.relative_to(run / "runs")) for d in (run / "runs").glob("*/*")) == \
+        ["collocated-url/rate-1", "collocated-url/rate-2", "disagg-url/rate-1"]
+    result = json.loads((run / "runs" / "disagg-url" / "rate-1" / "result.json").read_text())
+    assert result["failed"] > 0  # the requests after it went down
 
 
 def _rates(run) -> dict[str, list[float]]:

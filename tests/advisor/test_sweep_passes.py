@@ -55,7 +55,7 @@ def _measured(step_down: list[Outcome], budget_s: float | None = None,
     s.run_dir, s.task, s.opts = runs, None, opts
     s.budget = TimeBudget(budget_s, clock=lambda: now[0])
     s.bars = SimpleNamespace(advance=lambda *_: None, update=lambda *a, **k: None)
-    s.calibration, s.calibrates, s.missed = object(), False, None
+    s.calibration, s.calibrates, s.missed, s.gone = object(), False, None, {}
     s.plan, s.grid, s.replay = SearchPlan(start=0.74), None, list(REPLAYED)
     s.leader, s.done = "collocated-2", {"collocated-2": COLLOCATED}
     s._deploy = lambda p, stack: ("url", [], "one")
