@@ -1,8 +1,10 @@
 """`advisor sweep`'s options, checked, and what follows from them alone: the workload at a
-rate, the seed and the number of requests per rate."""
+rate, the seed and the number of requests per rate, how long a run lasts, and how many
+engines the collocated placement has."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from advisor.errors import UsageError
@@ -183,6 +185,23 @@ def prompts_for(opts: SweepOptions, rate: float) -> int:
 def span_s(opts: SweepOptions, rate: float) -> float:
     """Seconds over which a run at `rate` sends its requests (every repeat's)."""
     return prompts_for(opts, rate) * opts.repeats / rate
+
+
+def first_pass_run_s(opts: SweepOptions) -> Callable[[float], float] | None:
+    """Seconds a run at a rate lasts, where the requests per rate are the default (for
+    sizing's first-rate budget: the bundled engine's five-minute sweep); None where the
+    user asked for more (--num-prompts, --repeats) or measures deployments by URL: a longer
+    sweep, by choice, with no time budget (SweepOptions.budget_s)."""
+    if opts.num_prompts or opts.repeats > 1 or not opts.bundled:
+        return None
+    return lambda rate: span_s(opts, rate)
+
+
+def collocated_instances(opts: SweepOptions) -> int:
+    """How many engines the collocated placement spreads requests over (1 for a URL: a
+    deployment's own replicas are unknown here)."""
+    tops = [q.topology for q in opts.validate() if q.kind == "collocated" and q.topology]
+    return tops[0].replicas if tops else 1
 
 
 def resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:

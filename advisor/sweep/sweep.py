@@ -33,6 +33,8 @@ from advisor.sweep.options import (
     DEFAULT_SLO,
     FALLBACK_START,
     SweepOptions,
+    collocated_instances,
+    first_pass_run_s,
     seed_for,
     span_s,
 )
@@ -279,8 +281,8 @@ class _Sweep:
         self.calibration = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
         scale = opts.scale if opts.scale is not None or opts.bundled else 1.0
         sized = sizing.size(opts.workload, opts.slos, self.calibration, context, scale,
-                            opts.output_scale, self.widen_slo, instances=_collocated(opts),
-                            attainment=opts.attainment, run_s=_default_run_s(opts),
+                            opts.output_scale, self.widen_slo, instances=collocated_instances(opts),
+                            attainment=opts.attainment, run_s=first_pass_run_s(opts),
                             searched=not opts.rates and opts.start_rate is None)
         for note in sized.notes:
             print(f"sizing: {note}", flush=True)
@@ -322,19 +324,3 @@ class _Sweep:
             1000.0, seed_for(opts.seed, 0.0) + 1, 2)
         warm_up(self._endpoint(url, w is not None and w.chat), w, self.bars)
 
-
-def _default_run_s(opts: SweepOptions) -> Callable[[float], float] | None:
-    """Seconds a run at a rate lasts, where the requests per rate are the default (for
-    sizing's first-rate budget: the bundled engine's five-minute sweep); None where the
-    user asked for more (--num-prompts, --repeats) or measures deployments by URL: a longer
-    sweep, by choice, with no time budget (SweepOptions.budget_s)."""
-    if opts.num_prompts or opts.repeats > 1 or not opts.bundled:
-        return None
-    return lambda rate: span_s(opts, rate)
-
-
-def _collocated(opts: SweepOptions) -> int:
-    """How many engines the collocated placement spreads requests over (1 for a URL: a
-    deployment's own replicas are unknown here)."""
-    tops = [q.topology for q in opts.validate() if q.kind == "collocated" and q.topology]
-    return tops[0].replicas if tops else 1

@@ -9,8 +9,7 @@ import pytest
 
 from advisor.rundata.evidence import Calibration
 from advisor.sweep import sizing
-from advisor.sweep.options import SweepOptions
-from advisor.sweep.sweep import _default_run_s
+from advisor.sweep.options import SweepOptions, first_pass_run_s
 
 # small in bfloat16 with native BF16 (measured here): 0.67 ms per prompt token, 20 ms steps
 FAST = Calibration([64, 256, 1024], [48, 177, 690], [1, 8], [20.0, 27.0], 0.67, 5.0, "bfloat16")
@@ -55,7 +54,7 @@ HELD = Calibration([16, 64, 256, 1024], [63, 168, 501, 2058], [1, 8], [29.2, 60.
 
 
 # a default sweep's run at a rate: 30 requests, or 16 s worth up to 100 (the sweep's own rule)
-default_run_s = _default_run_s(SweepOptions())
+default_run_s = first_pass_run_s(SweepOptions())
 
 
 def test_a_slow_host_shortens_its_requests_so_the_first_pass_fits_its_share_of_five_minutes():

@@ -120,10 +120,10 @@ def test_the_default_bundled_sweep_has_a_time_budget_and_a_longer_one_by_choice_
         assert SweepOptions(**longer).budget_s() is None, longer
     assert SweepOptions(num_prompts=100, time_budget=600.0).budget_s() == 600.0
     # nor does the sizing raise the first rate to fit the five minutes' first pass
-    from advisor.sweep.sweep import _default_run_s
-    assert _default_run_s(SweepOptions()) is not None
+    from advisor.sweep.options import first_pass_run_s
+    assert first_pass_run_s(SweepOptions()) is not None
     for longer in ({"num_prompts": 100}, {"repeats": 2}, {"collocated_url": "http://h:9"}):
-        assert _default_run_s(SweepOptions(**longer)) is None, longer
+        assert first_pass_run_s(SweepOptions(**longer)) is None, longer
 
 
 def test_a_chat_workload_adds_the_render_split_which_needs_collocated_beside_it():
