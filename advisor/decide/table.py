@@ -183,9 +183,7 @@ def _render_split_reason(row: Row, seen: str) -> str | None:
         return None
     r, c = e["render_split_max_goodput_rps"], e["collocated_max_goodput_rps"]
     verdict = "split the render tier" if row.fired else "no gain worth a render tier here"
-    by = _by(r, c) if r > 0 else "it meets the SLO at no rate tried"
-    return (f"{seen}: the render split sustains {r:.3g} req/s at the SLO against {c:.3g} "
-            f"collocated ({by}): {verdict}")
+    return f"{seen}: {_versus('the render split', r, 'collocated', c)}: {verdict}"
 
 
 def _history_warning(wl) -> str | None:
@@ -229,12 +227,10 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         comparison = compare(ev, c, d)
         if d > c * (1 + t.goodput_margin) and d > 0:
             action = split
-            why.append(f"{seen}: disaggregated sustains {d:.3g} req/s at the SLO against "
-                       f"{c:.3g} collocated ({_by(d, c)})")
+            why.append(f"{seen}: {_versus('disaggregated', d, 'collocated', c)}")
         elif c > d * (1 + t.goodput_margin) and c > 0:
             action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
-            why.append(f"{seen}: collocated sustains {c:.3g} req/s at the SLO against "
-                       f"{d:.3g} disaggregated ({_by(c, d)})")
+            why.append(f"{seen}: {_versus('collocated', c, 'disaggregated', d)}")
         else:
             why.append(f"{seen} goodputs are within {t.goodput_margin:.0%} "
                        f"({c:.3g} vs {d:.3g} req/s): the rules decide")
@@ -287,8 +283,16 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
     }
 
 
-def _by(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b > 0 else "the other meets the SLO at no rate tried"
+def _versus(a_name: str, a: float, b_name: str, b: float) -> str:
+    """Two max goodputs side by side; one that met the SLO at no rate tried is said so,
+    not shown as a measured 0 req/s."""
+    if a > 0 and b > 0:
+        return f"{a_name} sustains {a:.3g} req/s at the SLO against {b:.3g} {b_name} " \
+               f"({a / b:.2f}x)"
+    if a <= 0 and b <= 0:
+        return f"neither {a_name} nor {b_name} met the SLO at any rate tried"
+    (name, v), other = ((a_name, a), b_name) if a > 0 else ((b_name, b), a_name)
+    return f"{name} sustains {v:.3g} req/s at the SLO; {other} met it at no rate tried"
 
 
 def fmt(v) -> str:

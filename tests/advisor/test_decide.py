@@ -108,6 +108,21 @@ def test_the_measured_comparison_outranks_the_rules():
     assert recommend(ev, Thresholds(goodput_margin=0.0))["comparison"]["ratio"] > 1
 
 
+def test_a_placement_that_met_the_slo_at_no_rate_is_not_shown_as_a_measured_0():
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"]["mean_ms"] = 8
+    ev["collocated"]["max_goodput_rps"] = 0.0
+    ev["disaggregated"].update(median_ttft_ms=750, max_goodput_rps=0.9)
+    rec = recommend(ev)
+    assert rec["action"] == "disaggregate"
+    assert rec["reasons"][0] == ("measured: disaggregated sustains 0.9 req/s at the SLO; "
+                                 "collocated met it at no rate tried")
+    split = recommend({**with_(collocated__max_goodput_rps=1.0),
+                       "render_split": {"max_goodput_rps": 0.0}})
+    assert any(w == "measured: collocated sustains 1 req/s at the SLO; the render split met it "
+               "at no rate tried: no gain worth a render tier here" for w in split["reasons"])
+
+
 def test_secondary_actions():
     ev = with_(collocated__p99_itl_ms=169, frontend={"cpu_ms_per_request": 40, "cpu_share": 0.3})
     rec = recommend(ev)
