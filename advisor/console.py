@@ -11,6 +11,11 @@ from advisor.rundata.result import KEEP_PACE
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
 
+_MULTI_TURN_BEHIND = (" (over conversations): they arrived over less than one conversation's "
+                      "length, or the server fell behind them, so it never saw this rate: "
+                      "more requests (--num-prompts) or a lower rate")
+
+
 def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[float],
                   pace: float | None = None, out: Console | None = None,
                   failure: str | None = None) -> None:
@@ -27,8 +32,9 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
             ("output throughput", f"{result['output_throughput']:.1f} tok/s")]
     if pace is not None and result["completed"]:
         rows.append(("kept pace", f"{pace:.2f} of the arrival rate" + (
-            "" if pace >= KEEP_PACE else ": the server fell behind its arrivals (its queue "
-            "grew), so a longer run at this rate would show worse latencies and goodput")))
+            "" if pace >= KEEP_PACE else _MULTI_TURN_BEHIND if "per_turn" in result else
+            ": the server fell behind its arrivals (its queue grew), so a longer run at this "
+            "rate would show worse latencies and goodput")))
     if result["goodput_slos"]:
         slo = " ".join(f"{k}:{v:g}" for k, v in result["goodput_slos"].items())
         rows += [("SLO", f"{slo} ms (itl: each request's p99 gap)"),

@@ -2,8 +2,10 @@
 
 `scale` shrinks every length (a CPU engine cannot prefill 8k tokens quickly);
 `output_scale`, when given, shrinks output lengths instead (to keep a preset's
-decode:prefill time ratio on hardware whose ratio differs from a GPU's);
-`rate` and `num_prompts` override the preset's arrivals and size.
+decode:prefill time ratio on hardware whose ratio differs from a GPU's), and a
+multi-turn preset's think time with them;
+`rate` (requests/s, a conversation's every turn counted) and `num_prompts` override
+the preset's arrivals and size.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ PRESETS: dict[str, tuple[str, SyntheticSpec]] = {
                        SyntheticSpec(input=LengthDist("lognormal", 1024, sigma=0.6, high=4096),
                                      turn_input=LengthDist("lognormal", 256, sigma=0.6, high=1024),
                                      output=LengthDist("lognormal", 192, sigma=0.5, high=512),
-                                     arrivals=Arrivals("poisson", 0.5), turns=5, think_s=3.0)),
+                                     arrivals=Arrivals("poisson", 2.5), turns=5, think_s=3.0)),
     "agent-loop": ("many short turns over a growing context (tool results in, short calls out)",
                    SyntheticSpec(input=LengthDist("uniform", 2048, range_ratio=0.25),
                                  turn_input=LengthDist("uniform", 192, range_ratio=0.5),
                                  output=LengthDist("uniform", 48, range_ratio=0.5),
-                                 arrivals=Arrivals("poisson", 0.3), turns=10, think_s=0.2)),
+                                 arrivals=Arrivals("poisson", 3.0), turns=10, think_s=0.2)),
     "bursty-low": ("low average rate arriving in bursts (gamma, burstiness 0.25)",
                    SyntheticSpec(input=LengthDist("lognormal", 1024, sigma=0.8, high=8192),
                                  output=LengthDist("lognormal", 128, sigma=0.6, high=512),
@@ -62,15 +64,19 @@ CHAT_FRONTEND = tuple(name for name, (_, spec) in PRESETS.items() if spec.chat a
 
 def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
                 num_prompts: int | None = None, output_scale: float | None = None) -> SyntheticSpec:
-    """A preset's spec with lengths scaled and rate / size overridden."""
+    """A preset's spec with lengths scaled (think time with the outputs) and rate (requests/s,
+    turns included) / size overridden."""
     if name not in PRESETS:
         raise ValueError(f"unknown workload preset {name!r}; one of {', '.join(PRESETS)}")
     out_scale = scale if output_scale is None else output_scale
     if not scale > 0 or not out_scale > 0:
         raise ValueError(f"scales must be > 0, not {scale} / {out_scale}")
     spec = PRESETS[name][1]
+    # NOTE: think time scales with the outputs: a conversation keeps its shape (a pause
+    # against the reply before it) when a sweep shortens the replies to this machine
     spec = replace(spec, input=spec.input.scaled(scale), output=spec.output.scaled(out_scale),
-                   turn_input=spec.turn_input.scaled(scale) if spec.turn_input else None)
+                   turn_input=spec.turn_input.scaled(scale) if spec.turn_input else None,
+                   think_s=spec.think_s * out_scale)
     if rate is not None:
         spec = replace(spec, arrivals=replace(spec.arrivals, rate=rate))
     if num_prompts is not None:

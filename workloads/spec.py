@@ -7,7 +7,7 @@ and received (history + `new_tokens`), never precomputed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -62,12 +62,15 @@ class Workload:
 
 @dataclass(frozen=True)
 class SyntheticSpec:
-    """Random token-ID prompts; `num_prompts` counts requests (turns), as vLLM does.
+    """Random token-ID prompts; `num_prompts` counts requests (turns), as vLLM does, and
+    `arrivals.rate` is requests/s, turns included.
 
     Prompts are unique per request (random IDs), so prefix caches cannot hide
     prefill work, except for an optional `shared_prefix_len` common to all.
     Multi-turn: `turns` per conversation, `turn_input` new user tokens on each
-    later turn, `think_s` (mean of an exponential) between a reply and the next turn.
+    later turn, `think_s` (mean of an exponential) between a reply and the next turn;
+    conversations start at the rate over the turns per conversation, so that once they
+    overlap in a steady stream, requests arrive at the rate.
     """
 
     input: LengthDist = LengthDist()
@@ -103,7 +106,9 @@ def synthesize(spec: SyntheticSpec, seed: int, name: str = "random") -> Workload
     spec.validate()
     rng = np.random.default_rng(seed)
     n_conv = -(-spec.num_prompts // spec.turns)
-    starts = spec.arrivals.times(n_conv, rng)
+    # NOTE: the rate counts requests; each conversation brings num_prompts / n_conv of them
+    starts = replace(spec.arrivals, rate=spec.arrivals.rate * n_conv / spec.num_prompts) \
+        .times(n_conv, rng)
     prefix = rng.integers(*spec.vocab, spec.shared_prefix_len).tolist()
     first_in = spec.input.sample(n_conv, rng)
     later_in = (spec.turn_input or spec.input).sample(n_conv * spec.turns, rng)

@@ -58,7 +58,7 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
             " the SLO at any rate tried"
         floor_missed = False
         fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
-        if kept := behind_facts(measured, ev.slo.attainment):  # met it, but not at its pace
+        if kept := behind_facts(measured, ev.slo.attainment, ev.workload.multi_turn):
             facts = [kept]
             fixes = {m: "lower rates (--start-rate)" for m in missed}
         if failed := [p for p in measured if p.failed_at_rate]:
@@ -97,21 +97,26 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
             "the client, or the host slowed while it ran)"), False
 
 
-def behind_facts(sides: list, target: float) -> str | None:
+def behind_facts(sides: list, target: float, multi_turn: bool = False) -> str | None:
     """Each placement that met the attainment `target` at a rate it could not keep up with
-    (advisor.rundata.result.KEEP_PACE), with the rate and its pace; None if none did."""
-    said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but it completed "
-            f"requests at {pace:.2f} of the rate they arrived)"
+    (advisor.rundata.result.KEEP_PACE; for `multi_turn` runs, over conversations), with the
+    rate and its pace; None if none did."""
+    how = "its conversations carried {:.2f} of the rate's load" if multi_turn else \
+        "it completed requests at {:.2f} of the rate they arrived"
+    said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but {how.format(pace)})"
             for p in sides if p is not None and p.fell_behind
             for rate, pace, att in [p.fell_behind] if att >= target]
-    return "; ".join(said) + (": the queue was still growing when its run ended, and a "
-                              "longer run would have missed the SLO") if said else None
+    why = (": they arrived over less than one conversation's length, or it fell behind them, "
+           "so the server never saw that rate (more requests per rate: --num-prompts)"
+           if multi_turn else ": the queue was still growing when its run ended, and a "
+           "longer run would have missed the SLO")
+    return "; ".join(said) + why if said else None
 
 
-def behind_note(sides: list, target: float) -> str | None:
+def behind_note(sides: list, target: float, multi_turn: bool = False) -> str | None:
     """Where a placement met the attainment `target` at a rate it could not keep up with:
     what to say (that rate counted as a miss); None otherwise."""
-    facts = behind_facts(sides, target)
+    facts = behind_facts(sides, target, multi_turn)
     return f"counted as missing the SLO, though enough of their requests met it: {facts}" \
         if facts else None
 

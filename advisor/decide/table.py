@@ -235,7 +235,8 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
             why.append(f"{seen} goodputs are within {t.goodput_margin:.0%} "
                        f"({c:.3g} vs {d:.3g} req/s): the rules decide")
         why.append(comparison["confidence"])
-        if (behind := behind_note([ev.collocated, ev.disaggregated], ev.slo.attainment)):
+        if (behind := behind_note([ev.collocated, ev.disaggregated], ev.slo.attainment,
+                                  ev.workload.multi_turn)):
             why.append(behind)
     if action is None:
         row = next((fired[i] for i in RULE_ORDER if i in fired), None)

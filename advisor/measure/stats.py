@@ -12,6 +12,10 @@ Definitions (the README repeats them, with where they differ from `vllm bench se
 - ci95: bootstrap 95% intervals of attainment, median TTFT and p99 ITL (confidence.py).
 - early_e2el_ms: the median E2E latency of the first fifth of requests by schedule (a
   request's lifetime before any queue a run builds), for `RunResult.pace`.
+- multi-turn runs, for `RunResult.pace` over conversations: conversation_life_ms (the
+  median time from a conversation's first scheduled turn to its last turn's end),
+  early_conversation_ms (the same over the first fifth of conversations by start) and
+  completed_conversations (every turn completed).
 """
 
 from __future__ import annotations
@@ -159,6 +163,7 @@ def summarize(
         result.update(_stats(m, pools[m], percentiles))
     if any(r.turn > 0 for r in runs):
         result["per_turn"] = per_turn(runs)
+        result.update(conversations(runs))
     first = sorted(zip(runs, lats), key=lambda rl: rl[0].scheduled)[:max(1, len(runs) // 5)]
     early = [lat.e2el for _, lat in first if lat is not None]
     result["early_e2el_ms"] = float(np.median(early)) * 1000 if early else None
@@ -166,6 +171,21 @@ def summarize(
                                [lat.ttft * 1000 if lat else None for lat in lats],
                                [lat.itls * 1000 if lat else [] for lat in lats])
     return result
+
+
+def conversations(records: list[RequestRecord]) -> dict:
+    """How long conversations lasted, all and the first fifth by start (ms), and how many
+    had every turn complete (see the module's docstring)."""
+    convs: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        convs.setdefault(r.conversation_id, []).append(r)
+    spans = sorted((min(r.scheduled for r in rs),
+                    max(max(r.end, r.sent, r.scheduled) for r in rs) - min(r.scheduled for r in rs),
+                    all(r.ok for r in rs)) for rs in convs.values())
+    lives = [life for _, life, _ in spans]
+    return {"conversation_life_ms": float(np.median(lives)) * 1000,
+            "early_conversation_ms": float(np.median(lives[:max(1, len(lives) // 5)])) * 1000,
+            "completed_conversations": sum(done for _, _, done in spans)}
 
 
 def per_turn(records: list[RequestRecord]) -> list[dict]:

@@ -94,18 +94,30 @@ class RunResult:
         """How fast the run's requests completed against how fast they arrived (their own
         draw, not the nominal rate), allowing the one request lifetime after the last
         arrival that a placement keeping up still takes (`early_e2el_ms`): near 1 when it
-        kept up, lower the more its queue grew. None for a multi-turn run (a conversation's
-        later turns wait on its earlier ones, so they do not arrive at a rate of their
-        own) or under two arrivals.
+        kept up, lower the more its queue grew. None under two arrivals.
 
-        completed x (span + lifetime) / ((arrivals - 1) x (end - first arrival))"""
+        completed x (span + lifetime) / ((arrivals - 1) x (end - first arrival))
+
+        Multi-turn: the same over conversations (a later turn waits on the one before, so
+        turns arrive at no rate of their own), and at most the share of the rate's load
+        the run ever carried: its conversations build up to the rate's steady stream only
+        once they have arrived for one conversation's length (`conversation_life_ms`), so
+        conversations arriving over less than that never load the server at the rate.
+        None for one recorded before those statistics were."""
         offsets = self.described.arrival_offsets
         window = (self.get("duration") or 0.0) - (offsets[0] if offsets else 0.0)
-        if self.described.multi_turn or len(offsets) < 2 or offsets[-1] <= offsets[0] \
-                or window <= 0:
+        if len(offsets) < 2 or offsets[-1] <= offsets[0] or window <= 0:
             return None
-        span, life = offsets[-1] - offsets[0], (self.get("early_e2el_ms") or 0.0) / 1000
-        return self.get("completed") * (span + life) / ((len(offsets) - 1) * window)
+        span = offsets[-1] - offsets[0]
+        if not self.described.multi_turn:
+            life = (self.get("early_e2el_ms") or 0.0) / 1000
+            return self.get("completed") * (span + life) / ((len(offsets) - 1) * window)
+        life, early = self.get("conversation_life_ms"), self.get("early_conversation_ms")
+        if life is None or early is None:
+            return None
+        kept = self.get("completed_conversations") * (span + early / 1000) / \
+            ((len(offsets) - 1) * window)
+        return min(kept, span / (life / 1000)) if life > 0 else kept
 
     def host_cores_busy(self) -> float | None:
         """The instances' cores busy plus the client's where recorded (at least what the

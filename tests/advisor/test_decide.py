@@ -462,3 +462,20 @@ def test_a_rate_met_only_by_a_queue_still_growing_is_said_to_count_as_missed():
             "of the rate they arrived)") in said
     ev["disaggregated"]["fell_behind"] = [40, 0.5, 0.6]  # missed it anyway: nothing to explain
     assert "counted as missing" not in " ".join(recommend(ev)["reasons"])
+
+
+def test_a_multi_turn_rate_its_conversations_never_built_up_to_is_said_so():
+    """Measured so (chat-multiturn sweep, 2026-12-03): 20 conversations started within
+    0.3 s met the SLO "at 76.8 req/s" while the server saw 4.6 req/s."""
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"]["mean_ms"] = 8
+    ev["workload"]["multi_turn"] = True
+    ev["collocated"].update(max_goodput_rps=2.4, max_goodput_interval_rps=[2.4, 4.8])
+    ev["disaggregated"].update(placement="disagg-1p1d", median_ttft_ms=750, max_goodput_rps=2.4,
+                               max_goodput_interval_rps=[2.4, 4.8],
+                               fell_behind=[76.8, 0.02, 0.99])
+    said = " ".join(recommend(ev)["reasons"])
+    assert ("disagg-1p1d at 76.8 req/s (99% met the SLO, but its conversations carried 0.02 "
+            "of the rate's load): they arrived over less than one conversation's length, or "
+            "it fell behind them, so the server never saw that rate") in said
+    assert "completed requests at" not in said

@@ -9,6 +9,9 @@ from advisor.measure.stats import summarize
 from advisor.rundata.result import KEEP_PACE, RunResult
 from advisor.sweep.rate_search import outcome_of
 from tests.advisor.helpers import scripted, workload
+from workloads.arrivals import Arrivals
+from workloads.lengths import LengthDist
+from workloads.spec import SyntheticSpec, synthesize
 
 SLOS = {"ttft": 2000.0, "itl": 100.0}
 
@@ -17,7 +20,8 @@ def _run(url, w, cap=None) -> RunResult:
     run = measure(Endpoint(url, "scripted"), w, max_concurrency=cap)
     return RunResult.of(summarize(run.records, run.duration, SLOS, [50, 99]),
                         num_prompts=w.num_requests, request_rate=50.0,
-                        arrival_offsets=[c.start for c in w.conversations])
+                        arrival_offsets=[c.start for c in w.conversations],
+                        multi_turn=w.multi_turn)
 
 
 def test_pace_is_completions_over_the_arrivals_own_rate():
@@ -26,7 +30,23 @@ def test_pace_is_completions_over_the_arrivals_own_rate():
     assert steady.pace() == pytest.approx(1.0)  # 11 in 11 s, arriving at 1 per s over 10 s
     chats = RunResult.of(stats, num_prompts=11, multi_turn=True,
                          arrival_offsets=[i * 1.0 for i in range(11)])
-    assert chats.pace() is None
+    assert chats.pace() is None  # recorded before conversations' statistics were
+
+
+def test_multi_turn_pace_counts_conversations_and_at_most_the_load_they_built():
+    def chats(offsets, life_s, duration):
+        stats = {"completed": 40, "failed": 0, "slo_attainment": 1.0, "duration": duration,
+                 "completed_conversations": 10, "conversation_life_ms": life_s * 1000,
+                 "early_conversation_ms": life_s * 1000}
+        return RunResult.of(stats, num_prompts=40, multi_turn=True, arrival_offsets=offsets)
+
+    # 10 conversations of 1 s each, one a second: done 1 s after the last arrived (10 done
+    # against the 9 that the 9 s between the first and the last arrival hold)
+    assert chats([float(i) for i in range(10)], 1.0, 10.0).pace() == pytest.approx(10 / 9)
+    assert chats([float(i) for i in range(10)], 1.0, 15.0).pace() < KEEP_PACE  # fell behind
+    # the same 10 within 0.9 s, lasting 3 s: the load never reached the rate's (0.3 of it),
+    # though they were all done as fast as they came
+    assert chats([i * 0.1 for i in range(10)], 3.0, 3.9).pace() == pytest.approx(0.3)
 
 
 @pytest.mark.integration
@@ -42,3 +62,21 @@ def test_a_run_that_fell_behind_its_arrivals_surely_misses_whatever_its_attainme
     kept, fell = (outcome_of(r, 50.0, 0.9, SLOS["itl"]) for r in (free, capped))
     assert kept.meets and not kept.behind
     assert fell.behind and not fell.meets and fell.sure_misses and not fell.sure_meets
+
+
+@pytest.mark.integration
+def test_a_multi_turn_run_whose_conversations_came_at_once_did_not_carry_its_rate():
+    # 10 conversations of 4 turns with ~0.3 s of thought between: at 1000 req/s they all
+    # start at once and overlap, so the server sees what 10 users send, not 1000 req/s
+    def chats(rate):
+        return synthesize(SyntheticSpec(input=LengthDist("fixed", 8),
+                                        output=LengthDist("fixed", 4),
+                                        arrivals=Arrivals("poisson", rate), num_prompts=40,
+                                        turns=4, think_s=0.3), 0)
+    with scripted(ttft_ms=20, itl_ms=5) as url:
+        burst, steady = (_run(url, chats(rate)) for rate in (1000.0, 8.0))
+    for r in (burst, steady):
+        assert r.get("slo_attainment") == 1.0 and r.get("completed_conversations") == 10
+    assert burst.pace() < 0.2 and steady.pace() > KEEP_PACE
+    assert outcome_of(burst, 1000.0, 0.9, SLOS["itl"]).sure_misses
+    assert outcome_of(steady, 8.0, 0.9, SLOS["itl"]).meets
