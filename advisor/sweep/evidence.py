@@ -95,13 +95,15 @@ def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
 
 
 def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tuple[float, str]:
-    """The rate the placements are compared at, and why: the user's operating rate (the
-    highest rate every placement ran at or below it), else the highest such rate at which
-    the placement with more goodput still meets the SLO."""
+    """The rate the placements are compared at, and why: the user's operating rate (which
+    the sweep measures; else, as in a run directory from before it did, the highest rate
+    every placement ran at or below it), else the highest such rate at which the placement
+    with more goodput still meets the SLO."""
     common = sorted(set.intersection(*({o.rate for o in d} for d in done.values())))
     if operating is not None:
         rate = max((r for r in common if r <= operating), default=common[0])
-        return rate, f"the operating rate {operating:g} req/s (measured at {rate:g})"
+        return rate, f"the operating rate {operating:g} req/s" + (
+            "" if rate == operating else f" (measured at {rate:g})")
     best = max(max_goodput_rate(d) for d in done.values())
     rate = max((r for r in common if r <= best), default=common[0])
     if best <= 0:

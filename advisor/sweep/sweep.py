@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,7 +176,6 @@ class _Sweep:
         self.done[p.name] = outcomes
         lead = not self.opts.rates and self.leader in (None, p.name)
         self.leader = p.name if lead else self.leader
-        grid = None if lead else self.replay
         with contextlib.ExitStack() as own:
             # NOTE: the bundled engine's placements stay up for a second pass (advisor.sweep.
             # kept); one at a URL stops before the next starts (they may share GPUs)
@@ -186,28 +186,49 @@ class _Sweep:
                 self._calibrate(p, at.start())
             if self.missed:
                 return False
-            # NOTE: the first pass is replayed (from the run directory) before the second
-            for second in (False, True):
-                if second and not (refine() if callable(refine) else refine):
-                    return False
-                # NOTE: the second pass measures again the rates within noise that hold the
-                # interval open before each rate it searches, not only before the first: a step
-                # down or a bisection may find the new bound (disaggregated missed at every
-                # replayed rate, then met at the step down for 0.97 of 33 requests, interval
-                # [0.89, 1], and its interval stayed [0, 5.92], within noise of collocated's)
-                while (not second or self._settle(p, outcomes, at)) \
-                        and (rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
-                                               refine=second)) is not None:
-                    if not self.run_dir.has_run(p.name, rate):
-                        if second and not self._fits(rate, at):
-                            break
-                        self._write_run(p, rate, self._timed_run(at, p, rate))
-                    outcomes.append(self._outcome(p, rate))
-                    self.bars.advance(self.task)
-                if lead and self.grid is None:
-                    self.grid = grid_of(outcomes, self.plan)
-                    self.replay = replay_grid(outcomes, self.plan)
+            second = self._passes(p, outcomes, at, lead, refine)
+            self._at_operating_rate(p, outcomes, at)
+        return second
+
+    def _passes(self, p: Placement, outcomes: list[Outcome], at: OnDemand, lead: bool,
+                refine: bool | Callable[[], bool]) -> bool:
+        """`p`'s rate search at `at` into `outcomes`: its first pass, then its second where
+        `refine` says; whether it ran the second (`measure`)."""
+        grid = None if lead else self.replay
+        # NOTE: the first pass is replayed (from the run directory) before the second
+        for second in (False, True):
+            if second and not (refine() if callable(refine) else refine):
+                return False
+            # NOTE: the second pass measures again the rates within noise that hold the
+            # interval open before each rate it searches, not only before the first: a step
+            # down or a bisection may find the new bound (disaggregated missed at every
+            # replayed rate, then met at the step down for 0.97 of 33 requests, interval
+            # [0.89, 1], and its interval stayed [0, 5.92], within noise of collocated's)
+            while (not second or self._settle(p, outcomes, at)) \
+                    and (rate := next_rate(outcomes, self.plan, grid, bool(self.opts.rates),
+                                           refine=second)) is not None:
+                if not self.run_dir.has_run(p.name, rate):
+                    if second and not self._fits(rate, at):
+                        break
+                    self._write_run(p, rate, self._timed_run(at, p, rate))
+                outcomes.append(self._outcome(p, rate))
+                self.bars.advance(self.task)
+            if lead and self.grid is None:
+                self.grid = grid_of(outcomes, self.plan)
+                self.replay = replay_grid(outcomes, self.plan)
         return True
+
+    def _at_operating_rate(self, p: Placement, outcomes: list[Outcome], at: OnDemand) -> None:
+        """`p` measured at the user's --operating-rate where its search did not reach it:
+        the rows are judged there, never at a rate beside it. Outside the time budget (asked
+        for by name) and after the search, so the search's steps are its own."""
+        rate = self.opts.operating_rate
+        if rate is None or any(math.isclose(o.rate, rate) for o in outcomes):
+            return
+        if not self.run_dir.has_run(p.name, rate):
+            self._write_run(p, rate, self._timed_run(at, p, rate))
+        outcomes.append(self._outcome(p, rate))
+        self.bars.advance(self.task)
 
     def _settle(self, p: Placement, outcomes: list[Outcome], at: OnDemand) -> bool:
         """Measure again the rates within noise that hold `p`'s interval open

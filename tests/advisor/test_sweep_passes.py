@@ -51,7 +51,8 @@ def _measured(step_down: list[Outcome], budget_s: float | None = None,
     runs = _Runs()
     now = [0.0]
     s = object.__new__(sweep_module._Sweep)
-    opts = SimpleNamespace(rates=(), num_prompts=None, repeats=1, window_s=16.0)
+    opts = SimpleNamespace(rates=(), num_prompts=None, repeats=1, window_s=16.0,
+                           operating_rate=None)
     s.run_dir, s.task, s.opts = runs, None, opts
     s.budget = TimeBudget(budget_s, clock=lambda: now[0])
     s.bars = SimpleNamespace(advance=lambda *_: None, update=lambda *a, **k: None)
