@@ -2,7 +2,8 @@
 
 Requests are resampled whole (an ITL gap belongs to its request: gaps of one request are
 not independent), BOOTSTRAP times with a fixed seed, so the same records give the same
-intervals.
+intervals. In a multi-turn run conversations are resampled whole, for the same reason one
+level up: a conversation's turns share its history, its instance and each other's waits.
 """
 
 from __future__ import annotations
@@ -15,50 +16,78 @@ BOOTSTRAP = 500
 SEED = 0
 
 
-def intervals(good: list[bool], ttft_ms: list[float | None],
-              itl_ms: list[list[float]]) -> dict[str, list[float] | None]:
+def intervals(good: list[bool], ttft_ms: list[float | None], itl_ms: list[list[float]],
+              groups: list[str] | None = None) -> dict[str, list[float] | None]:
     """95% intervals of SLO attainment, median TTFT and pooled p99 ITL, one entry per
-    request (None TTFT and no gaps for a failed one)."""
+    request (None TTFT and no gaps for a failed one); with `groups` (each request's
+    conversation), conversations resampled whole."""
     n = len(good)
     if n == 0:
         return {"slo_attainment": None, "median_ttft_ms": None, "p99_itl_ms": None}
     rng = np.random.default_rng(SEED)
-    picks = rng.integers(0, n, size=(BOOTSTRAP, n))
-    att = np.asarray(good, float)[picks].mean(axis=1)
-    ttft = np.array([np.nan if t is None else t for t in ttft_ms])[picks]
-    out = {"slo_attainment": _bounds(att)}
-    if np.isnan(ttft).any():
-        with warnings.catch_warnings():  # a resample of failed requests only has no median
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out["median_ttft_ms"] = _bounds(np.nanmedian(ttft, axis=1))
-    else:  # NOTE: nanmedian goes row by row in Python past 600 columns; median does not
-        out["median_ttft_ms"] = _bounds(np.median(ttft, axis=1))
+    ttft = np.array([np.nan if t is None else t for t in ttft_ms])
+    if groups is not None and len(set(groups)) < n:
+        counts = _conversation_counts(groups, rng)
+        out = _weighted(np.asarray(good, float), ttft, counts)
+    else:
+        picks = rng.integers(0, n, size=(BOOTSTRAP, n))
+        counts = np.stack([np.bincount(row, minlength=n) for row in picks])  # [R, n]
+        out = {"slo_attainment": _bounds(np.asarray(good, float)[picks].mean(axis=1)),
+               "median_ttft_ms": _median_bounds(ttft[picks])}
     gaps = [np.asarray(g, float) for g in itl_ms]
     if any(g.size for g in gaps):
-        out["p99_itl_ms"] = _bounds(_pooled_p99(gaps, picks))
+        out["p99_itl_ms"] = _bounds(_pooled_p99(gaps, counts))
     else:
         out["p99_itl_ms"] = None
     return out
 
 
+def _conversation_counts(groups: list[str], rng: np.random.Generator) -> np.ndarray:
+    """[resamples, requests]: how often each request is drawn when conversations are
+    resampled whole."""
+    ids = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    member = np.array([ids[g] for g in groups])  # [n] its conversation
+    picks = rng.integers(0, len(ids), size=(BOOTSTRAP, len(ids)))
+    per_conv = np.stack([np.bincount(row, minlength=len(ids)) for row in picks])  # [R, convs]
+    return per_conv[:, member]
+
+
+def _weighted(good: np.ndarray, ttft: np.ndarray, counts: np.ndarray) -> dict:
+    """Attainment and median TTFT intervals of resamples given as request counts."""
+    att = counts @ good / counts.sum(axis=1)
+    done = ~np.isnan(ttft)
+    medians = np.array([np.median(np.repeat(ttft[done], row[done])) if row[done].any()
+                        else np.nan for row in counts])
+    return {"slo_attainment": _bounds(att), "median_ttft_ms": _bounds(medians)}
+
+
+def _median_bounds(ttft: np.ndarray) -> list[float] | None:
+    """The median TTFT interval of resamples [R, n] (NaN: a failed request)."""
+    if np.isnan(ttft).any():
+        with warnings.catch_warnings():  # a resample of failed requests only has no median
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _bounds(np.nanmedian(ttft, axis=1))
+    # NOTE: nanmedian goes row by row in Python past 600 columns; median does not
+    return _bounds(np.median(ttft, axis=1))
+
+
 TAIL = 0.02  # the share of all gaps, largest first, that resamples' p99 is looked up in
 
 
-def _pooled_p99(gaps: list[np.ndarray], picks: np.ndarray) -> np.ndarray:
+def _pooled_p99(gaps: list[np.ndarray], counts: np.ndarray) -> np.ndarray:
     """np.percentile(99) of each resample's pooled gaps, without pooling them: a resample
     holds request i's gaps count_i times, so its p99 is found by rank among the largest
     gaps weighted by those counts (all gaps only when a resample's 1% reaches past them).
 
-    gaps: one array per request; picks: [resamples, requests] request indices."""
+    gaps: one array per request; counts: [resamples, requests] times each is drawn."""
     sizes = np.array([g.size for g in gaps])
     owner = np.repeat(np.arange(len(gaps)), sizes)  # [all gaps] its request
     flat = np.concatenate(gaps)
     order = np.argsort(flat)[::-1]  # largest first
     keep = order[: max(1, int(np.ceil(TAIL * flat.size)))]
-    counts = np.stack([np.bincount(row, minlength=len(gaps)) for row in picks])  # [R, n]
     weights = counts[:, owner[keep]].cumsum(axis=1)  # [R, kept] multiplicity, running
     total = counts @ sizes  # [R] pooled gaps per resample
-    out = np.full(len(picks), np.nan)
+    out = np.full(len(counts), np.nan)
     for r, n in enumerate(total):
         if n == 0:
             continue

@@ -169,7 +169,8 @@ def summarize(
     result["early_e2el_ms"] = float(np.median(early)) * 1000 if early else None
     result["ci95"] = intervals([is_good(lat, slos) for lat in lats],
                                [lat.ttft * 1000 if lat else None for lat in lats],
-                               [lat.itls * 1000 if lat else [] for lat in lats])
+                               [lat.itls * 1000 if lat else [] for lat in lats],
+                               [r.conversation_id for r in runs] if "per_turn" in result else None)
     return result
 
 

@@ -29,6 +29,24 @@ def test_more_requests_narrow_the_attainment_interval():
     assert width(400) < width(100) / 1.5
 
 
+def test_a_conversations_turns_are_resampled_together():
+    # 10 conversations of 5 turns, each wholly good or wholly bad (as turns on one slow
+    # instance are): 50 requests, but only 10 independent draws
+    groups = [f"c{i // 5}" for i in range(50)]
+    good = [i // 5 % 2 == 0 for i in range(50)]
+    ttft = [100.0 + 50 * (i // 5) for i in range(50)]
+    itl = [[10.0 + i // 5] * 4 for i in range(50)]
+
+    def width(ci, key):
+        return ci[key][1] - ci[key][0]
+    alone, whole = intervals(good, ttft, itl), intervals(good, ttft, itl, groups)
+    for key in ("slo_attainment", "median_ttft_ms"):
+        assert width(whole, key) > 1.5 * width(alone, key)
+    assert whole["slo_attainment"][0] < 0.5 < whole["slo_attainment"][1]
+    # one request per conversation: the same as resampling requests
+    assert intervals(good, ttft, itl, [str(i) for i in range(50)]) == alone
+
+
 def test_failed_requests_count_and_have_no_latency():
     ci = intervals([False, False], [None, None], [[], []])
     assert ci == {"slo_attainment": [0.0, 0.0], "median_ttft_ms": None, "p99_itl_ms": None}
