@@ -14,8 +14,9 @@ Definitions (the README repeats them, with where they differ from `vllm bench se
   request's lifetime before any queue a run builds), for `RunResult.pace`.
 - multi-turn runs, for `RunResult.pace` over conversations: conversation_life_ms (the
   median time from a conversation's first scheduled turn to its last turn's end),
-  early_conversation_ms (the same over the first fifth of conversations by start) and
-  completed_conversations (every turn completed).
+  early_conversation_ms (the same over the first fifth of conversations by start),
+  completed_conversations (every turn completed) and peak_conversations (the most under
+  way at once).
 """
 
 from __future__ import annotations
@@ -175,8 +176,8 @@ def summarize(
 
 
 def conversations(records: list[RequestRecord]) -> dict:
-    """How long conversations lasted, all and the first fifth by start (ms), and how many
-    had every turn complete (see the module's docstring)."""
+    """How long conversations lasted, all and the first fifth by start (ms), how many had
+    every turn complete and the most under way at once (see the module's docstring)."""
     convs: dict[str, list[RequestRecord]] = {}
     for r in records:
         convs.setdefault(r.conversation_id, []).append(r)
@@ -184,9 +185,12 @@ def conversations(records: list[RequestRecord]) -> dict:
                     max(max(r.end, r.sent, r.scheduled) for r in rs) - min(r.scheduled for r in rs),
                     all(r.ok for r in rs)) for rs in convs.values())
     lives = [life for _, life, _ in spans]
+    # NOTE: an end sorts before a start at the same moment: back to back is not at once
+    events = sorted([(t, 1) for t, _, _ in spans] + [(t + life, -1) for t, life, _ in spans])
     return {"conversation_life_ms": float(np.median(lives)) * 1000,
             "early_conversation_ms": float(np.median(lives[:max(1, len(lives) // 5)])) * 1000,
-            "completed_conversations": sum(done for _, _, done in spans)}
+            "completed_conversations": sum(done for _, _, done in spans),
+            "peak_conversations": int(np.max(np.cumsum([step for _, step in events])))}
 
 
 def per_turn(records: list[RequestRecord]) -> list[dict]:

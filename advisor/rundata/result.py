@@ -100,10 +100,10 @@ class RunResult:
 
         Multi-turn: the same over conversations (a later turn waits on the one before, so
         turns arrive at no rate of their own), and at most the share of the rate's load
-        the run ever carried: its conversations build up to the rate's steady stream only
-        once they have arrived for one conversation's length (`conversation_life_ms`), so
-        conversations arriving over less than that never load the server at the rate.
-        None for one recorded before those statistics were."""
+        the run ever carried: the most conversations it had under way at once against the
+        number the rate keeps under way (conversations per second x their median length),
+        since a run of too few conversations for its rate never builds that load, however
+        fast they start. None for one recorded before those statistics were."""
         offsets = self.described.arrival_offsets
         window = (self.get("duration") or 0.0) - (offsets[0] if offsets else 0.0)
         if len(offsets) < 2 or offsets[-1] <= offsets[0] or window <= 0:
@@ -113,11 +113,14 @@ class RunResult:
             life = (self.get("early_e2el_ms") or 0.0) / 1000
             return self.get("completed") * (span + life) / ((len(offsets) - 1) * window)
         life, early = self.get("conversation_life_ms"), self.get("early_conversation_ms")
-        if life is None or early is None:
+        peak = self.get("peak_conversations")
+        if life is None or early is None or peak is None:
             return None
         kept = self.get("completed_conversations") * (span + early / 1000) / \
             ((len(offsets) - 1) * window)
-        return min(kept, span / (life / 1000)) if life > 0 else kept
+        # conversations the rate keeps under way: their rate (requests/s over turns each)
+        steady = (self.rate or 0.0) * len(offsets) / self.described.num_prompts * life / 1000
+        return min(kept, peak / steady) if steady > 0 else kept
 
     def host_cores_busy(self) -> float | None:
         """The instances' cores busy plus the client's where recorded (at least what the

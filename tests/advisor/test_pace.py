@@ -16,10 +16,10 @@ from workloads.spec import SyntheticSpec, synthesize
 SLOS = {"ttft": 2000.0, "itl": 100.0}
 
 
-def _run(url, w, cap=None) -> RunResult:
+def _run(url, w, cap=None, rate=50.0) -> RunResult:
     run = measure(Endpoint(url, "scripted"), w, max_concurrency=cap)
     return RunResult.of(summarize(run.records, run.duration, SLOS, [50, 99]),
-                        num_prompts=w.num_requests, request_rate=50.0,
+                        num_prompts=w.num_requests, request_rate=rate,
                         arrival_offsets=[c.start for c in w.conversations],
                         multi_turn=w.multi_turn)
 
@@ -34,19 +34,24 @@ def test_pace_is_completions_over_the_arrivals_own_rate():
 
 
 def test_multi_turn_pace_counts_conversations_and_at_most_the_load_they_built():
-    def chats(offsets, life_s, duration):
+    def chats(offsets, life_s, duration, rate, peak):
         stats = {"completed": 40, "failed": 0, "slo_attainment": 1.0, "duration": duration,
                  "completed_conversations": 10, "conversation_life_ms": life_s * 1000,
-                 "early_conversation_ms": life_s * 1000}
-        return RunResult.of(stats, num_prompts=40, multi_turn=True, arrival_offsets=offsets)
+                 "early_conversation_ms": life_s * 1000, "peak_conversations": peak}
+        return RunResult.of(stats, num_prompts=40, request_rate=rate, multi_turn=True,
+                            arrival_offsets=offsets)
 
-    # 10 conversations of 1 s each, one a second: done 1 s after the last arrived (10 done
-    # against the 9 that the 9 s between the first and the last arrival hold)
-    assert chats([float(i) for i in range(10)], 1.0, 10.0).pace() == pytest.approx(10 / 9)
-    assert chats([float(i) for i in range(10)], 1.0, 15.0).pace() < KEEP_PACE  # fell behind
-    # the same 10 within 0.9 s, lasting 3 s: the load never reached the rate's (0.3 of it),
-    # though they were all done as fast as they came
-    assert chats([i * 0.1 for i in range(10)], 3.0, 3.9).pace() == pytest.approx(0.3)
+    # 10 conversations of 4 turns and 1 s each, one a second (4 req/s): done 1 s after the
+    # last arrived (10 done against the 9 that the 9 s between first and last arrival hold)
+    steady = [float(i) for i in range(10)]
+    assert chats(steady, 1.0, 10.0, 4.0, 1).pace() == pytest.approx(1.0)  # the rate's 1
+    assert chats(steady, 1.0, 15.0, 4.0, 1).pace() < KEEP_PACE  # fell behind
+    # 10 within 0.9 s at 40 req/s (10 conversations a second), lasting 3 s: the rate keeps
+    # 30 under way, the run never more than its 10, though all were done as fast as they came
+    burst = [i * 0.1 for i in range(10)]
+    assert chats(burst, 3.0, 3.9, 40.0, 10).pace() == pytest.approx(1 / 3)
+    # the same draw at 4 req/s: a chance burst above the rate's 3 under way, not short of it
+    assert chats(burst, 3.0, 3.9, 4.0, 10).pace() == pytest.approx(10 / 9)
 
 
 @pytest.mark.integration
@@ -74,7 +79,7 @@ def test_a_multi_turn_run_whose_conversations_came_at_once_did_not_carry_its_rat
                                         arrivals=Arrivals("poisson", rate), num_prompts=40,
                                         turns=4, think_s=0.3), 0)
     with scripted(ttft_ms=20, itl_ms=5) as url:
-        burst, steady = (_run(url, chats(rate)) for rate in (1000.0, 8.0))
+        burst, steady = (_run(url, chats(rate), rate=rate) for rate in (1000.0, 8.0))
     for r in (burst, steady):
         assert r.get("slo_attainment") == 1.0 and r.get("completed_conversations") == 10
     assert burst.pace() < 0.2 and steady.pace() > KEEP_PACE
