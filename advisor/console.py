@@ -11,9 +11,9 @@ from advisor.rundata.result import KEEP_PACE
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
 
-_MULTI_TURN_BEHIND = (" (over conversations): they arrived over less than one conversation's "
-                      "length, or the server fell behind them, so it never saw this rate: "
-                      "more requests (--num-prompts) or a lower rate")
+_MULTI_TURN_BEHIND = (" (over conversations): fewer were under way at once than this rate keeps, "
+                      "or the server fell behind them, so it never saw this rate: more "
+                      "requests (--num-prompts) or a lower rate")
 
 
 def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[float],

@@ -106,8 +106,8 @@ def behind_facts(sides: list, target: float, multi_turn: bool = False) -> str | 
     said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but {how.format(pace)})"
             for p in sides if p is not None and p.fell_behind
             for rate, pace, att in [p.fell_behind] if att >= target]
-    why = (": they arrived over less than one conversation's length, or it fell behind them, "
-           "so the server never saw that rate (more requests per rate: --num-prompts)"
+    why = (": fewer were under way at once than that rate keeps, or it fell behind them, so "
+           "the server never saw that rate (more requests per rate: --num-prompts)"
            if multi_turn else ": the queue was still growing when its run ended, and a "
            "longer run would have missed the SLO")
     return "; ".join(said) + why if said else None

@@ -476,6 +476,6 @@ def test_a_multi_turn_rate_its_conversations_never_built_up_to_is_said_so():
                                fell_behind=[76.8, 0.02, 0.99])
     said = " ".join(recommend(ev)["reasons"])
     assert ("disagg-1p1d at 76.8 req/s (99% met the SLO, but its conversations carried 0.02 "
-            "of the rate's load): they arrived over less than one conversation's length, or "
-            "it fell behind them, so the server never saw that rate") in said
+            "of the rate's load): fewer were under way at once than that rate keeps, or it "
+            "fell behind them, so the server never saw that rate") in said
     assert "completed requests at" not in said
