@@ -181,9 +181,12 @@ def conversations(records: list[RequestRecord]) -> dict:
     convs: dict[str, list[RequestRecord]] = {}
     for r in records:
         convs.setdefault(r.conversation_id, []).append(r)
-    spans = sorted((min(r.scheduled for r in rs),
-                    max(max(r.end, r.sent, r.scheduled) for r in rs) - min(r.scheduled for r in rs),
-                    all(r.ok for r in rs)) for rs in convs.values())
+    spans = []  # (start, lifetime, every turn completed), by start
+    for rs in convs.values():
+        start = min(r.scheduled for r in rs)
+        end = max(max(r.end, r.sent, r.scheduled) for r in rs)
+        spans.append((start, end - start, all(r.ok for r in rs)))
+    spans.sort()
     lives = [life for _, life, _ in spans]
     # NOTE: an end sorts before a start at the same moment: back to back is not at once
     events = sorted([(t, 1) for t, _, _ in spans] + [(t + life, -1) for t, life, _ in spans])
