@@ -108,16 +108,15 @@ class RunResult:
         window = (self.get("duration") or 0.0) - (offsets[0] if offsets else 0.0)
         if len(offsets) < 2 or offsets[-1] <= offsets[0] or window <= 0:
             return None
-        span = offsets[-1] - offsets[0]
-        if not self.described.multi_turn:
-            life = (self.get("early_e2el_ms") or 0.0) / 1000
-            return self.get("completed") * (span + life) / ((len(offsets) - 1) * window)
-        life, early = self.get("conversation_life_ms"), self.get("early_conversation_ms")
-        peak = self.get("peak_conversations")
-        if life is None or early is None or peak is None:
+        span, multi = offsets[-1] - offsets[0], self.described.multi_turn
+        done, early = (self.get("completed_conversations"), self.get("early_conversation_ms")) \
+            if multi else (self.get("completed"), self.get("early_e2el_ms") or 0.0)
+        life, peak = self.get("conversation_life_ms"), self.get("peak_conversations")
+        if multi and (life is None or early is None or peak is None):
             return None
-        kept = self.get("completed_conversations") * (span + early / 1000) / \
-            ((len(offsets) - 1) * window)
+        kept = done * (span + early / 1000) / ((len(offsets) - 1) * window)
+        if not multi:
+            return kept
         # conversations the rate keeps under way: their rate (requests/s over turns each)
         steady = (self.rate or 0.0) * len(offsets) / self.described.num_prompts * life / 1000
         return min(kept, peak / steady) if steady > 0 else kept
