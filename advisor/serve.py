@@ -9,11 +9,16 @@ import threading
 from rich.console import Console
 
 from advisor.errors import UsageError
-from engine.core.config import load_model_config
-from engine.kv import connectors
-from engine.render.frontend import FrontendConfig
-from engine.serve.launch import MODES, Topology, launch
-from engine.serve.supervise import supervise
+from engine import api
+from engine.api import (
+    CONNECTORS,
+    MODES,
+    FrontendConfig,
+    Topology,
+    launch,
+    load_model_config,
+    supervise,
+)
 
 
 def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
@@ -21,8 +26,8 @@ def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
     if topology.mode not in MODES:
         raise UsageError(f"--mode must be {', '.join(MODES[:-1])} or {MODES[-1]}, "
                          f"not {topology.mode!r}")
-    if topology.connector not in connectors.NAMES:
-        raise UsageError(f"--connector must be one of {', '.join(connectors.NAMES)}, "
+    if topology.connector not in CONNECTORS:
+        raise UsageError(f"--connector must be one of {', '.join(CONNECTORS)}, "
                          f"not {topology.connector!r}")
     try:
         frontend.validate()
@@ -42,9 +47,7 @@ def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | N
     topology = check_topology(topology, frontend)
     console = console or Console()
     if topology.mode != "render":
-        from engine.model.dtype import resolve as resolve_dtype  # NOTE: torch, after the flags
-
-        choice = resolve_dtype(topology.dtype, topology.device)
+        choice = api.resolve_dtype(topology.dtype, topology.device)
         topology = dataclasses.replace(topology, dtype=choice.dtype)
         console.print(f"dtype: {choice.dtype} ({choice.reason})")
     stop = threading.Event()

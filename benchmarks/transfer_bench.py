@@ -22,7 +22,7 @@ import torch
 from timing import best_of
 
 from engine.core.config import EngineConfig
-from engine.core.kv_payload import KVLayout
+from engine.core.kv_layout import KVLayout
 from engine.core.sequence import SamplingParams
 from engine.kv import connectors, frame
 from engine.kv.loopback import pull_seconds, shared_source

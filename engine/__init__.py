@@ -16,8 +16,8 @@ _EXPORTS = {
     "ModelConfig": "engine.core.config",
     "PRESETS": "engine.core.config",
     "load_model_config": "engine.core.config",
-    "KVPayload": "engine.core.kv_payload",
-    "KVLayout": "engine.core.kv_payload",
+    "KVPayload": "engine.model.kv_payload",
+    "KVLayout": "engine.core.kv_layout",
 }
 
 __all__ = list(_EXPORTS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import fields
 
 from engine.core.config import EngineConfig
-from engine.core.kv_payload import KVPayload
 from engine.core.llm_engine import RequestOutput
 from engine.core.sequence import SamplingParams
+from engine.model.kv_payload import KVPayload
 from engine.model.runner import build_engine
 
 _ENGINE_FIELDS = {f.name for f in fields(EngineConfig)} - {"model_config"}

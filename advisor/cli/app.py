@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import typer
 
 from advisor.errors import UsageError
-from engine.serve.processes import LaunchError
+from engine.api import LaunchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure collocated vs disaggregated LLM serving and recommend a placement.")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import typer
 
 from advisor.cli.app import app, slo_items, user_errors
-from engine.kv.connectors import NAMES as CONNECTORS
-from engine.serve.launch import Topology
+from engine.api import CONNECTORS, Topology
 from workloads.presets import PRESETS as WORKLOADS
 
 
@@ -44,7 +43,7 @@ def serve(
 ) -> None:
     """Run the bundled engine (collocated, disaggregated) or a render server, until ^C."""
     from advisor.serve import run_serve
-    from engine.render.frontend import FrontendConfig
+    from engine.api import FrontendConfig
 
     topology = Topology(
         mode=mode,

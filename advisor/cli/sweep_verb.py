@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from advisor.cli.app import app, slo_items, user_errors
-from engine.kv.connectors import NAMES as CONNECTORS
+from engine.api import CONNECTORS
 from workloads.presets import PRESETS as WORKLOADS
 
 

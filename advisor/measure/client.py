@@ -22,7 +22,7 @@ import aiohttp
 
 from advisor.measure.arrival import StampedSockets
 from advisor.measure.records import CHAT, ClientRun, Endpoint, RequestRecord
-from engine.serve.sse import DataEvents
+from advisor.measure.sse import EventData
 from workloads.spec import Conversation, Workload
 
 START_LEAD_S = 0.05  # schedule t=0 slightly ahead so request 0 is not late by setup work
@@ -223,7 +223,7 @@ class Client:
                         if resp.status != 200:
                             rec.error = _error_text(await resp.text())
                         else:
-                            events = DataEvents(resp.content)
+                            events = EventData(resp.content)
                             # NOTE: taken now: the connection is released when the stream ends
                             sock = self._sockets.of(resp.connection and resp.connection.transport)
                             async for data in events:

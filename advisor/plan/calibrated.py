@@ -29,7 +29,7 @@ from advisor.rundata.files import RunDataError, manifest
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.options import DEFAULT_SLO
 from advisor.sweep.placements import Placement, counts
-from engine.core.config import EngineConfig
+from engine.api import EngineConfig
 
 GIB = 1 << 30
 URL_KV_TOKENS = 1 << 40  # a deployment measured by URL: KV that never runs short

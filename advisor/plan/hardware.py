@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.kv.links import parse_link
+from engine.api import parse_link
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from advisor.rundata.files import cpu_model
+from engine import api
 
 # The flags that decide whether bfloat16 is fast on a CPU (AMX and AVX-512-BF16) or emulated.
 VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16")
@@ -81,9 +82,7 @@ def cpu_flags(cpuinfo: str | None = None) -> list[str]:
 def cpu_view() -> dict:
     """The CPU, its vector flags, torch's matmul rate per dtype (one thread) and the dtype
     that `auto` picks here, with why."""
-    from engine.model.dtype import best_rates, choose_cpu
-
-    rates = best_rates(("float32", "bfloat16", "float16"))
-    choice = choose_cpu(rates.__getitem__)
+    rates = api.best_rates(("float32", "bfloat16", "float16"))
+    choice = api.choose_cpu(rates.__getitem__)
     return {"model": cpu_model(), "vector_flags": cpu_flags(), "matmul_gflops": rates,
             "auto_dtype": choice.dtype, "auto_reason": choice.reason}

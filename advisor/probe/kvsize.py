@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from advisor.errors import UsageError
 from advisor.probe.shapes import ModelShape, shape_of
-from engine.core.config import DTYPE_BYTES
-from engine.kv.links import parse_link
+from engine import api
+from engine.api import DTYPE_BYTES, parse_link
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,8 @@ def run_kv_size(
     size = kv_size(model, tokens, dtype)
     rates = {spec: parse_link(spec) for spec in links}
     if measured:
-        from advisor.probe.host_links import host_links
 
-        for name, lk in host_links().items():
+        for name, lk in api.host_links().items():
             rates[f"measured {name}"] = lk["gbps"] * 1e9
     shape = size.shape
     result = {

@@ -22,6 +22,7 @@ from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verd
 from advisor.probe import hardware, p2p
 from advisor.probe.cores import CoreSharing, host_core_sharing
 from advisor.probe.wakeup import IDLE_S, NOTABLE, Wakeup, probe_wakeup
+from engine import api
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
@@ -72,11 +73,10 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     result["wakeup"] = probe_wakeup(opts.wakeup_idle_s)
     cores = host_core_sharing()
     result["core_sharing"] = cores.to_json() if cores else None
-    from advisor.probe import host_links as links  # NOTE: torch, after the flags are checked
 
-    result["links"] = links.host_links(opts.link_mb << 20)
+    result["links"] = api.host_links(opts.link_mb << 20)
     n = result["torch"]["device_count"]
-    result["links"]["gpu_pairs"] = links.gpu_links(n) if n > 1 else []
+    result["links"]["gpu_pairs"] = api.gpu_links(n) if n > 1 else []
     if opts.transfer_check:
         result["transfer_check"] = transfer_check(
             opts.transfer_check,

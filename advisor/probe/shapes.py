@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.config import DTYPE_BYTES, PRESETS, ModelConfig
+from engine.api import DTYPE_BYTES, PRESETS, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def from_hf_dict(d: dict, name: str) -> ModelShape:
         return _qwen3_next(name, d, *_moe_params(d))
     if "hybrid_override_pattern" in d:
         return _nemotron_h(name, d, *_moe_params(d))
-    from engine.core.config import config_from_hf_dict
+    from engine.api import config_from_hf_dict
 
     return from_config(config_from_hf_dict(d, name))
 

@@ -27,8 +27,7 @@ from advisor.rundata.evidence import (
 )
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.rate_search import Outcome, goodput_interval, max_goodput_rate
-from engine.render.history import check_history
-from engine.render.tokenizer import TextTokenizer
+from engine.api import TextTokenizer, check_history
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",

@@ -11,7 +11,8 @@ import dataclasses
 
 from advisor.probe import hardware, p2p
 from advisor.rundata.files import manifest
-from engine.model.dtype import DtypeChoice
+from engine import api
+from engine.api import DtypeChoice
 
 ELSEWHERE = ("not measured: the deployments' KV crosses their own links, not this host's "
              "(their transfers come from the decoders' metrics)")
@@ -25,9 +26,8 @@ def sweep_manifest(opts, argv: list[str] | None, dtype: DtypeChoice) -> dict:
     probe = {"gpus": hardware.gpus_json(gpus), "gpu_note": note,
              "p2p": matrix.to_json() if matrix else None, "links": None, "links_note": ELSEWHERE}
     if opts.bundled:
-        from advisor.probe import host_links  # NOTE: torch, 2 s to import
 
-        probe.update(links=host_links.host_links(16 << 20), links_note=None)
+        probe.update(links=api.host_links(16 << 20), links_note=None)
     config = {k: v for k, v in dataclasses.asdict(opts).items() if k != "api_key"}
     ran = {"asked": opts.dtype, "ran": dtype.dtype, "reason": dtype.reason,
            "matmul_gflops": dtype.gflops}

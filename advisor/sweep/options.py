@@ -13,9 +13,7 @@ from advisor.measure.stats import parse_percentiles, parse_slos
 from advisor.rundata.files import RunDataError
 from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep.placements import Placement, parse_topologies
-from engine.core.config import DTYPES
-from engine.kv import connectors
-from engine.kv.links import parse_emulation
+from engine.api import CONNECTORS, DTYPES, parse_emulation
 from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset
 from workloads.spec import Workload
 
@@ -144,8 +142,8 @@ class SweepOptions:
             raise UsageError("--num-prompts must be >= 1")
         if any(s is not None and not s > 0 for s in (self.scale, self.output_scale)):
             raise UsageError("--scale and --output-scale must be > 0")
-        if self.connector not in connectors.NAMES:
-            raise UsageError(f"--connector must be one of {', '.join(connectors.NAMES)}, "
+        if self.connector not in CONNECTORS:
+            raise UsageError(f"--connector must be one of {', '.join(CONNECTORS)}, "
                              f"not {self.connector!r}")
         if self.link_emulation:
             try:

@@ -6,8 +6,7 @@ import re
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
-from engine.core.config import load_model_config
-from engine.serve.launch import Topology
+from engine.api import Topology, load_model_config
 
 _DISAGG = re.compile(r"^(\d+)p(\d+)d$")
 

@@ -53,10 +53,8 @@ from advisor.sweep.rate_search import (
     top_up,
     unsettled,
 )
-from engine.core.config import DTYPES, load_model_config
-from engine.model.dtype import DtypeChoice
-from engine.model.dtype import resolve as resolve_dtype
-from engine.serve.launch import launch
+from engine import api
+from engine.api import DTYPES, DtypeChoice, launch, load_model_config
 
 REQUEST_TIMEOUT_S = 180.0
 URL_CONTEXT = 32768  # for sizing calibration prompts, where a front lists no context
@@ -112,7 +110,7 @@ def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepO
     filled = dataclasses.replace(opts, model=opts.model_to_run(),
                                  slo=opts.slo or DEFAULT_SLO)
     filled.validate()
-    choice = resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
+    choice = api.resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
         opts.dtype, "set by the deployment", {})
     run_dir = RunDir.create(opts.out or "results", opts.workload)
     extra = {"config_file": Path(opts.config).read_text()} if opts.config else {}

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from advisor.measure.arrival import SO_TIMESTAMPNS, receive_time
-from engine.render.protocol import error_body
+from engine.api import error_body
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
 from engine.core.kept import PREFIX as KEPT_PREFIX
 from engine.core.kept import KeptConversations
-from engine.core.kv_payload import KVLayout, KVPayload
+from engine.core.kv_layout import ImportedKV, KVLayout
 from engine.core.leases import KVLeases
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.sequence import FinishReason, Request, SamplingParams
@@ -51,7 +51,7 @@ class Executor(Protocol):
 
     def forget(self, request_id: str) -> None: ...
 
-    def export_kv(self, req: Request) -> KVPayload: ...
+    def export_kv(self, req: Request) -> ImportedKV: ...
 
 
 class LLMEngine:
@@ -101,7 +101,7 @@ class LLMEngine:
                              f"max_num_batched_tokens ({budget})")
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None, kv: KVPayload | None = None,
+                    request_id: str | None = None, kv: ImportedKV | None = None,
                     remote_decode: bool | None = None, keep_as: str | None = None) -> str:
         """Queue a request; returns its id.
 
@@ -133,7 +133,7 @@ class LLMEngine:
         return len(self.block_manager.get_computed_blocks(prompt_token_ids)) \
             * self.block_manager.block_size
 
-    def _check_import(self, kv: KVPayload, prompt: list[int]) -> KVPayload | None:
+    def _check_import(self, kv: ImportedKV, prompt: list[int]) -> ImportedKV | None:
         try:
             kv.check_compatible(self.runner.layout, prompt)
             return kv
@@ -192,7 +192,7 @@ class LLMEngine:
                              req.num_preemptions, req.first_scheduled_time)
 
     # ---- KV held for export (prefill side) --------------------------------------------------
-    def export_kv(self, request_id: str) -> KVPayload:
+    def export_kv(self, request_id: str) -> ImportedKV:
         """The prompt KV of a finished remote-decode request, copied; its lease keeps running.
 
         Safe to call from any thread (a connector's): held blocks are never written,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.core.kv_layout import ImportedKV
 
 SAMPLING_EPS = 1e-5  # a temperature below this is greedy (as vLLM): dividing by it overflows
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)  # what a torch.Generator can be seeded with
@@ -74,8 +78,8 @@ class Request:
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache or a KV import
     first_scheduled_time: float | None = None
-    # Decode side: KV to import before the first step (an engine.core.kv_payload.KVPayload).
-    pending_kv: object | None = None
+    # Decode side: KV to import before the first step.
+    pending_kv: ImportedKV | None = None
     # Prefill side: stop after the first token and hold the blocks for a decoder to pull.
     remote_decode: bool = False
     # Decode side (bidirectional): keep the finished turn's blocks for this conversation.

@@ -19,10 +19,11 @@ from typing import ClassVar
 
 import torch
 
-from engine.core.kv_payload import KVLayout, KVPayload
+from engine.core.kv_layout import KVLayout
 from engine.kv import frame
 from engine.kv.buffers import BufferPool
 from engine.model.kv_cache import KVCache
+from engine.model.kv_payload import KVPayload
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0

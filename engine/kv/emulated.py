@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from engine.core.kv_payload import KVLayout
+from engine.core.kv_layout import KVLayout
 from engine.kv.connector import KVConnector, PulledKV
 from engine.kv.links import LinkEmulation
 from engine.model.kv_cache import KVCache

@@ -1,7 +1,6 @@
-"""Connectors measured on this host: a side channel over a random shared cache, pulled locally.
-
-Used by `benchmarks/transfer_bench.py` and `advisor probe` so both time the
-same code the servers run.
+"""Connectors measured on this host: a side channel over a random shared cache, pulled
+locally, and the cuda connector's copies between GPUs. `benchmarks/transfer_bench.py` and
+`advisor probe` time the same code the servers run.
 """
 
 from __future__ import annotations
@@ -10,12 +9,16 @@ import time
 
 import torch
 
-from engine.core.kv_payload import KVLayout
+from engine.core.kv_layout import KVLayout
 from engine.kv import connectors
+from engine.kv.buffers import BufferPool
+from engine.kv.connectors import cuda
 from engine.kv.source import KVSource
 from engine.model.kv_cache import KVCache
 
 REQUEST = "probe"
+# A 7B-class layout (28 layers x 4 KV heads x 128 x bf16 = 56 KiB/token), as KV moves in practice
+PROBE_LAYOUT = KVLayout(num_layers=28, num_kv_heads=4, head_dim=128, dtype="bfloat16")
 
 
 def shared_source(layout: KVLayout, num_tokens: int, block_size: int = 16) -> KVSource:
@@ -39,3 +42,49 @@ def pull_seconds(source: KVSource, mode: str, repeats: int = 3) -> float:
         if i:
             best = min(best, time.perf_counter() - t)
     return best
+
+
+def host_links(nbytes: int = 64 << 20) -> dict[str, dict]:
+    """shm and tcp pull throughput on this host for a payload of about `nbytes`."""
+    tokens = max(1, nbytes // PROBE_LAYOUT.bytes_per_token)
+    moved = tokens * PROBE_LAYOUT.bytes_per_token
+    source = shared_source(PROBE_LAYOUT, tokens)
+    try:
+        out = {}
+        for mode in ("shm", "tcp"):
+            s = pull_seconds(source, mode)
+            out[mode] = {"gbps": moved / s / 1e9, "ms": s * 1000, "bytes": moved}
+        return out
+    finally:
+        source.close()
+        source.cache.close()
+
+
+def copy_gbps(src: torch.device, dst: torch.device, how: str, nbytes: int,
+              repeats: int = 3, pool: BufferPool | None = None) -> float:
+    """GB/s of the cuda connector's copy from `src` to `dst` along `how` (peer / staged)."""
+    kv = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=src)
+    best = float("inf")
+    for i in range(repeats + 1):
+        t = time.perf_counter()
+        cuda.move(kv, dst, how, pool)
+        if i:
+            best = min(best, time.perf_counter() - t)
+    return nbytes / best / 1e9
+
+
+def gpu_links(n: int, nbytes: int = 256 << 20) -> list[dict]:
+    """Every ordered GPU pair: peer-to-peer copy (where torch allows it) and host-staged copy."""
+    out = []
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            src, dst = torch.device("cuda", i), torch.device("cuda", j)
+            row = {"src": i, "dst": j, "route": cuda.route(src, dst),
+                   "staged_gbps": copy_gbps(src, dst, "staged", nbytes)}
+            row["peer_gbps"] = (
+                copy_gbps(src, dst, "peer", nbytes) if row["route"] == "peer" else None
+            )
+            out.append(row)
+    return out

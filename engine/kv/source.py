@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from engine.core.kv_payload import KVLayout
+from engine.core.kv_layout import KVLayout
 from engine.kv import connectors, frame
 from engine.kv.connector import KVConnector
 from engine.model.kv_cache import KVCache

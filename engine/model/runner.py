@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from engine.core.config import EngineConfig
-from engine.core.kv_payload import KVLayout, KVPayload
+from engine.core.kv_layout import KVLayout
 from engine.core.llm_engine import LLMEngine
 from engine.core.scheduler import SchedulerOutput
 from engine.core.sequence import Request
@@ -18,6 +18,7 @@ from engine.model.causal_lm import CausalLM
 from engine.model.dtype import AUTO
 from engine.model.dtype import resolve as resolve_dtype
 from engine.model.kv_cache import KVCache
+from engine.model.kv_payload import KVPayload
 from engine.model.sampler import Sampler
 from engine.model.weights import init_dummy, load_safetensors_dir
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from engine.core.kv_payload import KVPayload
 from engine.core.llm_engine import LLMEngine, RequestOutput
 from engine.core.sequence import SamplingParams
+from engine.model.kv_payload import KVPayload
 
 _IDLE_WAKE_S = 0.25  # how often an idle engine still checks KV leases
 

@@ -16,7 +16,7 @@ import json
 import torch
 
 from engine.core.kept import common_prefix, key
-from engine.core.kv_payload import KVLayout
+from engine.core.kv_layout import KVLayout
 from engine.kv import connector
 from engine.kv.connector import KVConnector, PulledKV
 from engine.kv.frame import FrameError

@@ -15,7 +15,7 @@ import urllib.request
 import aiohttp
 import pytest
 
-from engine.core.kv_payload import KVLayout
+from engine.core.kv_layout import KVLayout
 from engine.kv import connector, connectors, frame
 from engine.serve.launch import Topology, launch
 from engine.serve.proxy import FALLBACK

@@ -151,7 +151,7 @@ def test_gpu_link_measurement_runs_the_connectors_copy_path():
     # On a GPU machine the same function times cuda:i -> cuda:j; here both ends are the CPU.
     import torch
 
-    from advisor.probe.host_links import copy_gbps, gpu_links
+    from engine.kv.loopback import copy_gbps, gpu_links
 
     assert copy_gbps(torch.device("cpu"), torch.device("cpu"), "staged", 4 << 20) > 0
     assert gpu_links(0) == [] and gpu_links(1) == []

@@ -1,28 +1,13 @@
-"""The unit of KV transfer between a prefill and a decode instance."""
+"""The unit of KV transfer between a prefill and a decode instance: the prompt's KV as
+one tensor, with what it was computed for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from engine.core.config import kv_bytes_per_token
+import torch
 
-if TYPE_CHECKING:
-    import torch
-
-
-@dataclass(frozen=True)
-class KVLayout:
-    """What both sides must agree on for KV bytes to mean the same thing."""
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    dtype: str
-
-    @property
-    def bytes_per_token(self) -> int:
-        return kv_bytes_per_token(self.num_layers, self.num_kv_heads, self.head_dim, self.dtype)
+from engine.core.kv_layout import KVLayout
 
 
 @dataclass

@@ -1,0 +1,79 @@
+"""The engine as the advisor drives it: topologies and their launch, connector and dtype
+names, model configs, the chat-history check, and the link measurements. The advisor
+imports the engine through this module alone, so that it depends on this surface and not
+on the engine's layers.
+
+Each name loads its module when first used: the command line lists connectors or checks
+a model without loading torch.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.core.config import (
+        DTYPE_BYTES,
+        DTYPES,
+        PRESETS,
+        EngineConfig,
+        ModelConfig,
+        config_from_hf_dict,
+        load_model_config,
+    )
+    from engine.kv.connectors import NAMES as CONNECTORS
+    from engine.kv.links import parse_emulation, parse_link
+    from engine.kv.loopback import copy_gbps, gpu_links, host_links
+    from engine.model.dtype import DtypeChoice, best_rates, choose_cpu
+    from engine.model.dtype import resolve as resolve_dtype
+    from engine.render.frontend import FrontendConfig
+    from engine.render.history import check_history
+    from engine.render.protocol import error_body
+    from engine.render.tokenizer import TextTokenizer
+    from engine.serve.launch import MODES, Topology, launch
+    from engine.serve.processes import LaunchError
+    from engine.serve.supervise import supervise
+
+# name here -> (module, name there)
+_EXPORTS = {
+    # models and dtypes
+    "DTYPE_BYTES": ("engine.core.config", "DTYPE_BYTES"),
+    "DTYPES": ("engine.core.config", "DTYPES"),
+    "PRESETS": ("engine.core.config", "PRESETS"),
+    "EngineConfig": ("engine.core.config", "EngineConfig"),
+    "ModelConfig": ("engine.core.config", "ModelConfig"),
+    "config_from_hf_dict": ("engine.core.config", "config_from_hf_dict"),
+    "load_model_config": ("engine.core.config", "load_model_config"),
+    "DtypeChoice": ("engine.model.dtype", "DtypeChoice"),
+    "resolve_dtype": ("engine.model.dtype", "resolve"),
+    "best_rates": ("engine.model.dtype", "best_rates"),
+    "choose_cpu": ("engine.model.dtype", "choose_cpu"),
+    # KV links and connectors
+    "CONNECTORS": ("engine.kv.connectors", "NAMES"),
+    "parse_link": ("engine.kv.links", "parse_link"),
+    "parse_emulation": ("engine.kv.links", "parse_emulation"),
+    "host_links": ("engine.kv.loopback", "host_links"),
+    "gpu_links": ("engine.kv.loopback", "gpu_links"),
+    "copy_gbps": ("engine.kv.loopback", "copy_gbps"),
+    # the front end
+    "FrontendConfig": ("engine.render.frontend", "FrontendConfig"),
+    "TextTokenizer": ("engine.render.tokenizer", "TextTokenizer"),
+    "check_history": ("engine.render.history", "check_history"),
+    "error_body": ("engine.render.protocol", "error_body"),
+    # deployments
+    "MODES": ("engine.serve.launch", "MODES"),
+    "Topology": ("engine.serve.launch", "Topology"),
+    "launch": ("engine.serve.launch", "launch"),
+    "supervise": ("engine.serve.supervise", "supervise"),
+    "LaunchError": ("engine.serve.processes", "LaunchError"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'engine.api' has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    return getattr(import_module(module), attr)
