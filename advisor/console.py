@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from advisor.decide.table import fmt_items
+from advisor.rundata.fmt import fmt_items
+from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import KEEP_PACE
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
@@ -56,24 +57,23 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
     out.print(lat)
 
 
-def print_recommendation(rec: dict, out: Console | None = None) -> None:
+def print_recommendation(rec: Recommendation, out: Console | None = None) -> None:
     """The action first, then why, then every decision-table row with its numbers."""
     out = out or Console()
-    if rec.get("simulated"):
-        out.print(f"[bold]SIMULATED, not measured[/]: {rec['simulated']}")
-    out.print(f"[bold]recommendation: {rec['action']}[/]")
-    for reason in rec["reasons"]:
+    if rec.simulated:
+        out.print(f"[bold]SIMULATED, not measured[/]: {rec.simulated}")
+    out.print(f"[bold]recommendation: {rec.action}[/]")
+    for reason in rec.reasons:
         out.print(f"  {reason}")
-    if rec["secondary_actions"]:
-        out.print(f"  also: {', '.join(rec['secondary_actions'])}")
-    if rec.get("judged_at"):
-        out.print(f"  rows judged at {rec['judged_at']}")
-    if rec.get("calibration"):
-        out.print(f"  calibration: {rec['calibration']}")
+    if rec.secondary_actions:
+        out.print(f"  also: {', '.join(rec.secondary_actions)}")
+    if rec.judged_at:
+        out.print(f"  rows judged at {rec.judged_at}")
+    if rec.calibration:
+        out.print(f"  calibration: {rec.calibration}")
     table = Table(title="decision table")
     for col in ("row", "fired", "action", "evidence", "thresholds"):
         table.add_column(col)
-    for r in rec["rows"]:
-        table.add_row(r["id"], r.get("verdict") or ("yes" if r["fired"] else "no"), r["action"],
-                      fmt_items(r["evidence"]), fmt_items(r["thresholds"]))
+    for r in rec.rows:
+        table.add_row(r.id, r.verdict, r.action, fmt_items(r.evidence), fmt_items(r.thresholds))
     out.print(table)

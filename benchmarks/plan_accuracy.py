@@ -214,7 +214,7 @@ def main() -> None:
     for title, replay in (("fitted to and predicting the default sweep", None),
                           ("fitted to the default sweep, predicting short-chat (not fitted)",
                            other)):
-        rec = run_calibrated(fit_run, replay, str(out / "predicted"), as_json=False)
+        rec = run_calibrated(fit_run, replay, str(out / "predicted"), as_json=False).to_json()
         results[title] = (rec, replay or fit_run)
     print("\n==== plan accuracy: the bundled engine on this machine (say which CPU: lscpu) ====")
     for title, (rec, measured) in results.items():

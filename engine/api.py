@@ -13,27 +13,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.core.config import (
-        DTYPE_BYTES,
-        DTYPES,
-        PRESETS,
-        EngineConfig,
-        ModelConfig,
-        config_from_hf_dict,
-        load_model_config,
-    )
-    from engine.kv.connectors import NAMES as CONNECTORS
-    from engine.kv.links import parse_emulation, parse_link
-    from engine.kv.loopback import copy_gbps, gpu_links, host_links
-    from engine.model.dtype import DtypeChoice, best_rates, choose_cpu
-    from engine.model.dtype import resolve as resolve_dtype
-    from engine.render.frontend import FrontendConfig
-    from engine.render.history import check_history
-    from engine.render.protocol import error_body
-    from engine.render.tokenizer import TextTokenizer
-    from engine.serve.launch import MODES, Topology, launch
-    from engine.serve.processes import LaunchError
-    from engine.serve.supervise import supervise
+    pass
 
 # name here -> (module, name there)
 _EXPORTS = {

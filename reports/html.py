@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from advisor.decide.table import fmt_items
+from advisor.rundata.fmt import fmt_items
 from reports import model
 from reports.figures import Figure
 from reports.model import ReportData

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from advisor.decide.table import fmt_items
 from advisor.rundata.files import write_atomic
+from advisor.rundata.fmt import fmt_items
 from reports import model
 from reports.figures import Figure
 from reports.model import ReportData
@@ -26,26 +26,25 @@ def render(data: ReportData, out_dir: Path, figures: list[Figure]) -> str:
     if data.emulated:
         lines += [f"> **KV transfers ran over an emulated link ({_cell(data.emulated)}).**", ""]
     if rec:
-        lines += [f"## Recommendation: **{rec['action']}**", ""]
-        lines += [f"- {_cell(r)}" for r in rec["reasons"]]
-        if rec.get("secondary_actions"):
-            lines.append(f"- also: {', '.join(rec['secondary_actions'])}")
-        if rec.get("judged_at"):
-            lines.append(f"- rows judged at {_cell(rec['judged_at'])}")
+        lines += [f"## Recommendation: **{rec.action}**", ""]
+        lines += [f"- {_cell(r)}" for r in rec.reasons]
+        if rec.secondary_actions:
+            lines.append(f"- also: {', '.join(rec.secondary_actions)}")
+        if rec.judged_at:
+            lines.append(f"- rows judged at {_cell(rec.judged_at)}")
         lines += ["", "| row | fired | action | evidence |", "|---|---|---|---|"]
-        for r in rec["rows"]:
-            said = "**yes**" if r["fired"] else _cell(r.get("verdict") or "no")
-            lines.append(f"| {r['id']} | {said} | {r['action']} | "
-                         f"{_cell(fmt_items(r['evidence']))} |")
+        for r in rec.rows:
+            said = "**yes**" if r.fired else _cell(r.verdict)
+            lines.append(f"| {r.id} | {said} | {r.action} | {_cell(fmt_items(r.evidence))} |")
     else:
         lines += ["## Recommendation", "", "No recommendation in this run directory."]
-    if rec and rec.get("deploy"):
+    if rec and rec.deploy:
         lines += ["", "## Deploy with vLLM", "", "`advisor deploy RUN_DIR` prints these."]
-        lines += [f"- {_cell(n)}" for n in rec["deploy"]["notes"]]
-        for plan in rec["deploy"]["plans"]:
-            mark = " (recommended)" if plan["placement"] == rec["deploy"]["recommended"] else ""
-            lines += ["", f"### {plan['placement']}{mark}", "", "```sh", *plan["shell"], "```"]
-            lines += [f"- {_cell(n)}" for n in plan["notes"]]
+        lines += [f"- {_cell(n)}" for n in rec.deploy.notes]
+        for plan in rec.deploy.plans:
+            mark = " (recommended)" if plan.placement == rec.deploy.recommended else ""
+            lines += ["", f"### {plan.placement}{mark}", "", "```sh", *plan.shell, "```"]
+            lines += [f"- {_cell(n)}" for n in plan.notes]
     lines += ["", "## Plots", ""]
     for fig in figures:
         name = f"report-{fig.name}.png"

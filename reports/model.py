@@ -11,9 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor.decide.table import fmt
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.files import RunDataError
+from advisor.rundata.fmt import fmt
+from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import EVIDENCE, MANIFEST, RECOMMENDATION, RunDir
 
@@ -24,7 +25,7 @@ class ReportData:
     runs: list[RunResult]
     manifest: dict | None = None
     evidence: Evidence | None = None
-    recommendation: dict | None = None
+    recommendation: Recommendation | None = None
     problems: list[str] = field(default_factory=list)
 
     def kind(self, placement: str) -> str | None:

@@ -4,34 +4,35 @@ them."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from advisor.measure.confidence import requests_to_separate
 from advisor.rundata.evidence import Evidence
+from advisor.rundata.recommendation import Comparison
 
 
-def compare(ev: Evidence, c: float, d: float) -> dict:
+def compare(ev: Evidence, c: float, d: float) -> Comparison:
     """The two placements' max goodputs, their intervals, and whether those separate them:
     "confident" only when the intervals do not overlap; otherwise how many requests per
     rate would separate the attainments at the judged rate."""
     col, dis = ev.collocated, ev.disaggregated
     ci_c, ci_d = col.max_goodput_interval_rps, dis.max_goodput_interval_rps
-    out = {"collocated_max_goodput_rps": c, "disaggregated_max_goodput_rps": d,
-           "ratio": d / c if c > 0 else None, "collocated_interval_rps": ci_c,
-           "disaggregated_interval_rps": ci_d, "confident": False}
+    said = partial(Comparison, c, d, d / c if c > 0 else None, ci_c, ci_d)
     if not (ci_c and ci_d):
-        out["confidence"] = "no goodput intervals in this evidence: confidence unknown"
-        return out
-    top = lambda ci: float("inf") if ci[1] is None else ci[1]  # noqa: E731
-    out["confident"] = ci_d[0] >= top(ci_c) or ci_c[0] >= top(ci_d)
+        return said(False, "no goodput intervals in this evidence: confidence unknown")
+    confident = ci_d[0] >= _top(ci_c) or ci_c[0] >= _top(ci_d)
     shown = f"intervals {_interval(ci_c)} collocated and {_interval(ci_d)} disaggregated"
-    if out["confident"] and c != d:
-        out["confidence"] = f"confident: the goodput {shown} do not overlap"
-        return out
+    if confident and c != d:
+        return said(True, f"confident: the goodput {shown} do not overlap")
     more = ""
     if col.attainment_ci and dis.attainment_ci and col.requests_at_rate:
         more = _what_would_separate(col, dis, ev.slo.attainment)
     stopped = f"; {ev.search_stopped}" if ev.search_stopped else ""
-    out["confidence"] = f"within noise: the goodput {shown} overlap{more}{stopped}"
-    return out
+    return said(confident, f"within noise: the goodput {shown} overlap{more}{stopped}")
+
+
+def _top(ci: list) -> float:
+    return float("inf") if ci[1] is None else ci[1]
 
 
 def _what_would_separate(col, dis, target: float) -> str:

@@ -9,38 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
-from dataclasses import asdict, dataclass, field
+
+from advisor.rundata.recommendation import Command, Deployment, DeployPlan, Recommendation
 
 PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in vLLM's repository
 FIRST_PORT, SIDE_CHANNEL_PORT, PROXY_PORT = 8100, 5600, 8192
 RENDER_REQ_PER_CORE_S = 73.0  # the guide: one render server, a little over one core
-
-
-@dataclass(frozen=True)
-class Command:
-    """One process to start: its environment and argv."""
-
-    role: str  # collocated | prefill | decode | proxy | render | engine
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-
-    def shell(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How to run one placement: the commands, in start order, and what they assume."""
-
-    placement: str  # collocated | disaggregated | disaggregated-bidirectional | render-split
-    commands: list[Command]
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {"placement": self.placement, "commands": [asdict(c) for c in self.commands],
-                "shell": [c.shell() for c in self.commands], "notes": self.notes}
 
 
 def _serve(model: str, port: int, *extra: str) -> list[str]:
@@ -51,18 +25,18 @@ def _tp(tp: int) -> tuple[str, ...]:
     return ("--tensor-parallel-size", str(tp)) if tp > 1 else ()
 
 
-def collocated(model: str, gpus: list[int], tp: int = 1) -> Plan:
+def collocated(model: str, gpus: list[int], tp: int = 1) -> DeployPlan:
     """One server, data parallel over `gpus` (the guide's collocated baseline), each rank
     `tp` GPUs wide."""
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-    return Plan("collocated", [Command("collocated", _serve(
+    return DeployPlan("collocated", [Command("collocated", _serve(
         model, 8000, "--data-parallel-size", str(len(gpus) // tp), *_tp(tp)), env)],
         ["one API server; its data-parallel ranks share the requests"])
 
 
 def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1,
                   bidirectional: bool = False, ucx_devices: list[str] | None = None,
-                  tp: int = 1) -> Plan:
+                  tp: int = 1) -> DeployPlan:
     """`prefill` + `decode` instances, `tp` GPUs each (from `gpus`), and the toy proxy;
     instance i uses `ucx_devices[i % len]` (its RDMA device) when given."""
     if (prefill + decode) * tp > len(gpus):
@@ -96,13 +70,13 @@ def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1
     if bidirectional:
         notes.append("kv_both on every instance: the prefiller pulls earlier turns' KV from "
                      "the decoder (bidirectional transfer); clients send a conversation_id")
-    return Plan("disaggregated-bidirectional" if bidirectional else "disaggregated",
+    return DeployPlan("disaggregated-bidirectional" if bidirectional else "disaggregated",
                 commands, notes)
 
 
 def render_split(model: str, gpus: list[int], frontend_cpu_ms: float | None,
                  peak_rps: float | None, reasoning_parser: str | None = None,
-                 tool_call_parser: str | None = None) -> Plan:
+                 tool_call_parser: str | None = None) -> DeployPlan:
     """A render server with enough workers for the measured front-end CPU at `peak_rps`,
     and a `--tokens-only` engine per GPU."""
     workers = 1
@@ -122,8 +96,9 @@ def render_split(model: str, gpus: list[int], frontend_cpu_ms: float | None,
     why = (f"{workers} render worker(s): {frontend_cpu_ms:.1f} ms of front-end CPU per request "
            f"at {peak_rps:g} req/s" if frontend_cpu_ms and peak_rps else
            "1 render worker: no front-end CPU was measured")
-    return Plan("render-split", commands, [why, "the same model, tokenizer and parser flags on "
-                                                "render and engines, or outputs diverge"])
+    return DeployPlan("render-split", commands,
+                      [why, "the same model, tokenizer and parser flags on render and engines, "
+                            "or outputs diverge"])
 
 
 # presets that mimic a published model: the name vLLM loads it by
@@ -137,10 +112,10 @@ ACTION_PLAN = {"disaggregate": "disaggregated",
                "stay-collocated": "collocated", "split-render-tier": "render-split"}
 
 
-def section(rec: dict, collocated_name: str | None, disagg_name: str | None,
+def section(rec: Recommendation, collocated_name: str | None, disagg_name: str | None,
             model: str | None, gpus: list[int] | None = None,
             frontend_cpu_ms: float | None = None, peak_rps: float | None = None,
-            ucx_devices: list[str] | None = None, tp: int = 1) -> dict:
+            ucx_devices: list[str] | None = None, tp: int = 1) -> Deployment:
     """The `deploy` section of a recommendation: the commands for every placement the sweep
     measured (shaped as measured: `collocated-N`, `disagg-XpYd`), the recommended one named
     (None when the advice is not a placement, e.g. measure-first)."""
@@ -149,15 +124,14 @@ def section(rec: dict, collocated_name: str | None, disagg_name: str | None,
     gpus = gpus or list(range(max(replicas or 0, prefill + decode) * tp))
     name, notes = _model_name(model)
     plans = [collocated(name, gpus, tp)] if collocated_name else []
-    action = rec.get("action")
+    action = rec.action
     if disagg_name:
         plans.append(disaggregated(name, gpus, prefill, decode,
                                    bidirectional=action == "disaggregate-bidirectional",
                                    ucx_devices=ucx_devices, tp=tp))
-    if "split-render-tier" in (action, *rec.get("secondary_actions", ())):
+    if "split-render-tier" in (action, *rec.secondary_actions):
         plans.append(render_split(name, gpus, frontend_cpu_ms, peak_rps))
-    return {"model": name, "gpus": gpus, "recommended": ACTION_PLAN.get(action),
-            "plans": [p.to_json() for p in plans], "notes": notes}
+    return Deployment(name, gpus, ACTION_PLAN.get(action), plans, notes)
 
 
 def _model_name(model: str | None) -> tuple[str, list[str]]:
@@ -181,21 +155,21 @@ def _replicas(name: str | None) -> int | None:
     return int(n) if n.isdigit() else None
 
 
-def as_shell(deploy: dict) -> str:
+def as_shell(deploy: Deployment) -> str:
     """A shell script per plan: every process but the last in the background."""
-    lines = [f"# {deploy['model']} on GPUs {','.join(map(str, deploy['gpus']))}"]
-    lines += [f"# NOTE: {n}" for n in deploy["notes"]]
-    for plan in deploy["plans"]:
-        mark = " (recommended)" if plan["placement"] == deploy["recommended"] else ""
-        lines += ["", f"# --- {plan['placement']}{mark}"]
-        lines += [f"# {n}" for n in plan["notes"]]
-        shell = plan["shell"]
+    lines = [f"# {deploy.model} on GPUs {','.join(map(str, deploy.gpus))}"]
+    lines += [f"# NOTE: {n}" for n in deploy.notes]
+    for plan in deploy.plans:
+        mark = " (recommended)" if plan.placement == deploy.recommended else ""
+        lines += ["", f"# --- {plan.placement}{mark}"]
+        lines += [f"# {n}" for n in plan.notes]
+        shell = plan.shell
         lines += [c + " &" for c in shell[:-1]] + shell[-1:]
     return "\n".join(lines) + "\n"
 
 
-def from_evidence(rec: dict, ev, model: str | None, gpus: list[int] | None = None,
-                  ucx_devices: list[str] | None = None, tp: int = 1) -> dict:
+def from_evidence(rec: Recommendation, ev, model: str | None, gpus: list[int] | None = None,
+                  ucx_devices: list[str] | None = None, tp: int = 1) -> Deployment:
     """`section` for a sweep's evidence (advisor.rundata.evidence.Evidence)."""
     dis = ev.disaggregated
     peak = max([s.max_goodput_rps or 0.0 for s in (ev.collocated, dis) if s] or [0.0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from advisor.decide.thresholds import Thresholds
 from advisor.rundata.evidence import Evidence
+from advisor.rundata.fmt import fmt_ms
 
 
 def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] | None:
@@ -134,7 +135,3 @@ def _none_done(p) -> bool:
 
 def _num(v: float | None) -> float:
     return float("inf") if v is None else v
-
-
-def fmt_ms(v: float) -> str:
-    return f"{v / 1000:.2g} s" if v >= 1000 else f"{v:.3g} ms"

@@ -11,6 +11,7 @@ from advisor.decide import deploy
 from advisor.decide.table import Thresholds, recommend
 from advisor.errors import UsageError
 from advisor.rundata import evidence
+from advisor.rundata.recommendation import Deployment, Recommendation
 from advisor.rundata.rundir import RunDir
 
 
@@ -32,7 +33,8 @@ def thresholds_from(overrides: list[str]) -> Thresholds:
     return dataclasses.replace(Thresholds(), **changes)
 
 
-def run_recommend(source: str, as_json: bool = False, overrides: list[str] = ()) -> dict:
+def run_recommend(source: str, as_json: bool = False, overrides: list[str] = ()
+                  ) -> Recommendation:
     """Decide from a run directory (its evidence.json; writes recommendation.json there)
     or from an evidence file; print it as text or JSON."""
     thresholds = thresholds_from(list(overrides))
@@ -40,12 +42,12 @@ def run_recommend(source: str, as_json: bool = False, overrides: list[str] = ())
         run_dir = RunDir.existing(source)
         ev = run_dir.read_evidence()
         rec = recommend(ev, thresholds)
-        rec["deploy"] = deploy.from_evidence(rec, ev, _model_of(run_dir))
+        rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, ev, _model_of(run_dir)))
         run_dir.write_recommendation(rec)
     else:
         rec = recommend(evidence.load(source), thresholds)
     if as_json:
-        print(json.dumps(rec, indent=2))
+        print(json.dumps(rec.to_json(), indent=2))
     else:
         console.print_recommendation(rec)
     return rec
@@ -56,7 +58,7 @@ def _model_of(run_dir: RunDir) -> str | None:
 
 
 def run_deploy(source: str, gpus: str | None = None, fmt: str = "sh",
-               model: str | None = None, ucx_devices: str | None = None) -> dict:
+               model: str | None = None, ucx_devices: str | None = None) -> Deployment:
     """Print the vLLM commands for a finished sweep's placements (the recommended one
     marked) as a shell script or JSON; UsageError naming the bad flag."""
     if fmt not in ("sh", "json"):
@@ -76,5 +78,5 @@ def run_deploy(source: str, gpus: str | None = None, fmt: str = "sh",
                                    planned[0].get("tp", 1))
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
-    print(json.dumps(out, indent=2) if fmt == "json" else deploy.as_shell(out), end="")
+    print(json.dumps(out.to_json(), indent=2) if fmt == "json" else deploy.as_shell(out), end="")
     return out

@@ -8,28 +8,15 @@ SLO wins); the rules decide only when that comparison is missing or a tie.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 
 from advisor.decide.comparison import compare
-from advisor.decide.floor import behind_note, fmt_ms, slowdown_note, unreachable
+from advisor.decide.floor import behind_note, slowdown_note, unreachable
 from advisor.decide.thresholds import Thresholds
 from advisor.rundata.evidence import Evidence
-
-
-@dataclass
-class Row:
-    id: str
-    situation: str
-    action: str
-    fired: bool
-    evidence: dict = field(default_factory=dict)
-    thresholds: dict = field(default_factory=dict)
-    undecided: str | None = None  # why the evidence cannot say yes or no (it did not fire)
-
-    @property
-    def verdict(self) -> str:
-        return "yes" if self.fired else f"undecided: {self.undecided}" if self.undecided else "no"
-
+from advisor.rundata.fmt import fmt_ms
+from advisor.rundata.recommendation import DecisionRow as Row
+from advisor.rundata.recommendation import Recommendation
 
 GROWING = "chat / agent loops over a growing context"
 # When the measured comparison cannot decide, the first of these rows that fired does.
@@ -196,11 +183,9 @@ def _history_warning(wl) -> str | None:
             "token; the rest is recomputed, where an unchecked reuse would answer wrongly)")
 
 
-def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
+def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> Recommendation:
     """The recommendation for validated evidence: action, rows, secondary actions, reasoning.
-
-    # NOTE: when no placement can meet the SLO, the rules never pick one: measure-first.
-    """
+    When no placement can meet the SLO, the rules never pick one: measure-first."""
     rows = _rows(ev, t)
     fired = {r.id: r for r in rows if r.fired}
     growing = "growing_context_loops" in fired
@@ -234,7 +219,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         else:
             why.append(f"{seen} goodputs are within {t.goodput_margin:.0%} "
                        f"({c:.3g} vs {d:.3g} req/s): the rules decide")
-        why.append(comparison["confidence"])
+        why.append(comparison.confidence)
         if (behind := behind_note([ev.collocated, ev.disaggregated], ev.slo.attainment,
                                   ev.workload.multi_turn)):
             why.append(behind)
@@ -250,7 +235,7 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         why.append(warning)
     if not blocked and (slowed := slowdown_note([ev.collocated, ev.disaggregated], t)):
         text, host = slowed
-        if comparison is None or not comparison["confidence"].startswith("within noise"):
+        if comparison is None or not comparison.confidence.startswith("within noise"):
             why.append(text + (": every figure here is from a slower host than the sizing "
                                "assumed" if host else ": its figures come from slower steps "
                                "than the sizing assumed"))
@@ -271,17 +256,11 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> dict:
         secondary.append("fix-transfer")  # the guide: fix a slow transfer before anything else
     if blocked and action == "fix-transfer":
         secondary.append("measure-first")  # nothing met the SLO: measure once it is fixed
-    return {
-        "action": action,
-        "reasons": why,
-        "secondary_actions": secondary,
-        "comparison": comparison,
-        "rows": [{**asdict(r), "verdict": r.verdict} for r in rows],
-        "thresholds": asdict(t),
-        "judged_at": ev.judged_at,
-        "calibration": ev.calibration.summary() if ev.calibration else None,
-        "simulated": ev.simulated,
-    }
+    return Recommendation(
+        action=action, reasons=why, secondary_actions=secondary, comparison=comparison,
+        rows=rows, thresholds=asdict(t), judged_at=ev.judged_at,
+        calibration=ev.calibration.summary() if ev.calibration else None,
+        simulated=ev.simulated)
 
 
 def _versus(a_name: str, a: float, b_name: str, b: float) -> str:
@@ -294,18 +273,3 @@ def _versus(a_name: str, a: float, b_name: str, b: float) -> str:
         return f"neither {a_name} nor {b_name} met the SLO at any rate tried"
     (name, v), other = ((a_name, a), b_name) if a > 0 else ((b_name, b), a_name)
     return f"{name} sustains {v:.3g} req/s at the SLO; {other} met it at no rate tried"
-
-
-def fmt(v) -> str:
-    """One value as reports and the console show it: "-" when missing, 3 significant
-    digits for floats."""
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    return str(v)
-
-
-def fmt_items(d: dict | None) -> str:
-    """ "key=value, ..." of a dict's present values (a decision row's evidence or thresholds)."""
-    return ", ".join(f"{k}={fmt(v)}" for k, v in (d or {}).items() if v is not None)

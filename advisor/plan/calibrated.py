@@ -101,7 +101,7 @@ def _shapes(names: list[str], kinds: dict[str, str], given: tuple[str, ...]) -> 
 
 def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                    report: bool = True, topologies: tuple[str, ...] = (),
-                   model: str | None = None) -> dict:
+                   model: str | None = None) -> runs.Planned:
     """Fit to `measured`, predict `replay` (default: `measured` itself); the recommendation
     with `compare` (predicted beside measured, per placement and rate); with `report`, its
     report drawn too. `topologies` (NAME=SHAPE) give a deployment measured by URL its shape,
@@ -178,15 +178,15 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     kv = runs.kv_evidence(sims[dis.name], shape.kv_bytes_per_token(dtype), link.name) \
         if dis else None
     prompt = float(np.mean([x["prompt_tokens"] for r in measured_runs for x in r.records]))
-    rec = runs.decide(run_dir, opts, shown, placements, done, grid, _calibration(target),
-                      prompt, kv, label, opts.model, {"compare": compare})
+    planned = runs.decide(run_dir, opts, shown, placements, done, grid, _calibration(target),
+                          prompt, kv, label, opts.model, compare=compare)
     if as_json:
-        print(json.dumps(rec, indent=2, default=str))
+        print(json.dumps(planned.to_json(), indent=2, default=str))
     else:
         _print_compare(compare)
-        console.print_recommendation(rec)
+        console.print_recommendation(planned.recommendation)
         print(f"run directory: {run_dir} (every figure simulated)")
-    return rec
+    return planned
 
 
 def _row(name: str, measured, predicted) -> dict:

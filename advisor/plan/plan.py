@@ -25,6 +25,7 @@ from advisor.plan.steptime import Step, prefill_step
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import manifest
+from advisor.rundata.recommendation import PlacementRank
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.options import seed_for
 from advisor.sweep.placements import Placement
@@ -139,7 +140,7 @@ def grid(s: _Setup, o: PlanOptions, cal: Calibration) -> list[float]:
     return [float(f"{r:.3g}") for r in np.geomspace(top / 50, top, RATES)]
 
 
-def run_plan(o: PlanOptions, argv: list[str] | None = None) -> dict:
+def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     """Simulate, rank and decide; the recommendation (with `ranking` and `simulated`)."""
     s = _setup(o)
     what = label(s)
@@ -176,19 +177,19 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> dict:
     dis = next((p for p in shown if p.kind == "disagg"), None)
     kv = runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(o.dtype),
                           s.link.name) if dis else None
-    rec = runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what, o.model,
-                      {"ranking": ranking, "tp": s.candidates[0].tp})
+    planned = runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
+                          o.model, tp=s.candidates[0].tp, ranking=ranking)
     if o.as_json:
-        print(json.dumps(rec, indent=2, default=str))
+        print(json.dumps(planned.to_json(), indent=2, default=str))
     else:
         _print_ranking(ranking)
-        console.print_recommendation(rec)
+        console.print_recommendation(planned.recommendation)
         print(f"run directory: {run_dir}: report.html, report.md, evidence.json, "
               "recommendation.json (every figure simulated)")
-    return rec
+    return planned
 
 
-def _ranking(s: _Setup, placements: list[Placement], done: dict) -> list[dict]:
+def _ranking(s: _Setup, placements: list[Placement], done: dict) -> list[PlacementRank]:
     """Placements by max goodput per GPU, best first."""
     out = []
     for c, p in zip(s.candidates, placements):
@@ -196,31 +197,28 @@ def _ranking(s: _Setup, placements: list[Placement], done: dict) -> list[dict]:
             continue
         best = max_goodput_rate(done[p.name])
         lo, hi = goodput_interval(done[p.name])
-        out.append({"placement": p.name, "kind": p.kind, "tp": c.tp, "gpus": c.gpus,
-                    "max_goodput_rps": best, "goodput_per_gpu": best / c.gpus,
-                    "interval_rps": [lo, hi]})
-    return sorted(out, key=lambda r: -r["goodput_per_gpu"])
+        out.append(PlacementRank(p.name, p.kind, c.tp, c.gpus, best, best / c.gpus, [lo, hi]))
+    return sorted(out, key=lambda r: -r.goodput_per_gpu)
 
 
-def _best(placements: list[Placement], ranking: list[dict]) -> list[Placement]:
+def _best(placements: list[Placement], ranking: list[PlacementRank]) -> list[Placement]:
     """The best collocated and the best disaggregated placement (collocated first)."""
     by_name = {p.name: p for p in placements}
     out = []
     for kind in ("collocated", "disagg"):
-        top = next((r["placement"] for r in ranking if r["kind"] == kind), None)
+        top = next((r.placement for r in ranking if r.kind == kind), None)
         top = top or next((p.name for p in placements if p.kind == kind), None)
         if top:
             out.append(by_name[top])
     return out
 
 
-def _print_ranking(ranking: list[dict]) -> None:
+def _print_ranking(ranking: list[PlacementRank]) -> None:
     if not ranking:
         return
     print("placements by max goodput per GPU (simulated):")
     for r in ranking:
-        hi = r["interval_rps"][1]
-        print(f"  {r['placement']:>16} (TP {r['tp']}, {r['gpus']} GPUs): "
-              f"{r['max_goodput_rps']:.3g} req/s, {r['goodput_per_gpu']:.3g} per GPU "
-              f"(between {r['interval_rps'][0]:.3g} and "
-              f"{'?' if hi is None else f'{hi:.3g}'})")
+        lo, hi = r.interval_rps
+        print(f"  {r.placement:>16} (TP {r.tp}, {r.gpus} GPUs): "
+              f"{r.max_goodput_rps:.3g} req/s, {r.goodput_per_gpu:.3g} per GPU "
+              f"(between {lo:.3g} and {'?' if hi is None else f'{hi:.3g}'})")

@@ -20,6 +20,7 @@ from advisor.measure.transfer import verdict
 from advisor.plan.simulate import Outcome, simulate
 from advisor.plan.system import SimRequest, System
 from advisor.rundata.evidence import Calibration, FrontendEvidence, KVTransferEvidence
+from advisor.rundata.recommendation import PlacementRank, Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.placements import Placement
@@ -78,13 +79,26 @@ def kv_evidence(sims: list[Outcome], bytes_per_token: int, link: str) -> KVTrans
                               p2p=link)
 
 
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """What `advisor plan` wrote and what it recommends."""
+
+    run_dir: RunDir
+    recommendation: Recommendation
+
+    def to_json(self) -> dict:
+        """The recommendation as written, and where (`--json`)."""
+        return {**self.recommendation.to_json(), "run_dir": str(self.run_dir)}
+
+
 def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement],
            done: dict[str, list[RateOutcome]], grid: list[float], calibration: Calibration,
-           prompt: float, kv: KVTransferEvidence | None, label: str, model: str,
-           extra: dict) -> dict:
+           prompt: float, kv: KVTransferEvidence | None, label: str, model: str, tp: int = 1,
+           ranking: list[PlacementRank] | None = None,
+           compare: list[dict] | None = None) -> Planned:
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
-    commands, summary.csv and (with `opts.report`) the report, written to `run_dir`; the
-    recommendation."""
+    commands (and a plan's `ranking` or a replay's `compare`), summary.csv and (with
+    `opts.report`) the report, written to `run_dir`."""
     # NOTE: imported here, where files are written: pandas takes ~0.5 s to import, and
     # `advisor plan` with a bad flag answers before (tested as a subprocess)
     from advisor.sweep.evidence import build_evidence, write_summary
@@ -95,13 +109,12 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label)
     run_dir.write_evidence(ev)
     rec = recommend(ev)
-    rec["deploy"] = deploy.from_evidence(rec, ev, model, tp=extra.pop("tp", 1))
-    rec.update(extra)
+    rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, ev, model, tp=tp),
+                              ranking=ranking, compare=compare)
     run_dir.write_recommendation(rec)
-    rec["run_dir"] = str(run_dir)
     write_summary(run_dir, every, done)
     if opts.report:
         from advisor.report import run_report  # NOTE: matplotlib: ~1 s to import
 
         run_report(str(run_dir))
-    return rec
+    return Planned(run_dir, rec)

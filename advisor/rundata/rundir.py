@@ -18,6 +18,7 @@ from pathlib import Path
 
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.files import RunDataError, read_json_object, write_atomic, write_json
+from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RESULT, RunResult
 
 # 1: before the manifest said its format (the same files); 2: the manifest says "format".
@@ -79,11 +80,12 @@ class RunDir:
         path = self.path / EVIDENCE
         return Evidence.from_json(read_json_object(path), str(path))
 
-    def write_recommendation(self, rec: dict) -> None:
-        write_json(self.path / RECOMMENDATION, rec)
+    def write_recommendation(self, rec: Recommendation) -> None:
+        write_json(self.path / RECOMMENDATION, rec.to_json())
 
-    def read_recommendation(self) -> dict:
-        return read_json_object(self.path / RECOMMENDATION)
+    def read_recommendation(self) -> Recommendation:
+        path = self.path / RECOMMENDATION
+        return Recommendation.from_json(read_json_object(path), str(path))
 
     def write_summary(self, csv_text: str) -> None:
         write_atomic(self.path / SUMMARY, csv_text)

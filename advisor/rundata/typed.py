@@ -1,9 +1,10 @@
 """JSON objects <-> frozen dataclasses, validated field by field where they are read.
 
 A field typed `float` takes any JSON number (never a bool), `int` an integer, `str`,
-`bool`, `dict` and `list` their JSON kinds; `X | None` also takes null; a dataclass
-field takes a nested object. Missing required fields, unknown fields and wrong kinds
-raise `RunDataError` naming the file and the field's dotted path.
+`bool`, `dict` and `list` their JSON kinds (`list[X]` and `dict[str, X]` each item as X);
+`X | None` also takes null; a dataclass field takes a nested object. Missing required
+fields, unknown fields and wrong kinds raise `RunDataError` naming the file and the field's
+dotted path.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def _hints(cls) -> dict:
 
 
 def _check(value, hint, file: str, path: str):
+    if hint is typing.Any:
+        return value
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
@@ -44,6 +47,11 @@ def _check(value, hint, file: str, path: str):
     if not isinstance(value, ok) or (isinstance(value, bool) and bool not in ok):
         raise RunDataError(f"{file}: {path} must be {_NAMES.get(kind, kind.__name__)}, "
                            f"not {value!r}")
+    args = typing.get_args(hint)
+    if kind is list and args:
+        return [_check(v, args[0], file, f"{path}[{i}]") for i, v in enumerate(value)]
+    if kind is dict and len(args) == 2:
+        return {k: _check(v, args[1], file, _join(path, k)) for k, v in value.items()}
     return value
 
 

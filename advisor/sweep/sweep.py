@@ -87,7 +87,7 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
                               sweep.calibration, sweep.prompt_tokens, sweep.budget.note())
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
-    rec["deploy"] = deploy.from_evidence(rec, evidence, sweep.opts.model)
+    rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, evidence, sweep.opts.model))
     run_dir.write_recommendation(rec)
     write_summary(run_dir, placements, sweep.done)
     if report:

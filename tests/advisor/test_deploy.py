@@ -5,6 +5,7 @@ import json
 import pytest
 
 from advisor.decide import deploy
+from advisor.rundata.recommendation import Recommendation
 
 
 def env_and_argv(plan, role):
@@ -63,13 +64,17 @@ def test_render_split_sizes_its_workers_from_the_measured_front_end_cpu():
     assert all("--reasoning-parser" in c.argv for c in plan.commands)
 
 
+def advice(action: str) -> Recommendation:
+    """A recommendation of `action` and nothing else, as `deploy.section` reads one."""
+    return Recommendation(action, [], [], None, [], {})
+
+
 def test_the_section_marks_the_recommended_plan_and_names_a_published_model():
-    rec = {"action": "disaggregate", "secondary_actions": []}
-    s = deploy.section(rec, "collocated-2", "disagg-1p1d", "qwen2.5-7b")
-    assert s["model"] == "Qwen/Qwen2.5-7B-Instruct" and s["recommended"] == "disaggregated"
-    assert [p["placement"] for p in s["plans"]] == ["collocated", "disaggregated"]
-    first = deploy.section({"action": "measure-first"}, "collocated-2", None, "tiny")
-    assert first["recommended"] is None and first["model"] == "MODEL" and first["notes"]
+    s = deploy.section(advice("disaggregate"), "collocated-2", "disagg-1p1d", "qwen2.5-7b")
+    assert s.model == "Qwen/Qwen2.5-7B-Instruct" and s.recommended == "disaggregated"
+    assert [p.placement for p in s.plans] == ["collocated", "disaggregated"]
+    first = deploy.section(advice("measure-first"), "collocated-2", None, "tiny")
+    assert first.recommended is None and first.model == "MODEL" and first.notes
     script = deploy.as_shell(s)
     assert script.count(" &\n") == 2  # prefiller and decoder in the background, proxy last
 
@@ -83,5 +88,5 @@ def test_tensor_parallel_instances_take_that_many_gpus_each():
     assert "--data-parallel-size 2" in col and "--tensor-parallel-size 2" in col
     with pytest.raises(ValueError, match="needs 4 GPUs"):
         deploy.disaggregated("M", [0, 1, 2], 1, 1, tp=2)
-    section = deploy.section({"action": "disaggregate"}, "collocated-1", "disagg-1p1d", "M", tp=2)
-    assert section["gpus"] == [0, 1, 2, 3]
+    section = deploy.section(advice("disaggregate"), "collocated-1", "disagg-1p1d", "M", tp=2)
+    assert section.gpus == [0, 1, 2, 3]

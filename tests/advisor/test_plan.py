@@ -58,7 +58,7 @@ def test_links_name_their_source_and_no_p2p_stages_through_the_host():
 @pytest.fixture(scope="module")
 def guide_no_p2p(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan")
-    return run_plan(PlanOptions(**GUIDE, p2p=False, out=str(out))), out
+    return run_plan(PlanOptions(**GUIDE, p2p=False, out=str(out))).to_json(), out
 
 
 def _series(out, name: str) -> dict:
@@ -87,7 +87,7 @@ def test_the_guides_l40s_case_without_p2p_is_fix_the_transfer(guide_no_p2p):
 
 @pytest.mark.slow  # a plan with its report, ~10 s
 def test_with_p2p_the_same_case_is_disaggregate(tmp_path):
-    rec = run_plan(PlanOptions(**GUIDE, p2p=True, out=str(tmp_path)))
+    rec = run_plan(PlanOptions(**GUIDE, p2p=True, out=str(tmp_path))).to_json()
     assert rec["action"] == "disaggregate"
     assert rec["ranking"][0]["placement"] == "disagg-1p1d"
     assert rec["reasons"][0].startswith("simulated: disaggregated sustains")
@@ -127,7 +127,8 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
 
 
 def test_an_slo_below_the_unloaded_floor_is_measure_first_with_the_floor(tmp_path):
-    rec = run_plan(PlanOptions(**{**GUIDE, "slo": ("ttft:100", "itl:50")}, out=str(tmp_path)))
+    slo = ("ttft:100", "itl:50")
+    rec = run_plan(PlanOptions(**{**GUIDE, "slo": slo}, out=str(tmp_path))).to_json()
     assert rec["action"] == "measure-first"
     assert "ttft:100 is binding, unloaded TTFT is" in rec["reasons"][0]
     (run_dir,) = tmp_path.iterdir()
@@ -187,7 +188,7 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
 def test_calibrate_predicts_a_sweep_of_known_timing_back(tmp_path):
     measured = _measured_sweep(tmp_path / "measured")
     rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
-                         report=False)
+                         report=False).to_json()
     assert rec["simulated"].startswith("simulated by advisor plan --calibrate")
     assert not list(Path(rec["run_dir"]).glob("report*"))  # report=False: none drawn
     # a simulated run's gaps come from the calibration: no host slowed down in them
@@ -207,7 +208,7 @@ def test_a_deployment_measured_by_url_is_simulated_as_the_shape_named(tmp_path):
     measured = _measured_sweep(tmp_path / "measured", by_url=True)
     rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
                          report=False, topologies=("collocated-url=collocated:2",
-                                                   "disagg-url=disagg:1p1d"))
+                                                   "disagg-url=disagg:1p1d")).to_json()
     assert "collocated-url as collocated-2" in rec["simulated"]
     assert "KV not limited" in rec["simulated"]
     assert "KV bytes in bfloat16 (the deployment's dtype, auto, is not known here)" \
@@ -238,7 +239,7 @@ def test_a_prefiller_faster_than_collocateds_prefill_is_fitted_to_its_own_ttft(t
     prefill scale taken from collocated alone would fill the prefiller's queue too soon."""
     measured = _measured_sweep(tmp_path / "measured", collocated_prefill=1.3)
     rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
-                         report=False)
+                         report=False).to_json()
     fitted = re.search(r"disagg-1p1d: prefill x([0-9.]+)", rec["simulated"])
     assert float(fitted[1]) == pytest.approx(1.0, abs=0.02), rec["simulated"]
     for row in rec["compare"]:
@@ -252,7 +253,7 @@ def test_engines_slowing_each_other_down_are_fitted_to_the_median_itl_across_rat
     median ITL grows with its prefiller's load beyond what its batch explains."""
     measured = _measured_sweep(tmp_path / "measured", contention=0.3)
     rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
-                         report=False)
+                         report=False).to_json()
     fitted = [float(k) for k in re.findall(r"\+([0-9.]+) of a step", rec["simulated"])]
     assert fitted == [pytest.approx(0.3, abs=0.03)] * 2, rec["simulated"]
     for row in rec["compare"]:
@@ -268,7 +269,7 @@ def test_a_placement_measured_only_past_collapse_takes_the_jitter_fitted_below_i
     measured = _measured_sweep(tmp_path / "measured", collocated_prefill=3.0, jitter=truth,
                                collocated_rates=(3.0, 6.0))
     rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
-                         report=False)
+                         report=False).to_json()
     col = next(r for r in rec["compare"] if r["placement"] == "collocated-2" and r["rate"] == 3)
     assert col["measured_p99_itl_ms"] > 2 * 100  # past collapse, as meant
     fitted = re.search(r"disagg-1p1d: .*jitter ([0-9.]+) \(at 1 req/s\)", rec["simulated"])
@@ -286,7 +287,7 @@ def test_a_placement_whose_stalls_alone_reach_its_p99_takes_the_hosts_jitter(tmp
     measured = _measured_sweep(tmp_path / "measured", collocated_prefill=2.0, jitter=truth,
                                collocated_rates=(3.0, 6.0))
     rec = run_calibrated(str(measured.path), None, str(tmp_path / "plans"), as_json=True,
-                         report=False)
+                         report=False).to_json()
     col = [r for r in rec["compare"] if r["placement"] == "collocated-2"]
     assert all(100 < r["measured_p99_itl_ms"] <= 2 * 100 for r in col)  # stalls, below collapse
     fitted = re.search(r"collocated-2: .*?jitter ([0-9.]+) \(([^)]*)\)", rec["simulated"])

@@ -92,7 +92,7 @@ def test_recommend_decides_on_the_checked_in_run(run):
     (run.path / "recommendation.json").unlink()
     out = advisor("recommend", str(run.path), "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == run.read_recommendation()
+    assert json.loads(out.stdout) == run.read_recommendation().to_json()
     assert RunResult.read(run.run_path("collocated-2", 4)).get("completed") == 6
 
 

@@ -1,0 +1,148 @@
+"""The recommendation: the action, why, every decision-table row with its numbers, and the
+commands that deploy it. `advisor.decide` makes it once; the console, the reports,
+`advisor deploy` and the planner read it. Written as `recommendation.json`."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from advisor.rundata.typed import from_json
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """One row of the guide's table: whether it fired, on which numbers, against which
+    thresholds; `undecided` says why the evidence could not say yes or no."""
+
+    id: str
+    situation: str
+    action: str
+    fired: bool
+    evidence: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    undecided: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        return "yes" if self.fired else f"undecided: {self.undecided}" if self.undecided else "no"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The two placements' max goodputs and whether their intervals part them."""
+
+    collocated_max_goodput_rps: float
+    disaggregated_max_goodput_rps: float
+    ratio: float | None
+    # NOTE: defaults, so that files written before the intervals existed still read
+    collocated_interval_rps: list | None = None
+    disaggregated_interval_rps: list | None = None
+    confident: bool = False
+    confidence: str = ""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One process to start: its environment and argv."""
+
+    role: str  # collocated | prefill | decode | proxy | render | engine
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """How to run one placement: the commands, in start order, and what they assume."""
+
+    placement: str  # collocated | disaggregated | disaggregated-bidirectional | render-split
+    commands: list[Command]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def shell(self) -> list[str]:
+        return [c.shell() for c in self.commands]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The vLLM commands for every placement measured; `recommended` names the advised one
+    (None when the advice is no placement, e.g. measure-first)."""
+
+    model: str
+    gpus: list[int]
+    recommended: str | None
+    plans: list[DeployPlan]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["plans"] = [{"placement": p.placement, "commands": [asdict(c) for c in p.commands],
+                         "shell": p.shell, "notes": p.notes} for p in self.plans]
+        return out
+
+
+@dataclass(frozen=True)
+class PlacementRank:
+    """A simulated placement's max goodput, per GPU too (`advisor plan` ranks by it)."""
+
+    placement: str
+    kind: str
+    tp: int
+    gpus: int
+    max_goodput_rps: float
+    goodput_per_gpu: float
+    interval_rps: list
+
+
+# fields written only where they are set: a plain sweep's file has no plan's ranking
+_OPTIONAL = ("deploy", "ranking", "compare")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What `advisor.decide.table.recommend` says of one evidence; never changed after,
+    only extended by `dataclasses.replace` (the deploy commands, a plan's ranking)."""
+
+    action: str
+    reasons: list[str]
+    secondary_actions: list[str]
+    comparison: Comparison | None
+    rows: list[DecisionRow]
+    thresholds: dict[str, float]
+    judged_at: str | None = None
+    calibration: str | None = None
+    simulated: str | None = None  # what predicted it, when nothing was measured
+    deploy: Deployment | None = None
+    ranking: list[PlacementRank] | None = None  # `advisor plan`: placements by goodput per GPU
+    compare: list[dict] | None = None  # `advisor plan --calibrate`: predicted beside measured
+
+    def row(self, row_id: str) -> DecisionRow | None:
+        return next((r for r in self.rows if r.id == row_id), None)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["rows"] = [{**asdict(r), "verdict": r.verdict} for r in self.rows]
+        if self.deploy is not None:
+            out["deploy"] = self.deploy.to_json()
+        return {k: v for k, v in out.items() if not (k in _OPTIONAL and v is None)}
+
+    @classmethod
+    def from_json(cls, data: dict, file: str) -> Recommendation:
+        """Validated, naming `file` and the field (advisor.rundata.typed)."""
+        data = dict(data)
+        if isinstance(data.get("rows"), list):  # derived: `DecisionRow.verdict`
+            data["rows"] = [_without(r, "verdict") for r in data["rows"]]
+        deploy = data.get("deploy")
+        if isinstance(deploy, dict) and isinstance(deploy.get("plans"), list):
+            data["deploy"] = {**deploy, "plans": [_without(p, "shell") for p in deploy["plans"]]}
+        return from_json(cls, data, file)
+
+
+def _without(obj, key: str):
+    return {k: v for k, v in obj.items() if k != key} if isinstance(obj, dict) else obj
