@@ -34,13 +34,13 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from advisor.output.report_data import fills_host
 from advisor.plan import candidates, hardware, runs
 from advisor.plan.calibrated import run_calibrated
 from advisor.plan.loadfit import below_collapse
 from advisor.plan.simulate import simulate
 from advisor.probe.shapes import shape_of
 from advisor.rundata.rundir import RunDir
-from reports.model import fills_host
 from workloads.presets import preset_spec
 
 WITHIN = 0.2

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from reports import plots
-from reports.model import ReportData
+from reports.model import Report
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,15 @@ class Figure:
     png: bytes | None  # PNG bytes, for Markdown
 
 
-def draw(data: ReportData, other: ReportData | None = None, svg: bool = True,
+def draw(data: Report, other: Report | None = None, svg: bool = True,
          png: bool = True) -> list[Figure]:
     """Every plot of the report (`figure_specs`), each built once and saved as asked."""
     return [Figure(s.name, s.caption, *plots.encoded(s.make(), svg, png))
             for s in figure_specs(data, other)]
 
 
-def figure_specs(data: ReportData, other: ReportData | None = None) -> list[FigureSpec]:
-    if not data.runs:  # the SLO was out of reach: nothing was measured to plot
+def figure_specs(data: Report, other: Report | None = None) -> list[FigureSpec]:
+    if not data.measured:  # the SLO was out of reach: nothing was measured to plot
         return []
     specs = [
         FigureSpec(
@@ -68,7 +68,7 @@ def figure_specs(data: ReportData, other: ReportData | None = None) -> list[Figu
             lambda: plots.timeline(data),
         ),
     ]
-    if any(r.get("per_turn") for r in data.runs):
+    if data.multi_turn:
         specs.append(FigureSpec(
             "ttft_by_turn",
             "Median TTFT by turn of the conversations (the guide: measure TTFT on turn five); "
@@ -78,7 +78,7 @@ def figure_specs(data: ReportData, other: ReportData | None = None) -> list[Figu
         specs.append(
             FigureSpec(
                 "compare",
-                f"This run (solid) against {other.run_dir.name} (dashed).",
+                f"This run (solid) against {other.run_name} (dashed).",
                 lambda: plots.compare(data, other),
             )
         )

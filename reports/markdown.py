@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from advisor.rundata.files import write_atomic
-from advisor.rundata.fmt import fmt_items
-from reports import model
 from reports.figures import Figure
-from reports.model import ReportData
+from reports.model import Report
 
 
 def _cell(v) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def render(data: ReportData, out_dir: Path, figures: list[Figure]) -> str:
-    """Markdown text; writes `figures` (drawn with png=True) as `report-<plot>.png` files
-    into out_dir, atomically (never through a symlink there)."""
-    rec = data.recommendation
+def png_name(fig: Figure) -> str:
+    """The file a figure's PNG is written to, beside the Markdown that links it."""
+    return f"report-{fig.name}.png"
+
+
+def render(data: Report, figures: list[Figure]) -> str:
+    """Markdown text linking `figures` (drawn with png=True) as `png_name` files."""
+    rec = data.advice
     lines = [f"# advisor report: {_cell(data.title)}", ""]
     if data.problems:
         lines += ["> **Missing or damaged in this run directory:**"]
@@ -35,37 +34,30 @@ def render(data: ReportData, out_dir: Path, figures: list[Figure]) -> str:
         lines += ["", "| row | fired | action | evidence |", "|---|---|---|---|"]
         for r in rec.rows:
             said = "**yes**" if r.fired else _cell(r.verdict)
-            lines.append(f"| {r.id} | {said} | {r.action} | {_cell(fmt_items(r.evidence))} |")
+            lines.append(f"| {r.id} | {said} | {r.action} | {_cell(r.evidence)} |")
     else:
         lines += ["## Recommendation", "", "No recommendation in this run directory."]
-    if rec and rec.deploy:
+    if rec and rec.deploy_model is not None:
         lines += ["", "## Deploy with vLLM", "", "`advisor deploy RUN_DIR` prints these."]
-        lines += [f"- {_cell(n)}" for n in rec.deploy.notes]
-        for plan in rec.deploy.plans:
-            mark = " (recommended)" if plan.placement == rec.deploy.recommended else ""
+        lines += [f"- {_cell(n)}" for n in rec.deploy_notes]
+        for plan in rec.plans:
+            mark = " (recommended)" if plan.recommended else ""
             lines += ["", f"### {plan.placement}{mark}", "", "```sh", *plan.shell, "```"]
             lines += [f"- {_cell(n)}" for n in plan.notes]
     lines += ["", "## Plots", ""]
     for fig in figures:
-        name = f"report-{fig.name}.png"
-        write_atomic(out_dir / name, fig.png)
-        lines += [f"![{fig.name}]({name})", "", f"*{_cell(fig.caption)}*", ""]
-    columns, rows = model.table(data)
+        lines += [f"![{fig.name}]({png_name(fig)})", "", f"*{_cell(fig.caption)}*", ""]
     lines += [
         "## Every placement and rate",
         "",
         "SLO: " + ", ".join(f"{k} {v}" for k, v in data.slo.items()) + ". Latencies in ms.",
         "",
-        "| " + " | ".join(c.title for c in columns) + " |",
-        "|" + "---|" * len(columns),
+        "| " + " | ".join(c.title for c in data.columns) + " |",
+        "|" + "---|" * len(data.columns),
     ]
-    lines += ["| " + " | ".join(_cell(r[c.key]) for c in columns) + " |" for r in rows]
-    if note := model.cores_note(data):
-        lines += ["", _cell(note)]
-    lines += ["", "## Setup", ""] + [f"- **{k}**: {_cell(v)}" for k, v in model.setup(data)]
+    lines += ["| " + " | ".join(_cell(r.cells[c.key]) for c in data.columns) + " |"
+              for r in data.rows]
+    if data.cores_note:
+        lines += ["", _cell(data.cores_note)]
+    lines += ["", "## Setup", ""] + [f"- **{k}**: {_cell(v)}" for k, v in data.setup]
     return "\n".join(lines) + "\n"
-
-
-def write(data: ReportData, path: Path, figures: list[Figure]) -> Path:
-    write_atomic(path, render(data, path.parent, figures))
-    return path

@@ -1,4 +1,4 @@
-"""The report's plots (matplotlib, Agg): each function takes ReportData and returns a Figure."""
+"""The report's plots (matplotlib, Agg): each function takes a Report and returns a Figure."""
 
 from __future__ import annotations
 
@@ -11,26 +11,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 
-from reports.model import ReportData  # noqa: E402
+from reports.model import Report, Series  # noqa: E402
 
 COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c",
           "render-split": "#9467bd"}
 
 
-def _color(data: ReportData, placement: str) -> str:
-    if placement.startswith("disagg-bidi"):
-        return COLORS["bidirectional"]
-    return COLORS.get(data.kind(placement), COLORS["disagg"])
-
-
-def _label(data: ReportData, placement: str) -> str:
-    runs = data.series(placement)
-    emulated = next((r.emulated for r in runs if r.emulated), None)
-    return f"{placement} (emulated link {emulated})" if emulated else placement
+def _color(s: Series) -> str:
+    return COLORS.get(s.color, COLORS["disagg"])
 
 
 def _finish(
-    fig, ax, title: str, data: ReportData, ylabel: str, xlabel: str = "request rate (req/s)"
+    fig, ax, title: str, data: Report, ylabel: str, xlabel: str = "request rate (req/s)"
 ):
     # NOTE: the emulation on a line of its own: beside the longest title it ran past the
     # figure's edge, which tight_layout does not shrink titles to fit
@@ -46,7 +38,7 @@ def _finish(
 
 
 def _vs_rate(
-    data: ReportData,
+    data: Report,
     keys: tuple[str, str],
     names: tuple[str, str],
     slo_key: str,
@@ -54,17 +46,16 @@ def _vs_rate(
     ylabel: str,
 ):
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for p in data.placements:
-        runs = data.series(p)
-        x = [r.rate for r in runs]
+    for s in data.series:
+        x = [p.rate for p in s.points]
         for key, name, style in zip(keys, names, ("--", "-")):
             ax.plot(
                 x,
-                [r.get(key) or np.nan for r in runs],
+                [getattr(p, key) or np.nan for p in s.points],
                 style,
                 marker="o",
-                color=_color(data, p),
-                label=f"{_label(data, p)} {name}",
+                color=_color(s),
+                label=f"{s.label} {name}",
             )
     if data.slo.get(slo_key):
         ax.axhline(
@@ -74,7 +65,7 @@ def _vs_rate(
     return _finish(fig, ax, title, data, ylabel)
 
 
-def itl_vs_rate(data: ReportData):
+def itl_vs_rate(data: Report):
     """1. p50 and p99 ITL against rate; the ITL SLO as a line."""
     return _vs_rate(
         data,
@@ -86,7 +77,7 @@ def itl_vs_rate(data: ReportData):
     )
 
 
-def ttft_vs_rate(data: ReportData):
+def ttft_vs_rate(data: Report):
     """2. median and p99 TTFT against rate; the TTFT SLO as a line."""
     return _vs_rate(
         data,
@@ -98,27 +89,26 @@ def ttft_vs_rate(data: ReportData):
     )
 
 
-def attainment_vs_rate(data: ReportData):
+def attainment_vs_rate(data: Report):
     """3. SLO attainment against rate, the target, and each placement's max goodput rate."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
     target = data.slo.get("attainment")
-    for p in data.placements:
-        runs = data.series(p)
+    for s in data.series:
         ax.plot(
-            [r.rate for r in runs],
-            [r.get("slo_attainment", 0) for r in runs],
+            [p.rate for p in s.points],
+            [p.attainment for p in s.points],
             "-o",
-            color=_color(data, p),
-            label=_label(data, p),
+            color=_color(s),
+            label=s.label,
         )
-        ok = [r.rate for r in runs if target is not None and r.get("slo_attainment", 0) >= target]
+        ok = [p.rate for p in s.points if target is not None and p.attainment >= target]
         if ok:
             ax.axvline(
                 max(ok),
-                color=_color(data, p),
+                color=_color(s),
                 ls="--",
                 lw=1,
-                label=f"{p} max goodput rate {max(ok):g} req/s",
+                label=f"{s.placement} max goodput rate {max(ok):g} req/s",
             )
     if target is not None:
         ax.axhline(target, color="black", ls=":", lw=1, label=f"target {target:.0%}")
@@ -132,20 +122,19 @@ def attainment_vs_rate(data: ReportData):
     )
 
 
-def ttft_by_turn(data: ReportData):
+def ttft_by_turn(data: Report):
     """5. Multi-turn: median TTFT against turn index, per placement, at each placement's
     highest rate meeting the SLO (else its lowest): recomputed context grows with the turn."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for p in data.placements:
-        runs = [r for r in data.series(p) if r.get("per_turn")]
+    for s in data.series:
+        runs = [p for p in s.points if p.per_turn]
         if not runs:
             continue
-        good = [r for r in runs
-                if (r.get("slo_attainment") or 0) >= data.slo.get("attainment", 1.0)]
-        run = max(good, key=lambda r: r.rate) if good else min(runs, key=lambda r: r.rate)
-        turns = run.get("per_turn")
-        ax.plot([t["turn"] for t in turns], [t["median_ttft_ms"] or np.nan for t in turns],
-                marker="o", color=_color(data, p), label=f"{_label(data, p)} @ {run.rate:g} req/s")
+        good = [p for p in runs if p.attainment >= data.slo.get("attainment", 1.0)]
+        run = max(good, key=lambda p: p.rate) if good else min(runs, key=lambda p: p.rate)
+        ax.plot([t.turn for t in run.per_turn],
+                [t.median_ttft_ms or np.nan for t in run.per_turn],
+                marker="o", color=_color(s), label=f"{s.label} @ {run.rate:g} req/s")
     if data.slo.get("ttft_ms"):
         ax.axhline(data.slo["ttft_ms"], color="black", lw=1, ls=":",
                    label=f"SLO {data.slo['ttft_ms']:g} ms")
@@ -157,16 +146,9 @@ def ttft_by_turn(data: ReportData):
     return fig
 
 
-def kv_transfer(data: ReportData):
+def kv_transfer(data: Report):
     """4. KV transfer time per request, and its share of that request's TTFT."""
-    ms, share = [], []
-    for run in data.runs:
-        for rec in run.records:
-            t = rec.get("kv_transfer_ms")
-            if t is not None and rec.get("ok") and rec.get("chunks"):
-                ms.append(t)
-                ttft = (rec["chunks"][0] - rec["sent"]) * 1000
-                share.append(t / ttft if ttft > 0 else np.nan)
+    ms, share = data.kv_transfer_ms, data.kv_transfer_share
     fig, (a, b) = plt.subplots(1, 2, figsize=(7, 3.2))
     if ms:
         a.hist(ms, bins=30, color=COLORS["disagg"])
@@ -190,35 +172,30 @@ def kv_transfer(data: ReportData):
     return fig
 
 
-def timeline(data: ReportData):
+def timeline(data: Report):
     """5. Every request at the highest common rate: waiting (send -> first token) and
     decoding (first -> last token); gaps over the ITL SLO marked (prefills stalling decodes)."""
-    placements = data.placements
-    rates = [max(r.rate for r in data.series(p)) for p in placements]
-    rate = min(rates) if rates else 0
-    fig, axes = plt.subplots(len(placements), 1, figsize=(7, 2.4 * len(placements)), squeeze=False)
+    shown = data.series
+    rate = data.timeline_rate
+    fig, axes = plt.subplots(len(shown), 1, figsize=(7, 2.4 * len(shown)), squeeze=False)
     limit = (data.slo.get("itl_ms") or np.inf) / 1000
-    for ax, p in zip(axes[:, 0], placements):
-        run = next((r for r in data.series(p) if r.rate == rate), None)
-        recs = [
-            x for x in (run.records if run else []) if x.get("chunks") and x.get("sent") is not None
-        ]
+    for ax, s in zip(axes[:, 0], shown):
         # NOTE: one collection per kind, not a line per request: a thousand requests drew
         # for seconds
         waiting, decoding, stalls = [], [], ([], [])
-        for i, rec in enumerate(sorted(recs, key=lambda x: x["sent"])):
-            c = rec["chunks"]
-            waiting.append([(rec["sent"], i), (c[0], i)])
+        for i, span in enumerate(s.timeline):
+            c = span.chunks
+            waiting.append([(span.sent, i), (c[0], i)])
             decoding.append([(c[0], i), (c[-1], i)])
             late = [b for a, b in zip(c, c[1:]) if b - a > limit]
             stalls[0].extend(late)
             stalls[1].extend([i] * len(late))
         ax.add_collection(LineCollection(waiting, colors="#bbbbbb", linewidths=2))
-        ax.add_collection(LineCollection(decoding, colors=_color(data, p), linewidths=2))
+        ax.add_collection(LineCollection(decoding, colors=_color(s), linewidths=2))
         ax.plot(*stalls, "k|", ms=7)
         ax.autoscale_view()
         ax.set_title(
-            f"{_label(data, p)} at {rate:g} req/s: grey waiting, colour decoding, "
+            f"{s.label} at {rate:g} req/s: grey waiting, colour decoding, "
             "| a gap over the ITL SLO",
             fontsize=9,
         )
@@ -228,24 +205,21 @@ def timeline(data: ReportData):
     return fig
 
 
-def compare(data: ReportData, other: ReportData):
+def compare(data: Report, other: Report):
     """6. Two runs overlaid: p99 ITL and SLO attainment against rate."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(7, 3.4))
     for d, style, tag in ((data, "-", "this"), (other, "--", "other")):
-        for p in d.placements:
-            runs = d.series(p)
-            x = [r.rate for r in runs]
+        for s in d.series:
+            x = [p.rate for p in s.points]
             a.plot(
                 x,
-                [r.get("p99_itl_ms") or np.nan for r in runs],
+                [p.p99_itl_ms or np.nan for p in s.points],
                 style,
                 marker="o",
-                color=_color(d, p),
-                label=f"{tag}: {_label(d, p)}",
+                color=_color(s),
+                label=f"{tag}: {s.label}",
             )
-            b.plot(
-                x, [r.get("slo_attainment", 0) for r in runs], style, marker="o", color=_color(d, p)
-            )
+            b.plot(x, [p.attainment for p in s.points], style, marker="o", color=_color(s))
     a.set_yscale("log")
     a.set_ylabel("p99 ITL (ms, log)")
     b.set_ylabel("SLO attainment")
@@ -253,7 +227,7 @@ def compare(data: ReportData, other: ReportData):
         ax.set_xlabel("request rate (req/s)")
         ax.grid(alpha=0.3)
     a.legend(fontsize=7)
-    fig.suptitle(f"this run vs {other.run_dir.name}", fontsize=10)
+    fig.suptitle(f"this run vs {other.run_name}", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -14,7 +14,7 @@ def report(
     compare: str = typer.Option(None, help="another run directory to overlay"),
 ) -> None:
     """Write report.html and report.md (with PNG plots) into a run directory."""
-    from advisor.report import run_report
+    from advisor.output.report import run_report
 
     with user_errors():
         paths = run_report(

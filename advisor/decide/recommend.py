@@ -6,10 +6,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from advisor import console
 from advisor.decide import deploy
 from advisor.decide.table import Thresholds, recommend
 from advisor.errors import UsageError
+from advisor.output import console
 from advisor.rundata import evidence
 from advisor.rundata.recommendation import Deployment, Recommendation
 from advisor.rundata.rundir import RunDir

@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor import console
 from advisor.errors import UsageError
 from advisor.measure.failures import commonest
 from advisor.measure.ready import (
@@ -26,6 +25,7 @@ from advisor.measure.ready import (
 from advisor.measure.records import COMPLETIONS, Endpoint
 from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
+from advisor.output import console
 from advisor.rundata.files import manifest
 from advisor.rundata.result import RunResult
 from workloads import traces

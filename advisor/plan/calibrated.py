@@ -15,8 +15,8 @@ import json
 
 import numpy as np
 
-from advisor import console
 from advisor.errors import UsageError
+from advisor.output import console
 from advisor.plan import runs
 from advisor.plan.hardware import Link
 from advisor.plan.loadfit import fit_to_runs, instances, requests_of

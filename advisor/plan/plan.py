@@ -15,10 +15,10 @@ import json
 
 import numpy as np
 
-from advisor import console
 from advisor.errors import UsageError
 from advisor.measure.run import progress_bars
 from advisor.measure.stats import parse_slos
+from advisor.output import console
 from advisor.plan import candidates as cands
 from advisor.plan import hardware, runs
 from advisor.plan.steptime import Step, prefill_step

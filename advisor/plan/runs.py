@@ -114,7 +114,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     run_dir.write_recommendation(rec)
     write_summary(run_dir, every, done)
     if opts.report:
-        from advisor.report import run_report  # NOTE: matplotlib: ~1 s to import
+        from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
 
         run_report(str(run_dir))
     return Planned(run_dir, rec)

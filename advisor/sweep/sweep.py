@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from advisor import console
 from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
@@ -19,6 +18,7 @@ from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.run import progress_bars
 from advisor.measure.stats import parse_percentiles
+from advisor.output import console
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult
@@ -91,7 +91,7 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
     run_dir.write_recommendation(rec)
     write_summary(run_dir, placements, sweep.done)
     if report:
-        from advisor.report import run_report  # NOTE: matplotlib: ~1 s to import
+        from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
 
         run_report(str(run_dir))
     console.print_recommendation(rec)

@@ -4,7 +4,8 @@ host's cores in each run, and the mark on runs that left it none to spare."""
 import json
 import shutil
 
-from reports import html, markdown, model
+from advisor.output.report_data import load
+from reports import html, markdown
 from tests.fixtures import FIXTURE_RUN
 
 
@@ -29,31 +30,28 @@ def _run(tmp_path, deployed_by_url: bool = False):
         manifest = json.loads((run / "manifest.json").read_text())
         manifest["config"]["collocated_url"] = "http://gpu-host:8000"
         (run / "manifest.json").write_text(json.dumps(manifest))
-    return model.load(run)
+    return load(run)
 
 
 def test_runs_that_kept_the_hosts_cores_busy_are_marked_and_explained(tmp_path):
     data = _run(tmp_path)
-    columns, rows = model.table(data)
-    assert columns[-1].key == "cores"
-    cells = {(r["placement"], r["rate"]): r["cores"] for r in rows}
+    assert data.columns[-1].key == "cores"
+    cells = {(r.cells["placement"], r.cells["rate"]): r.cells["cores"] for r in data.rows}
     assert cells[("collocated-2", "4")] == "1.7 + 0.2 *"
     assert cells[("collocated-2", "2")] == cells[("disagg-1p1d", "4")] == "0.6 + 0.1"
-    note = model.cores_note(data)
+    note = data.cores_note
     assert note.startswith("* ") and "2 cores" in note
     tail = note.split(": ", 1)[1]  # the part no renderer escapes
-    assert tail in markdown.render(data, tmp_path, []) and tail in html.render(data, [])
+    assert tail in markdown.render(data, []) and tail in html.render(data, [])
 
 
 def test_instances_on_another_host_add_nothing_to_this_ones_load(tmp_path):
     data = _run(tmp_path, deployed_by_url=True)
-    _, rows = model.table(data)
-    assert all(not r["cores"].endswith("*") for r in rows)
-    assert model.cores_note(data) is None
+    assert all(not r.cells["cores"].endswith("*") for r in data.rows)
+    assert data.cores_note is None
 
 
 def test_runs_without_cpu_figures_have_no_column(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(FIXTURE_RUN, run)
-    columns, _ = model.table(model.load(run))
-    assert "cores" not in {c.key for c in columns}
+    assert "cores" not in {c.key for c in load(run).columns}

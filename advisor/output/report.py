@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from advisor.errors import UsageError
-from reports import html, markdown, model
+from advisor.output.report_data import load
+from advisor.rundata.files import write_atomic
+from reports import html, markdown
 from reports.figures import draw
 
 FORMATS = ("html", "md")
@@ -19,12 +21,18 @@ def run_report(
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise UsageError(f"--format {','.join(formats)}: choose from {', '.join(FORMATS)}")
-    data = model.load(run_dir)
-    other = model.load(compare) if compare else None
+    data = load(run_dir)
+    other = load(compare) if compare else None
     figures = draw(data, other, svg="html" in formats, png="md" in formats)
-    out = []
+    out = Path(run_dir)
+    written = []
     if "html" in formats:
-        out.append(html.write(data, data.run_dir.file("report.html"), figures))
+        write_atomic(out / "report.html", html.render(data, figures))
+        written.append(out / "report.html")
     if "md" in formats:
-        out.append(markdown.write(data, data.run_dir.file("report.md"), figures))
-    return out
+        # NOTE: each file replaced by a rename, never written through a link at its name
+        for fig in figures:
+            write_atomic(out / markdown.png_name(fig), fig.png)
+        write_atomic(out / "report.md", markdown.render(data, figures))
+        written.append(out / "report.md")
+    return written

@@ -1,0 +1,283 @@
+"""A run directory read into what a report shows (reports.model.Report): its runs as
+series for the plots, its recommendation worded, every run as a table row, its setup.
+
+Nothing here raises on a damaged run directory except when there is nothing to report at
+all (no readable run): every missing or corrupt file becomes a line in `problems`, which
+the renderers show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from advisor.rundata.evidence import Evidence
+from advisor.rundata.files import RunDataError
+from advisor.rundata.fmt import fmt, fmt_items
+from advisor.rundata.recommendation import Recommendation
+from advisor.rundata.result import RunResult
+from advisor.rundata.rundir import EVIDENCE, MANIFEST, RECOMMENDATION, RunDir
+from reports import model
+from reports.model import Column, Report
+
+BUSY_SHARE = 0.9  # a run that kept this share of the host's cores busy is marked
+
+
+@dataclasses.dataclass
+class _Read:
+    """What a run directory holds, as read (None where missing or damaged)."""
+
+    run_dir: RunDir
+    runs: list[RunResult]
+    problems: list[str]
+    manifest: dict | None = None
+    evidence: Evidence | None = None
+    recommendation: Recommendation | None = None
+
+    def placements(self) -> list[str]:
+        """Collocated first, then by name."""
+        return sorted({r.placement for r in self.runs},
+                      key=lambda p: (self.kind(p) != "collocated", p))
+
+    def kind(self, placement: str) -> str | None:
+        return next((r.kind for r in self.runs if r.placement == placement), None)
+
+    def series(self, placement: str) -> list[RunResult]:
+        return sorted((r for r in self.runs if r.placement == placement), key=lambda r: r.rate)
+
+    @property
+    def simulated(self) -> str | None:
+        """What predicted these results, when they were simulated rather than measured."""
+        return (self.manifest or {}).get("simulated") or next(
+            (r.described.simulated for r in self.runs if r.described.simulated), None)
+
+    @property
+    def emulated(self) -> str | None:
+        return next((r.emulated for r in self.runs if r.emulated), None)
+
+    @property
+    def slo(self) -> dict[str, float]:
+        """The SLOs in force ({"ttft_ms": ..., "itl_ms": ..., "attainment": ...})."""
+        if self.evidence is None:
+            return {}
+        return {k: v for k, v in dataclasses.asdict(self.evidence.slo).items() if v is not None}
+
+
+def _optional(read, name: str, run_dir: RunDir, problems: list[str]):
+    """What `read()` returns, or None with a line in `problems` saying what is wrong."""
+    try:
+        return read()
+    except RunDataError as e:
+        exists = run_dir.file(name).is_file()
+        problems.append(f"{name} is corrupt ({e})" if exists else f"{name} is missing")
+        return None
+
+
+def load(path: str | Path) -> Report:
+    """A sweep's (or a plan's) run directory as a report. RunDataError when it is not one
+    or holds no readable run."""
+    run_dir = RunDir.existing(path)
+    problems: list[str] = []
+    data = _Read(run_dir, run_dir.read_runs(problems), problems)
+    data.manifest = _optional(run_dir.read_manifest, MANIFEST, run_dir, problems)
+    data.evidence = _optional(run_dir.read_evidence, EVIDENCE, run_dir, problems)
+    data.recommendation = _optional(run_dir.read_recommendation, RECOMMENDATION, run_dir,
+                                    problems)
+    if not data.runs and data.recommendation is None:
+        raise RunDataError(
+            f"{run_dir.path / 'runs'}: no readable "
+            "runs/<placement>/rate-<r>/result.json (is this a sweep's run directory?)"
+        )
+    return _report(data)
+
+
+def _report(data: _Read) -> Report:
+    cfg = (data.manifest or {}).get("config") or {}
+    title = f"{cfg.get('workload', 'workload')} on {cfg.get('model', 'a model')}"
+    p2p = ((data.manifest or {}).get("probe") or {}).get("p2p")
+    columns, rows = table(data)
+    kv_ms, kv_share = _kv_transfers(data.runs)
+    return Report(
+        title=f"SIMULATED: {title}" if data.simulated else title,
+        run_name=data.run_dir.name, series=_series(data), slo=data.slo,
+        advice=_advice(data.recommendation), problems=data.problems, emulated=data.emulated,
+        created=(data.manifest or {}).get("created"), columns=columns, rows=rows,
+        cores_note=cores_note(data), setup=setup(data),
+        p2p=model.P2P(p2p["gpus"], p2p["status"]) if p2p else None,
+        kv_transfer_ms=kv_ms, kv_transfer_share=kv_share, timeline_rate=_timeline_rate(data))
+
+
+def _series(data: _Read) -> list[model.Series]:
+    rate = _timeline_rate(data)
+    out = []
+    for p in data.placements():
+        runs = data.series(p)
+        emulated = next((r.emulated for r in runs if r.emulated), None)
+        color = "bidirectional" if p.startswith("disagg-bidi") else data.kind(p) or "disagg"
+        at = next((r for r in runs if r.rate == rate), None)
+        recs = [x for x in (at.records if at else []) if x.get("chunks")
+                and x.get("sent") is not None]
+        out.append(model.Series(
+            p, color, f"{p} (emulated link {emulated})" if emulated else p,
+            [_point(r) for r in runs],
+            [model.Span(x["sent"], x["chunks"]) for x in sorted(recs, key=lambda x: x["sent"])]))
+    return out
+
+
+def _point(run: RunResult) -> model.Point:
+    turns = [model.Turn(t["turn"], t["median_ttft_ms"]) for t in run.get("per_turn") or []]
+    return model.Point(run.rate, run.get("slo_attainment") or 0.0, run.get("p50_itl_ms"),
+                       run.get("p99_itl_ms"), run.get("median_ttft_ms"), run.get("p99_ttft_ms"),
+                       turns)
+
+
+def _timeline_rate(data: _Read) -> float:
+    """The highest rate every placement ran (the timeline's)."""
+    rates = [max(r.rate for r in data.series(p)) for p in data.placements()]
+    return min(rates) if rates else 0
+
+
+def _kv_transfers(runs: list[RunResult]) -> tuple[list[float], list[float]]:
+    """Each disaggregated request's KV transfer (ms), and its share of that request's TTFT."""
+    ms, share = [], []
+    for run in runs:
+        for rec in run.records:
+            t = rec.get("kv_transfer_ms")
+            if t is not None and rec.get("ok") and rec.get("chunks"):
+                ms.append(t)
+                ttft = (rec["chunks"][0] - rec["sent"]) * 1000
+                share.append(t / ttft if ttft > 0 else math.nan)
+    return ms, share
+
+
+def _advice(rec: Recommendation | None) -> model.Advice | None:
+    if rec is None:
+        return None
+    rows = [model.AdviceRow(r.id, r.fired, r.verdict, r.action, fmt_items(r.evidence),
+                            fmt_items(r.thresholds)) for r in rec.rows]
+    advice = model.Advice(rec.action, rec.reasons, rec.secondary_actions, rec.judged_at, rows)
+    if (cmp := rec.comparison) is not None:
+        advice = dataclasses.replace(advice, ratio=cmp.ratio,
+                                     collocated_rps=cmp.collocated_max_goodput_rps,
+                                     disaggregated_rps=cmp.disaggregated_max_goodput_rps)
+    if (dep := rec.deploy) is not None:
+        plans = [model.DeployView(p.placement, p.shell, p.notes, p.placement == dep.recommended)
+                 for p in dep.plans]
+        advice = dataclasses.replace(advice, deploy_model=dep.model, deploy_gpus=dep.gpus,
+                                     deploy_notes=dep.notes, plans=plans)
+    return advice
+
+
+def busy_host(data: _Read) -> int | None:
+    """This host's usable cores when the instances ran on it (the sweep launched them), so
+    that their CPU and the client's add up to the host's load; else None."""
+    m = data.manifest or {}
+    cfg = m.get("config") or {}
+    if not m or cfg.get("collocated_url") or cfg.get("disagg_url") or data.simulated:
+        return None
+    return (m.get("host") or {}).get("cpus_usable")
+
+
+def fills_host(busy: float | None, cores: int | None) -> bool:
+    """Whether `busy` cores (RunResult.host_cores_busy) are BUSY_SHARE of the host's
+    `cores` or more (False when either is unknown)."""
+    return busy is not None and bool(cores) and busy >= BUSY_SHARE * cores
+
+
+def _cores(run: RunResult, cores: int | None) -> tuple[str, bool]:
+    """The run's CPU cores busy as "instances + client" and whether it kept at least
+    BUSY_SHARE of the host's `cores` busy."""
+    engines, client = run.cores_busy()
+    busy = fills_host(run.host_cores_busy(), cores)
+    return f"{fmt(engines)} + {fmt(client)}" + (" *" if busy else ""), busy
+
+
+def cores_note(data: _Read) -> str | None:
+    """What the table's * says, when a run has one."""
+    cores = busy_host(data)
+    if not any(_cores(r, cores)[1] for r in data.runs):
+        return None
+    return (f"* the instances and the measuring client together kept {BUSY_SHARE:.0%} or more "
+            f"of this host's {cores} cores busy: latency tails there include waiting for a "
+            "core, which a host with cores to spare would not show.")
+
+
+def table(data: _Read) -> tuple[list[Column], list[model.TableRow]]:
+    """Every placement x rate with counts, attainment and each latency percentile recorded."""
+    pct_keys = sorted(
+        {k for r in data.runs for k in r.stats
+         if k.startswith("p") and k.endswith("_ms") and k[1].isdigit()},
+        key=lambda k: (k.split("_", 1)[1], float(k[1:].split("_")[0])),
+    )
+    cols = [
+        Column("placement", "placement", True),
+        Column("rate", "rate (req/s)"),
+        Column("num_requests", "requests"),
+        Column("completed", "completed"),
+        Column("failed", "failed"),
+        Column("slo_attainment", "attainment"),
+        Column("request_goodput", "goodput (req/s)"),
+        Column("pace", "kept pace (completed / arrived)"),
+        Column("median_ttft_ms", "TTFT median"),
+    ]
+    cols += [Column(k, k.removesuffix("_ms").replace("_", " ").upper()) for k in pct_keys]
+    cols.append(Column("emulated", "emulated KV link", True))
+    cores = busy_host(data)
+    if any(x is not None for r in data.runs for x in r.cores_busy()):
+        cols.append(Column("cores", "CPU cores busy (instances + client)"))
+    rows = []
+    for p in data.placements():
+        for run in data.series(p):
+            cells = {c.key: fmt(run.shown(c.key)) for c in cols}
+            cells.update(placement=p, rate=fmt(run.rate), emulated=run.emulated or "",
+                         failed=fmt(run.get("failed")), pace=fmt(run.pace()),
+                         cores=_cores(run, cores)[0])
+            rows.append(model.TableRow(cells, bool(run.get("failed"))))
+    return cols, rows
+
+
+def setup(data: _Read) -> list[tuple[str, str]]:
+    """(label, value) pairs: hardware, probe, model, workload, SLO, versions, command line."""
+    m = data.manifest or {}
+    cfg, host, probe = m.get("config") or {}, m.get("host") or {}, m.get("probe") or {}
+    links, ran, sized = probe.get("links") or {}, m.get("dtype") or {}, m.get("sizing") or {}
+    items = [("simulated", data.simulated)] if data.simulated else []
+    items += [
+        ("model", f"{cfg.get('model')} ({ran.get('ran', cfg.get('dtype'))}, {cfg.get('device')})"),
+        ("dtype", f"{ran.get('ran')}: {ran.get('reason')}" if ran else cfg.get("dtype")),
+        (
+            "workload",
+            f"{cfg.get('workload')}, scale {fmt(sized.get('scale', cfg.get('scale')))}, "
+            f"output scale {fmt(sized.get('output_scale', cfg.get('output_scale')))}"
+            f"{' (sized from the calibration)' if sized else ''}, seed {m.get('seed')}",
+        ),
+        ("placements", ", ".join(data.placements())),
+        ("SLO", ", ".join(f"{k} {v}" for k, v in data.slo.items()) or "-"),
+        (
+            "KV link",
+            f"{cfg.get('connector')}" + (f", emulated {data.emulated}" if data.emulated else ""),
+        ),
+        (
+            "host",
+            f"{host.get('cpu')}, {host.get('cpus_usable')} usable cores ({host.get('platform')})",
+        ),
+        (
+            "GPUs",
+            ", ".join(g.get("name", "?") for g in probe.get("gpus") or [])
+            or (probe.get("gpu_note") or "none"),
+        ),
+        (
+            "measured links",
+            ", ".join(
+                f"{k} {v.get('gbps', 0):.2f} GB/s" for k, v in links.items() if isinstance(v, dict)
+            )
+            or probe.get("links_note") or "-",
+        ),
+        ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)),
+        ("calibration", data.evidence.calibration.summary()
+         if data.evidence and data.evidence.calibration else "-"),
+        ("sizing", "; ".join(sized.get("notes") or []) or "as given"),
+        ("command line", " ".join(m.get("command") or [])),
+    ]
+    return items
