@@ -1,5 +1,7 @@
-"""The layers stay layers: imports only go down, the core and the render tier load no torch,
-and no two modules import each other, directly or around a loop."""
+"""The layers stay layers: imports only go down, in the engine and in the advisor; the
+advisor reaches the engine through its facade alone; the core and the render tier load no
+torch; and no two modules, and no two folders, import each other, directly or around a
+loop."""
 
 import ast
 import subprocess
@@ -18,6 +20,19 @@ ENGINE_LAYERS = {
     "render": {"core"},
     "serve": {"core", "model", "kv", "render"},
 }
+# advisor's sub-packages (and top-level modules), lowest first: each may import only those
+# of the layers below its own; two of one layer are siblings and import neither the other
+ADVISOR_LAYERS = (
+    {"errors", "options"},
+    {"rundata"},
+    {"output"},  # the console, the reports built from run data
+    {"measure"},
+    {"probe"},
+    {"decide", "goodput"},  # the advice; what runs say of each placement's goodput
+    {"sweep", "plan"},  # measured and simulated, side by side
+    {"serve", "testing"},
+    {"cli"},
+)
 # NOTE: the planner, the advice and the CLI's start too: `advisor plan` and every bad-flag
 # message answer in a fraction of a second without loading torch (~1 s here)
 TORCH_FREE = ("engine.core", "engine.render", "engine.serve.render_server", "engine.serve.proxy",
@@ -60,6 +75,14 @@ def _imports(name: str, at_run_time: bool = False) -> set[str]:
 GRAPH = {m: {i for i in _imports(m) if i in MODULES and i != m} for m in MODULES}
 
 
+def _folder(module: str) -> str:
+    """The layer folder a module sits in (engine.kv for engine.kv.connectors.shm), or its
+    top-level package for a module at the top (engine.api, advisor.errors)."""
+    parts = module.split(".")
+    inner = len(parts) > 2 or (len(parts) == 2 and MODULES[module].name == "__init__.py")
+    return ".".join(parts[:2]) if inner else parts[0]
+
+
 def _layer(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if parts[0] == "engine" and len(parts) > 2 else None
@@ -79,6 +102,43 @@ def test_engine_layers_import_only_downward(layer):
     assert not bad, f"{layer} may import only {sorted(allowed)}: {bad}"
 
 
+def _advisor_level(module: str) -> tuple[int, str]:
+    part = module.split(".")[1]
+    return next(i for i, layer in enumerate(ADVISOR_LAYERS) if part in layer), part
+
+
+def test_every_advisor_part_has_a_layer():
+    parts = {m.split(".")[1] for m in MODULES if m.startswith("advisor.")}
+    assert parts <= set().union(*ADVISOR_LAYERS), "give each a place in ADVISOR_LAYERS"
+
+
+def test_advisor_layers_import_only_downward_and_siblings_never_each_other():
+    bad = []
+    for m in (m for m in GRAPH if m.startswith("advisor.")):
+        level, part = _advisor_level(m)
+        for i in GRAPH[m]:
+            if i.startswith("advisor.") and i != "advisor":
+                their, other = _advisor_level(i)
+                if other != part and their >= level:
+                    bad.append((m, i))
+    assert not bad
+
+
+def test_the_advisor_reaches_the_engine_only_through_its_facade():
+    bad = [(m, i) for m in MODULES if m.startswith("advisor") for i in _imports(m)
+           if i.split(".")[0] == "engine" and i not in ("engine", "engine.api")]
+    assert not bad
+
+
+def test_no_folder_imports_another_that_imports_it_back():
+    """Top-level packages, and the layer folders within them, form no loop."""
+    for level in (lambda m: m.split(".")[0], _folder):
+        graph: dict[str, set[str]] = {}
+        for m, deps in GRAPH.items():
+            graph.setdefault(level(m), set()).update(level(d) for d in deps if level(d) != level(m))
+        assert not _cycles(graph)
+
+
 def test_the_core_the_render_tier_and_the_planner_import_no_torch_at_all():
     named = [m for m in MODULES if m.startswith(TORCH_FREE)]
     assert not [(m, i) for m in named for i in _imports(m, at_run_time=True)
@@ -91,19 +151,19 @@ def test_the_core_the_render_tier_and_the_planner_import_no_torch_at_all():
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
-def test_reports_read_run_data_and_never_the_cli_or_the_measuring():
+def test_reports_render_their_own_model_and_import_no_other_package_of_ours():
     bad = [(m, i) for m in GRAPH if m.startswith("reports") for i in GRAPH[m]
-           if i.startswith("advisor") and not i.startswith(("advisor.rundata", "advisor.decide"))]
+           if not i.startswith("reports")]
     assert not bad
 
 
-def test_no_import_cycles_between_modules():
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     cycles, state, stack = [], {}, []
 
     def visit(m):
         state[m] = "open"
         stack.append(m)
-        for n in sorted(GRAPH[m]):
+        for n in sorted(graph.get(m, ())):
             if state.get(n) == "open":
                 cycles.append(stack[stack.index(n):] + [n])
             elif n not in state:
@@ -111,7 +171,12 @@ def test_no_import_cycles_between_modules():
         stack.pop()
         state[m] = "done"
 
-    for m in sorted(GRAPH):
+    for m in sorted(graph):
         if m not in state:
             visit(m)
+    return cycles
+
+
+def test_no_import_cycles_between_modules():
+    cycles = _cycles(GRAPH)
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)

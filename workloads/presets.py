@@ -90,3 +90,9 @@ def preset(name: str, seed: int, **overrides) -> Workload:
     w = synthesize(preset_spec(name, **overrides), seed, name)
     w.params = {"preset": name, "seed": seed, **overrides}
     return w
+
+
+def seed_for(seed: int, rate: float) -> int:
+    """One seed per rate (same across placements): prompts never repeat across rates, so a
+    prefix cache cannot carry work from one rate to the next."""
+    return seed * 100_003 + round(rate * 10_000)

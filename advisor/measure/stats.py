@@ -30,6 +30,8 @@ from advisor.errors import UsageError
 from advisor.measure.confidence import intervals
 from advisor.measure.records import RequestRecord
 
+DEFAULT_SLO = ("ttft:2000", "itl:50")  # the guide's: TTFT within 2 s, every gap within 50 ms
+
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
 

@@ -16,6 +16,8 @@ import json
 import numpy as np
 
 from advisor.errors import UsageError
+from advisor.goodput.placements import Placement, counts
+from advisor.measure.stats import DEFAULT_SLO
 from advisor.output import console
 from advisor.plan import runs
 from advisor.plan.hardware import Link
@@ -27,8 +29,6 @@ from advisor.probe.shapes import DTYPE_BYTES, shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import RunDataError, manifest
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.options import DEFAULT_SLO
-from advisor.sweep.placements import Placement, counts
 from engine.api import EngineConfig
 
 GIB = 1 << 30

@@ -10,13 +10,13 @@ import dataclasses
 import numpy as np
 
 from advisor.errors import UsageError
+from advisor.goodput.outcomes import COLLAPSE
+from advisor.goodput.placements import counts
 from advisor.measure.stats import latency
 from advisor.plan.hardware import Link
 from advisor.plan.simulate import simulate
 from advisor.plan.system import EngineSpec, SimRequest, System
 from advisor.rundata.evidence import wake_text
-from advisor.sweep.placements import counts
-from advisor.sweep.rate_search import COLLAPSE
 
 PROXY_MS = 3.0  # the bundled P/D's extra HTTP leg and proxy hop per request (assumed)
 MAX_CONTENTION = 1.0  # a neighbour that doubles a step is the most fitted

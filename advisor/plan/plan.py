@@ -16,8 +16,10 @@ import json
 import numpy as np
 
 from advisor.errors import UsageError
+from advisor.goodput.outcomes import goodput_interval, max_goodput_rate
+from advisor.goodput.placements import Placement
 from advisor.measure.run import progress_bars
-from advisor.measure.stats import parse_slos
+from advisor.measure.stats import DEFAULT_SLO, parse_slos
 from advisor.output import console
 from advisor.plan import candidates as cands
 from advisor.plan import hardware, runs
@@ -27,10 +29,7 @@ from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import manifest
 from advisor.rundata.recommendation import PlacementRank
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.options import seed_for
-from advisor.sweep.placements import Placement
-from advisor.sweep.rate_search import goodput_interval, max_goodput_rate
-from workloads.presets import preset_spec
+from workloads.presets import preset_spec, seed_for
 
 RATES = 10  # grid points when no --rates are given
 
@@ -43,7 +42,7 @@ class PlanOptions:
     link: str | None = None  # None: the GPUs' own fabric
     p2p: bool = True
     workload: str = "long-prompt"
-    slo: tuple[str, ...] = ("ttft:2000", "itl:50")
+    slo: tuple[str, ...] = DEFAULT_SLO
     attainment: float = 0.9
     rates: tuple[float, ...] = ()
     num_prompts: int = 1000

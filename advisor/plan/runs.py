@@ -13,6 +13,9 @@ import numpy as np
 
 from advisor.decide import deploy
 from advisor.decide.table import recommend
+from advisor.goodput.outcomes import Outcome as RateOutcome
+from advisor.goodput.outcomes import outcome_of
+from advisor.goodput.placements import Placement
 from advisor.measure.prom import TransferTotals
 from advisor.measure.run import record_row
 from advisor.measure.stats import parse_percentiles, summarize
@@ -23,9 +26,6 @@ from advisor.rundata.evidence import Calibration, FrontendEvidence, KVTransferEv
 from advisor.rundata.recommendation import PlacementRank, Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.placements import Placement
-from advisor.sweep.rate_search import Outcome as RateOutcome
-from advisor.sweep.rate_search import outcome_of
 from workloads.spec import SyntheticSpec
 
 PERCENTILES = parse_percentiles("50,90,99")
@@ -101,7 +101,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     `opts.report`) the report, written to `run_dir`."""
     # NOTE: imported here, where files are written: pandas takes ~0.5 s to import, and
     # `advisor plan` with a bad flag answers before (tested as a subprocess)
-    from advisor.sweep.evidence import build_evidence, write_summary
+    from advisor.goodput.evidence import build_evidence, write_summary
 
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
     front = FrontendEvidence(placement=shown[0].name,

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from advisor.errors import UsageError
+from advisor.goodput.placements import Placement
 from advisor.measure.prom import recognised, scrape_text
 from advisor.measure.ready import wait_ready
-from advisor.sweep.placements import Placement
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL
 PORT_FREE_S = 30.0  # how long a stopped deployment's port may stay bound

@@ -8,16 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from advisor.errors import UsageError
+from advisor.goodput.placements import Placement, parse_topologies
 from advisor.measure.ready import check_url
-from advisor.measure.stats import parse_percentiles, parse_slos
+from advisor.measure.stats import DEFAULT_SLO, parse_percentiles, parse_slos
 from advisor.rundata.files import RunDataError
 from advisor.rundata.rundir import MANIFEST, RunDir
-from advisor.sweep.placements import Placement, parse_topologies
 from engine.api import CONNECTORS, DTYPES, parse_emulation
 from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset
 from workloads.spec import Workload
 
-DEFAULT_SLO = ("ttft:2000", "itl:50")
 DEFAULT_MODEL = "small"  # the bundled engine's when --model is not given
 DEFAULT_TOPOLOGIES = "collocated:2,disagg:1p1d"
 # a multi-turn preset also measures P/D with bidirectional transfer (the decision row needs it)
@@ -168,12 +167,6 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
         return tuple(float(r) for r in text.split(",") if r.strip()) if text else ()
     except ValueError:
         raise UsageError(f"--rates {text!r}: expected comma-separated numbers") from None
-
-
-def seed_for(seed: int, rate: float) -> int:
-    """One seed per rate (same across placements): prompts never repeat across rates, so a
-    prefix cache cannot carry work from one rate to the next."""
-    return seed * 100_003 + round(rate * 10_000)
 
 
 def prompts_for(opts: SweepOptions, rate: float) -> int:

@@ -7,15 +7,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from advisor.goodput.outcomes import TOPPED_UP
+from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import check_fits
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure, record_row, records_of
 from advisor.measure.stats import summarize
 from advisor.rundata.result import RunResult
-from advisor.sweep.options import SweepOptions, prompts_for, seed_for
-from advisor.sweep.placements import Placement
-from advisor.sweep.rate_search import TOPPED_UP
+from advisor.sweep.options import SweepOptions, prompts_for
+from workloads.presets import seed_for
 
 REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rate's
 

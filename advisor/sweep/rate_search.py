@@ -33,24 +33,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from advisor.rundata.result import KEEP_PACE
-
-if TYPE_CHECKING:
-    from advisor.rundata.result import RunResult
-
-
-@dataclass(frozen=True)
-class Outcome:
-    rate: float
-    meets: bool  # SLO attainment at or above the target
-    collapsed: bool
-    # the attainment's 95% interval against the target: surely meets / surely misses
-    sure_meets: bool = False
-    sure_misses: bool = False
-    topped_up: bool = False  # measured again with as many requests more (`top_up`)
-    behind: bool = False  # completed requests slower than they arrived (`KEEP_PACE`)
+from advisor.goodput.outcomes import Outcome, apart, goodput_interval, top
 
 
 @dataclass(frozen=True)
@@ -188,7 +172,7 @@ def _as_sure(done: list[Outcome], rate: float) -> list[Outcome]:
 def _parts(done: list[Outcome], others: dict[str, list[Outcome]]) -> bool:
     """Whether `done`'s max-goodput interval is apart from every one of `others`'."""
     span = goodput_interval(done)
-    return all(_apart(span, goodput_interval(outs)) for outs in others.values())
+    return all(apart(span, goodput_interval(outs)) for outs in others.values())
 
 
 def _bound(done: list[Outcome], plan: SearchPlan, lo: float, hi: float) -> float | None:
@@ -222,7 +206,7 @@ def to_refine(done: dict[str, list[Outcome]], refined: set[str],
     def width(name: str) -> tuple:
         lo, hi = goodput_interval(done[name])
         return (_parts_by_top_up(done, name), hi is None, lo == 0,
-                _top((lo, hi)) / lo if lo else math.inf, name == deployed)
+                top((lo, hi)) / lo if lo else math.inf, name == deployed)
 
     todo = [n for n in unsettled(done) if n not in refined]
     return max(todo, key=width, default=None)
@@ -241,50 +225,7 @@ def others_of(done: dict[str, list[Outcome]], name: str) -> dict[str, list[Outco
     return {n: outs for n, outs in done.items() if n != name}
 
 
-def _apart(a: tuple[float, float | None], b: tuple[float, float | None]) -> bool:
-    return a[0] >= _top(b) or b[0] >= _top(a)
-
-
-def _top(span: tuple[float, float | None]) -> float:
-    return math.inf if span[1] is None else span[1]
-
-
 def _on_lattice(rate: float, start: float) -> bool:
     """Grid and bracket rates are start x 2^k; bisection rates fall between."""
     k = math.log2(rate / start)
     return abs(k - round(k)) < 1e-9
-
-
-TOPPED_UP = "topped_up"  # workload_params key of a run measured again (`top_up`)
-COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
-
-
-def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float) -> Outcome:
-    """A run's outcome against the attainment `target`, by its value and its interval;
-    surely missed, whatever its attainment, when its placement fell behind the arrivals
-    (`KEEP_PACE`); collapsed (fallen apart) when its p99 ITL is far past the ITL SLO or
-    most requests failed outright."""
-    collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * itl_slo_ms \
-        or result.get("failed") > result.described.num_prompts / 2
-    ci = (result.get("ci95") or {}).get("slo_attainment")
-    pace = result.pace()
-    behind = pace is not None and pace < KEEP_PACE
-    return Outcome(rate, result.get("slo_attainment") >= target and not behind, collapsed,
-                   sure_meets=bool(ci) and ci[0] >= target and not behind,
-                   sure_misses=behind or (bool(ci) and ci[1] < target),
-                   topped_up=bool(result.described.workload_params.get(TOPPED_UP)),
-                   behind=behind)
-
-
-def max_goodput_rate(done: list[Outcome]) -> float:
-    """The highest measured rate that met the SLO (0 when none did)."""
-    return max((o.rate for o in done if o.meets), default=0.0)
-
-
-def goodput_interval(done: list[Outcome]) -> tuple[float, float | None]:
-    """Where the highest rate meeting the SLO lies: from the highest rate that surely met
-    it (its attainment interval above the target; 0 if none) to the lowest higher rate that
-    surely missed it (None: not bounded by any rate tried)."""
-    lo = max((o.rate for o in done if o.sure_meets), default=0.0)
-    hi = min((o.rate for o in done if o.sure_misses and o.rate > lo), default=None)
-    return lo, hi

@@ -13,11 +13,14 @@ from pathlib import Path
 from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
+from advisor.goodput.evidence import build_evidence, write_summary
+from advisor.goodput.outcomes import Outcome, outcome_of
+from advisor.goodput.placements import Placement
 from advisor.measure.failures import refused
 from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.run import progress_bars
-from advisor.measure.stats import parse_percentiles
+from advisor.measure.stats import DEFAULT_SLO, parse_percentiles
 from advisor.output import console
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.evidence import Calibration
@@ -27,27 +30,21 @@ from advisor.sweep import sizing
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.calibrate import calibrate, warm_up
 from advisor.sweep.deployments import OnDemand, metric_urls, started
-from advisor.sweep.evidence import build_evidence, write_summary
 from advisor.sweep.kept import KeptDeployments
 from advisor.sweep.manifest import sweep_manifest
 from advisor.sweep.options import (
-    DEFAULT_SLO,
     FALLBACK_START,
     SweepOptions,
     collocated_instances,
     first_pass_run_s,
-    seed_for,
     span_s,
 )
-from advisor.sweep.placements import Placement
 from advisor.sweep.rate_run import run_rate
 from advisor.sweep.rate_search import (
-    Outcome,
     SearchPlan,
     grid_of,
     next_rate,
     others_of,
-    outcome_of,
     replay_grid,
     to_refine,
     top_up,
@@ -55,6 +52,7 @@ from advisor.sweep.rate_search import (
 )
 from engine import api
 from engine.api import DTYPES, DtypeChoice, launch, load_model_config
+from workloads.presets import seed_for
 
 REQUEST_TIMEOUT_S = 180.0
 URL_CONTEXT = 32768  # for sizing calibration prompts, where a front lists no context

@@ -4,8 +4,8 @@ a placement's max goodput, and when two placements are told apart with confidenc
 import numpy as np
 import pytest
 
+from advisor.goodput.outcomes import Outcome, goodput_interval
 from advisor.measure.confidence import intervals, requests_to_separate
-from advisor.sweep.rate_search import Outcome, goodput_interval
 
 
 def test_intervals_bracket_the_truth_and_are_reproducible():

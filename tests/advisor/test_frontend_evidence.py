@@ -11,12 +11,12 @@ from advisor.measure.client import text_of
 from advisor.measure.prom import FrontendTotals, parse_frontend
 from advisor.measure.records import CHAT, Endpoint
 from advisor.measure.run import measure
-from advisor.sweep.options import SweepOptions, seed_for
+from advisor.sweep.options import SweepOptions
 from engine.render.frontend import Frontend, FrontendConfig
 from engine.render.protocol import parse_request
 from tests.advisor.helpers import received, scripted
 from tests.cli import advisor
-from workloads.presets import AGENT_TOOLS, preset
+from workloads.presets import AGENT_TOOLS, preset, seed_for
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 

@@ -3,11 +3,11 @@ arrived: attainment over a short run cannot see a queue that is still growing.""
 
 import pytest
 
+from advisor.goodput.outcomes import outcome_of
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.stats import summarize
 from advisor.rundata.result import KEEP_PACE, RunResult
-from advisor.sweep.rate_search import outcome_of
 from tests.advisor.helpers import scripted, workload
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from advisor.errors import UsageError
+from advisor.goodput.placements import Placement
 from advisor.plan import candidates, hardware, runs
 from advisor.plan.calibrated import run_calibrated
 from advisor.plan.loadfit import PROXY_MS, scaled
@@ -25,7 +26,6 @@ from advisor.rundata.evidence import (
     WorkloadEvidence,
 )
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.placements import Placement
 from tests.cli import advisor, advisor_here
 from workloads.presets import preset_spec
 

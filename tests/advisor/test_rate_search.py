@@ -1,11 +1,9 @@
 """The rate search, driven by fabricated outcomes, and the rate its rows are judged at."""
 
-from advisor.sweep.evidence import judged_rate
+from advisor.goodput.evidence import judged_rate
+from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
 from advisor.sweep.rate_search import (
-    Outcome,
     SearchPlan,
-    goodput_interval,
-    max_goodput_rate,
     next_rate,
     replay_grid,
     to_refine,

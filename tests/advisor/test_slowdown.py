@@ -3,8 +3,8 @@ records alone: the median inter-token gap over the calibrated step at the batch 
 
 import pytest
 
+from advisor.goodput.evidence import decode_slowdown
 from advisor.rundata.evidence import Calibration
-from advisor.sweep.evidence import decode_slowdown
 
 # steps of 10 ms alone and 24 ms at 8 running requests: 12 ms at 2
 CAL = Calibration([16, 1024], [20.0, 300.0], [1, 8], [10.0, 24.0], 0.28, 15.0)

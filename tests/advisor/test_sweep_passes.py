@@ -4,11 +4,12 @@ scripted outcomes instead of deployments: which rates it measures, and which aga
 import contextlib
 from types import SimpleNamespace
 
+from advisor.goodput.outcomes import Outcome, goodput_interval
+from advisor.goodput.placements import Placement
 from advisor.sweep import sweep as sweep_module
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.kept import KeptDeployments
-from advisor.sweep.placements import Placement
-from advisor.sweep.rate_search import Outcome, SearchPlan, goodput_interval
+from advisor.sweep.rate_search import SearchPlan
 
 
 class _Run(tuple):

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from advisor.decide.table import Row
+from advisor.goodput.evidence import _frontend
+from advisor.goodput.outcomes import Outcome
+from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, read, recognised, transfer_of
 from advisor.measure.transfer import verdict
 from advisor.rundata.result import RunResult
-from advisor.sweep.evidence import _frontend
-from advisor.sweep.placements import Placement
-from advisor.sweep.rate_search import Outcome
 
 FIX = Path(__file__).parent / "fixtures"
 

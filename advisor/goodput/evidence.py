@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import UsageError
+from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
 from advisor.measure.failures import commonest
 from advisor.measure.prom import FRONTEND_CPU, PROCESS_CPU, Sample, transfer_of
 from advisor.measure.transfer import link_class, verdict
@@ -26,7 +27,6 @@ from advisor.rundata.evidence import (
     WorkloadEvidence,
 )
 from advisor.rundata.rundir import RunDir
-from advisor.sweep.rate_search import Outcome, goodput_interval, max_goodput_rate
 from engine.api import TextTokenizer, check_history
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

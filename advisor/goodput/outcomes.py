@@ -1,0 +1,72 @@
+"""What one run says of a placement at a rate against the SLO (an `Outcome`), and what a
+placement's outcomes say of its max goodput: the highest rate that met the SLO, and the
+interval it surely lies in. Shared by the sweep (measured runs) and the planner (simulated
+ones)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from advisor.rundata.result import KEEP_PACE
+
+if TYPE_CHECKING:
+    from advisor.rundata.result import RunResult
+
+
+@dataclass(frozen=True)
+class Outcome:
+    rate: float
+    meets: bool  # SLO attainment at or above the target
+    collapsed: bool
+    # the attainment's 95% interval against the target: surely meets / surely misses
+    sure_meets: bool = False
+    sure_misses: bool = False
+    topped_up: bool = False  # measured again with as many requests more (`top_up`)
+    behind: bool = False  # completed requests slower than they arrived (`KEEP_PACE`)
+
+
+TOPPED_UP = "topped_up"  # workload_params key of a run measured again (`top_up`)
+COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
+
+
+def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float) -> Outcome:
+    """A run's outcome against the attainment `target`, by its value and its interval;
+    surely missed, whatever its attainment, when its placement fell behind the arrivals
+    (`KEEP_PACE`); collapsed (fallen apart) when its p99 ITL is far past the ITL SLO or
+    most requests failed outright."""
+    collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * itl_slo_ms \
+        or result.get("failed") > result.described.num_prompts / 2
+    ci = (result.get("ci95") or {}).get("slo_attainment")
+    pace = result.pace()
+    behind = pace is not None and pace < KEEP_PACE
+    return Outcome(rate, result.get("slo_attainment") >= target and not behind, collapsed,
+                   sure_meets=bool(ci) and ci[0] >= target and not behind,
+                   sure_misses=behind or (bool(ci) and ci[1] < target),
+                   topped_up=bool(result.described.workload_params.get(TOPPED_UP)),
+                   behind=behind)
+
+
+def max_goodput_rate(done: list[Outcome]) -> float:
+    """The highest measured rate that met the SLO (0 when none did)."""
+    return max((o.rate for o in done if o.meets), default=0.0)
+
+
+def goodput_interval(done: list[Outcome]) -> tuple[float, float | None]:
+    """Where the highest rate meeting the SLO lies: from the highest rate that surely met
+    it (its attainment interval above the target; 0 if none) to the lowest higher rate that
+    surely missed it (None: not bounded by any rate tried)."""
+    lo = max((o.rate for o in done if o.sure_meets), default=0.0)
+    hi = min((o.rate for o in done if o.sure_misses and o.rate > lo), default=None)
+    return lo, hi
+
+
+def apart(a: tuple[float, float | None], b: tuple[float, float | None]) -> bool:
+    """Whether two goodput intervals (`goodput_interval`) do not overlap."""
+    return a[0] >= top(b) or b[0] >= top(a)
+
+
+def top(span: tuple[float, float | None]) -> float:
+    """An interval's upper end (infinite where no rate bounds it)."""
+    return math.inf if span[1] is None else span[1]
