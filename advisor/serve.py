@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import signal
 import threading
+from dataclasses import dataclass, fields
 
 from rich.console import Console
 
 from advisor.errors import UsageError
+from advisor.options import option
 from engine import api
 from engine.api import (
     CONNECTORS,
@@ -19,6 +21,49 @@ from engine.api import (
     load_model_config,
     supervise,
 )
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`advisor serve`'s options, each with its flag (advisor.options): the topology to
+    start (engine.api.Topology's fields by name) and its front end's."""
+
+    mode: str = option("collocated", "collocated (N replicas), disagg (xPyD + proxy) or render "
+                                     "(a render-tier server: chat <-> token IDs, no model)")
+    replicas: int = option(2, "collocated: number of replicas", min=1)
+    prefill: int = option(1, "disagg: number of prefill instances", min=1)
+    decode: int = option(1, "disagg: number of decode instances", min=1)
+    render_workers: int = option(1, "render: worker processes behind its port (each about one "
+                                    "core)", min=1)
+    connector: str = option("shm", f"disagg KV connector: {', '.join(CONNECTORS)}")
+    bidirectional: bool = option(False, "disagg: a conversation's next turn reuses the KV its "
+                                        "decoder kept (prompt and reply); clients send "
+                                        "X-Conversation-Id", "--bidirectional")
+    model: str = option("small", "preset name or a local HF model directory")
+    dtype: str = option("auto", "auto (bfloat16 where fast here, else float32), float32, "
+                                "bfloat16 or float16")
+    device: str = option("cpu", "cpu or cuda")
+    host: str = option("127.0.0.1", "address to bind (loopback by default)")
+    port: int = option(8000, "the front's port", min=0, max=65535)
+    chat_template: str | None = option(None, "a jinja2 chat template file (engines and render)")
+    reasoning_parser: str = option("qwen3", "qwen3 (<think> markup) or none")
+    tool_call_parser: str = option("hermes", "hermes (<tool_call> markup) or none")
+    api_key: str | None = option(None, "the front requires 'Authorization: Bearer KEY' on /v1/ "
+                                       "and /inference/ (default: $ADVISOR_API_KEY)",
+                                 envvar="ADVISOR_API_KEY", secret=True)
+
+    def frontend(self) -> FrontendConfig:
+        return FrontendConfig(None, self.chat_template, self.reasoning_parser,
+                              self.tool_call_parser)
+
+    def topology(self) -> Topology:
+        """The topology these options name (an empty key is none)."""
+        given = {f.name: getattr(self, f.name) for f in fields(Topology)
+                 if f.name in _FLAGGED}
+        return Topology(**{**given, "api_key": self.api_key or None})
+
+
+_FLAGGED = {f.name for f in fields(ServeOptions)}
 
 
 def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
@@ -41,10 +86,10 @@ def check_topology(topology: Topology, frontend: FrontendConfig) -> Topology:
     return topology.with_frontend(frontend.args())
 
 
-def run_serve(topology: Topology, frontend: FrontendConfig, console: Console | None = None) -> None:
-    """Start `topology`, print its URLs, restart any child that exits (said on the
-    console), block until SIGINT or SIGTERM, then stop everything."""
-    topology = check_topology(topology, frontend)
+def run_serve(opts: ServeOptions, console: Console | None = None) -> None:
+    """Start the topology `opts` name, print its URLs, restart any child that exits (said
+    on the console), block until SIGINT or SIGTERM, then stop everything."""
+    topology = check_topology(opts.topology(), opts.frontend())
     console = console or Console()
     if topology.mode != "render":
         choice = api.resolve_dtype(topology.dtype, topology.device)

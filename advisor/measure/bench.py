@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import UsageError
+from advisor.measure.bench_options import DATASETS, BenchOptions
 from advisor.measure.failures import commonest
 from advisor.measure.ready import (
-    DEFAULT_READY_TIMEOUT_S,
     check_fits,
-    check_url,
     served_context,
     served_model,
     wait_ready,
 )
-from advisor.measure.records import COMPLETIONS, Endpoint
+from advisor.measure.records import Endpoint
 from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
+from advisor.measure.urls import check_url
 from advisor.output import console
 from advisor.rundata.files import manifest
 from advisor.rundata.result import RunResult
@@ -33,43 +32,6 @@ from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.presets import PRESETS, preset
 from workloads.spec import SyntheticSpec, Workload, synthesize
-
-DATASETS = ("random",)
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    """`advisor bench`'s options, named as `vllm bench serve` names them."""
-
-    base_url: str = "http://127.0.0.1:8000"
-    endpoint: str = COMPLETIONS
-    model: str | None = None  # None: the first model the server lists
-    dataset: str = "random"
-    random_input_len: int = 1024
-    random_output_len: int = 128
-    random_range_ratio: float = 0.0
-    random_prefix_len: int = 0
-    ignore_eos: bool = False
-    temperature: float = 0.0  # vLLM's default when --temperature is not given: greedy
-    request_rate: float | None = None  # None: inf for random, the preset's own rate for a preset
-    burstiness: float = 1.0
-    num_prompts: int | None = None  # None: 100, or every row of a trace
-    max_concurrency: int | None = None
-    goodput: tuple[str, ...] = ()
-    percentile_metrics: str = "ttft,tpot,itl"
-    metric_percentiles: str = "99"
-    seed: int = 0
-    result_dir: str | None = None
-    workload: str | None = None  # a preset name
-    scale: float = 1.0
-    trace: str | None = None
-    trace_time_scale: float = 1.0
-    num_warmups: int = 0
-    request_timeout: float = 600.0
-    ready_timeout: float = DEFAULT_READY_TIMEOUT_S  # wait this long for the server to be up
-    export_trace: str | None = None
-    # NOTE: a secret: never written to the manifest
-    api_key: str | None = field(default=None, repr=False)
 
 
 def _checked(opts: BenchOptions) -> tuple[dict[str, float], list[float], tuple[str, ...]]:

@@ -14,24 +14,13 @@ from collections.abc import Callable
 
 from advisor.errors import UsageError
 from advisor.measure.run import discover_model, list_models
+from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
 from workloads.spec import Workload
 
 HEALTH_PATHS = ("/health", "/healthcheck", "/v1/models")
 PROBE_TIMEOUT_S = 5.0
 POLL_S = 1.0
 SAY_EVERY_S = 10.0
-DEFAULT_READY_TIMEOUT_S = 600.0  # GPUs load slowly
-
-
-def check_url(flag: str, url: str | None) -> None:
-    """UsageError naming `flag` unless `url` (None: not given) is an http(s) URL with a
-    host: asked of every URL flag before anything starts."""
-    if url is None:
-        return
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{flag} {url!r}: expected an http(s) URL such as "
-                         "http://127.0.0.1:8000")
 
 
 def served_model(url: str, model: str | None, api_key: str | None = None) -> str:

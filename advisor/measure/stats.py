@@ -35,6 +35,14 @@ DEFAULT_SLO = ("ttft:2000", "itl:50")  # the guide's: TTFT within 2 s, every gap
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
+def parse_rates(text: str | None) -> tuple[float, ...]:
+    """--rates "0.2,0.4" -> (0.2, 0.4); UsageError when it is not a list of numbers."""
+    try:
+        return tuple(float(r) for r in text.split(",") if r.strip()) if text else ()
+    except ValueError:
+        raise UsageError(f"--rates {text!r}: expected comma-separated numbers") from None
+
+
 def parse_slos(items: list[str], flag: str = "--goodput") -> dict[str, float]:
     """["ttft:2000", "itl:50"] (commas also split) -> {"ttft": 2000.0, "itl": 50.0}, in ms;
     UsageError naming `flag` (the option they came from) when one is malformed."""

@@ -22,7 +22,7 @@ from advisor.output import console
 from advisor.plan import runs
 from advisor.plan.hardware import Link
 from advisor.plan.loadfit import fit_to_runs, instances, requests_of
-from advisor.plan.plan import PlanOptions
+from advisor.plan.options import PlanOptions
 from advisor.plan.steptime import FittedStep, fit
 from advisor.plan.system import EngineSpec
 from advisor.probe.shapes import DTYPE_BYTES, shape_of

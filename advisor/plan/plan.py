@@ -19,10 +19,10 @@ from advisor.errors import UsageError
 from advisor.goodput.outcomes import goodput_interval, max_goodput_rate
 from advisor.goodput.placements import Placement
 from advisor.measure.run import progress_bars
-from advisor.measure.stats import DEFAULT_SLO, parse_slos
 from advisor.output import console
 from advisor.plan import candidates as cands
 from advisor.plan import hardware, runs
+from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.steptime import Step, prefill_step
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import Calibration
@@ -32,35 +32,6 @@ from advisor.rundata.rundir import RunDir
 from workloads.presets import preset_spec, seed_for
 
 RATES = 10  # grid points when no --rates are given
-
-
-@dataclasses.dataclass(frozen=True)
-class PlanOptions:
-    model: str = "qwen2.5-7b"
-    gpu: str = "l40s"
-    gpus: int = 2
-    link: str | None = None  # None: the GPUs' own fabric
-    p2p: bool = True
-    workload: str = "long-prompt"
-    slo: tuple[str, ...] = DEFAULT_SLO
-    attainment: float = 0.9
-    rates: tuple[float, ...] = ()
-    num_prompts: int = 1000
-    seed: int = 0
-    out: str | None = None
-    dtype: str = "bfloat16"
-    max_num_batched_tokens: int | None = None
-    operating_rate: float | None = None
-    as_json: bool = False
-    report: bool = True  # draw report.html and report.md
-    # what the evidence builder asks of a sweep's options
-    bundled: bool = False
-    connector: str | None = None
-    device: str = "cuda"
-
-    @property
-    def slos(self) -> dict[str, float]:
-        return parse_slos(list(self.slo), "--slo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +112,11 @@ def grid(s: _Setup, o: PlanOptions, cal: Calibration) -> list[float]:
 
 def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     """Simulate, rank and decide; the recommendation (with `ranking` and `simulated`)."""
+    o = dataclasses.replace(o, model=o.model or DEFAULT_MODEL)
     s = _setup(o)
     what = label(s)
     cal = unloaded(s, o)
-    run_dir = RunDir.create(o.out or "results", f"plan-{o.workload}")
+    run_dir = RunDir.create(o.out, f"plan-{o.workload}")
     config = {k: v for k, v in dataclasses.asdict(o).items() if k != "as_json"}
     run_dir.write_manifest({**manifest(o.seed, config, argv), "simulated": what,
                             "plan": {"gpu": dataclasses.asdict(s.gpu),

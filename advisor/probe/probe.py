@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -15,32 +14,19 @@ from rich.table import Table
 
 from advisor.errors import UsageError
 from advisor.measure.prom import read, scrape_text, transfer_of
-from advisor.measure.ready import DEFAULT_READY_TIMEOUT_S, check_url, served_model, wait_ready
+from advisor.measure.ready import served_model, wait_ready
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
+from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S, check_url
 from advisor.probe import hardware, p2p
 from advisor.probe.cores import CoreSharing, host_core_sharing
-from advisor.probe.wakeup import IDLE_S, NOTABLE, Wakeup, probe_wakeup
+from advisor.probe.options import ProbeOptions
+from advisor.probe.wakeup import NOTABLE, Wakeup, probe_wakeup
 from engine import api
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    p2p_from: str | None = None  # a saved `nvidia-smi topo -p2p r` output
-    as_json: bool = False
-    link_mb: int = 64
-    transfer_check: str | None = None  # a disaggregated deployment's URL
-    metrics_urls: tuple[str, ...] = ()  # its decoders' /metrics (default: URL/metrics)
-    check_prompts: int = 3
-    check_prompt_tokens: int = 2048
-    model: str | None = None  # the served model's name (None: ask /v1/models)
-    ready_timeout: float = DEFAULT_READY_TIMEOUT_S
-    link: str = "fast"  # the link class the transfers are held to (LINK_FLOORS_GBPS)
-    wakeup_idle_s: float = IDLE_S  # idle before the wake-up passes (0: not measured)
 
 
 def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:

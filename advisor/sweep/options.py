@@ -5,12 +5,13 @@ engines the collocated placement has."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from advisor.errors import UsageError
 from advisor.goodput.placements import Placement, parse_topologies
-from advisor.measure.ready import check_url
-from advisor.measure.stats import DEFAULT_SLO, parse_percentiles, parse_slos
+from advisor.measure.stats import DEFAULT_SLO, parse_percentiles, parse_rates, parse_slos
+from advisor.measure.urls import check_url
+from advisor.options import option
 from advisor.rundata.files import RunDataError
 from advisor.rundata.rundir import MANIFEST, RunDir
 from engine.api import CONNECTORS, DTYPES, parse_emulation
@@ -35,41 +36,67 @@ DEFAULT_BUDGET_S = 280.0
 
 @dataclass(frozen=True)
 class SweepOptions:
-    workload: str = "long-prompt"
-    scale: float | None = None  # None: sized from the calibration (advisor.sweep.sizing)
-    output_scale: float | None = None  # None: sized from the calibration, else scale
-    model: str | None = None  # None: the sweep's default model (and a widenable default SLO)
-    dtype: str = "auto"  # resolved once per sweep (engine.model.dtype); the manifest says why
-    slo: tuple[str, ...] = ()  # (): DEFAULT_SLO, which may be widened to fit this machine
-    attainment: float = 0.9
-    rates: tuple[float, ...] = ()  # a fixed grid instead of the search
-    start_rate: float | None = None  # None: from the calibration (sizing), else FALLBACK_START
-    max_steps: int = 4
-    bisect_steps: int = 1
-    num_prompts: int | None = None  # None: MIN_REQUESTS, or `window_s` seconds' worth if more
-    window_s: float = 16.0
-    topologies: str | None = None  # None: the workload's default (see `placements`)
-    connector: str = "shm"
-    link_emulation: str | None = None
-    collocated_url: str | None = None
-    disagg_url: str | None = None
-    # each instance's /metrics (default: the URL's own /metrics, when it has one)
-    collocated_metrics: tuple[str, ...] = ()
-    disagg_metrics: tuple[str, ...] = ()
-    # shell commands that start the deployment at the URL (the sweep stops it)
-    collocated_cmd: str | None = None
-    disagg_cmd: str | None = None
-    ready_timeout: float = 600.0  # seconds a deployment may take to answer
-    config: str | None = None  # the --config file these options came from
-    out: str | None = None
-    seed: int = 0
-    device: str = "cpu"
+    """`advisor sweep`'s options, each with its flag (advisor.options)."""
+
+    workload: str = option("long-prompt", f"workload preset: {', '.join(PRESETS)}")
+    # None: the sweep's default model (and a default SLO it may widen)
+    model: str | None = option(None, "preset name or a local HF model directory "
+                                     f"(default: {DEFAULT_MODEL})")
+    slo: tuple[str, ...] = option((), "SLOs in ms (default ttft:2000 itl:50, widened to what "
+                                      "this machine can meet unless --model is given)",
+                                  words=True)
+    attainment: float = option(0.9, "share of requests that must meet every SLO")
+    rates: tuple[float, ...] = option((), "a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)",
+                                      parse=parse_rates)
+    # None: MIN_REQUESTS, or `window_s` seconds' worth if more
+    num_prompts: int | None = option(None, "requests per rate (default: 30, or ~16 s of them "
+                                           "if more, up to 100)")
+    topologies: str | None = option(
+        None, "collocated:N,disagg:XpYd[,disagg-bidi:XpYd] (default: collocated:2,"
+              "disagg:1p1d; multi-turn presets add disagg-bidi:1p1d)")
+    connector: str = option("shm", f"disagg KV connector: {', '.join(CONNECTORS)}")
+    link_emulation: str | None = option(None, "make each KV transfer as slow as a link: 1.3s, "
+                                              "800ms or 1GBps (marked as emulated)")
+    collocated_url: str | None = option(None, "measure an existing collocated deployment")
+    disagg_url: str | None = option(None, "measure an existing disaggregated deployment")
+    collocated_metrics: tuple[str, ...] = option(
+        (), "each collocated instance's /metrics (default: --collocated-url's own)")
+    disagg_metrics: tuple[str, ...] = option(
+        (), "each prefiller's and decoder's /metrics (default: --disagg-url's own)")
+    collocated_cmd: str | None = option(
+        None, "shell command that starts the collocated deployment at --collocated-url; the "
+              "sweep stops it before the next one starts")
+    disagg_cmd: str | None = option(
+        None, "shell command that starts the disaggregated deployment at --disagg-url")
+    ready_timeout: float = option(600.0, "seconds a deployment may take to answer")
+    config: str | None = option(None, "a TOML or YAML file of these options (flags win)")
+    out: str = option("results", "parent of the run directory")
+    scale: float | None = option(None, "prompt length scale (default: sized from the "
+                                       "calibration; 1 for deployment URLs)")
+    output_scale: float | None = option(None, "output length scale (default: sized from the "
+                                              "calibration)")
+    # resolved once per sweep (engine.model.dtype); the manifest says why
+    dtype: str = option("auto", "engine dtype: auto (bfloat16 where fast here, else float32), "
+                                "float32, bfloat16, float16")
+    device: str = option("cpu", "cpu or cuda")
+    start_rate: float | None = option(None, "search: first rate (req/s; default: where the "
+                                            "calibration says collocated starts to miss)")
+    max_steps: int = option(4, "search: doublings, and the bracket's extra steps")
+    bisect_steps: int = option(1, "search: bisections per placement")
+    seed: int = option(0, "workload seed")
+    operating_rate: float | None = option(None, "your production rate (req/s): the decision "
+                                                "rows are judged there")
+    repeats: int = option(1, "runs per rate, each with its own seed, pooled")
+    time_budget: float | None = option(
+        None, f"seconds the sweep may measure before it stops refining (default: "
+              f"{DEFAULT_BUDGET_S:g} for the bundled engine with the default requests per rate, "
+              "else none; 0: none)")
+    # NOTE: never written to the manifest: a resumed sweep takes it from the flag again
+    api_key: str | None = option(None, "bearer token for --collocated-url / --disagg-url "
+                                       "(default: $OPENAI_API_KEY)", envvar="OPENAI_API_KEY",
+                                 secret=True)
+    window_s: float = 16.0  # the seconds of arrivals a rate's default request count covers
     percentiles: str = "50,90,99"
-    repeats: int = 1  # runs per rate (seeds apart), pooled into one result
-    operating_rate: float | None = None  # judge the rows here (default: see judged_rate)
-    time_budget: float | None = None  # seconds; None: see `budget_s`; 0: no limit
-    # NOTE: a secret: never written to the manifest (resume takes it from the flag again)
-    api_key: str | None = field(default=None, repr=False)
 
     @property
     def bundled(self) -> bool:
@@ -159,14 +186,6 @@ class SweepOptions:
                 check_url(flag, url)
         parse_percentiles(self.percentiles)
         return parse_topologies(self)
-
-
-def parse_rates(text: str | None) -> tuple[float, ...]:
-    """--rates "0.2,0.4" -> (0.2, 0.4); UsageError when it is not a list of numbers."""
-    try:
-        return tuple(float(r) for r in text.split(",") if r.strip()) if text else ()
-    except ValueError:
-        raise UsageError(f"--rates {text!r}: expected comma-separated numbers") from None
 
 
 def prompts_for(opts: SweepOptions, rate: float) -> int:

@@ -110,7 +110,7 @@ def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepO
     filled.validate()
     choice = api.resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
         opts.dtype, "set by the deployment", {})
-    run_dir = RunDir.create(opts.out or "results", opts.workload)
+    run_dir = RunDir.create(opts.out, opts.workload)
     extra = {"config_file": Path(opts.config).read_text()} if opts.config else {}
     run_dir.write_manifest({**sweep_manifest(filled, argv, choice), "widen_slo": widen, **extra})
     print(f"dtype: {choice.dtype} ({choice.reason})", flush=True)

@@ -13,7 +13,8 @@ from advisor.goodput.placements import Placement
 from advisor.plan import candidates, hardware, runs
 from advisor.plan.calibrated import run_calibrated
 from advisor.plan.loadfit import PROXY_MS, scaled
-from advisor.plan.plan import PlanOptions, run_plan
+from advisor.plan.options import PlanOptions
+from advisor.plan.plan import run_plan
 from advisor.plan.steptime import FittedStep, Step, prefill_step
 from advisor.plan.system import EngineSpec, System
 from advisor.probe.shapes import shape_of

@@ -1,0 +1,56 @@
+"""`advisor bench`'s options, each with its flag, named as `vllm bench serve` names them;
+kept apart from the benchmark so that the command line loads no client to list them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.measure.records import COMPLETIONS
+from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
+from advisor.options import option
+from workloads.presets import PRESETS
+
+DATASETS = ("random",)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """`advisor bench`'s options, named as `vllm bench serve` names them."""
+
+    base_url: str = option("http://127.0.0.1:8000", "server base URL")
+    endpoint: str = option(COMPLETIONS, "/v1/completions or /v1/chat/completions")
+    # None: the first model the server lists
+    model: str | None = option(None, "model name (default: the first the server lists)")
+    dataset: str = option("random", "dataset: random")
+    random_input_len: int = option(1024, "random: prompt tokens")
+    random_output_len: int = option(128, "random: output tokens")
+    random_range_ratio: float = option(0.0, "random: lengths uniform in len*(1 +- r)")
+    random_prefix_len: int = option(0, "random: shared prefix tokens before each prompt")
+    ignore_eos: bool = option(False, "generate exactly max_tokens", "--ignore-eos")
+    # vLLM's default when --temperature is not given: greedy
+    temperature: float = option(0.0, "sent with every request (0: greedy, as vllm bench serve "
+                                     "sends when not told)")
+    # None: inf for random, the preset's own rate for a preset
+    request_rate: float | None = option(None, "requests/s (inf: all at once)")
+    burstiness: float = option(1.0, "gamma shape; 1 = Poisson")
+    # None: 100, or every row of a trace
+    num_prompts: int | None = option(None, "requests to send (default 100; a trace: all)")
+    max_concurrency: int | None = option(None, "cap on requests in flight")
+    goodput: tuple[str, ...] = option((), "SLOs in ms: ttft:2000 itl:50 tpot:30 e2el:...",
+                                      words=True)
+    percentile_metrics: str = option("ttft,tpot,itl", "of ttft,tpot,itl,e2el")
+    metric_percentiles: str = option("99", "e.g. 50,90,99")
+    seed: int = option(0, "workload seed")
+    result_dir: str | None = option(None, "write result.json and requests.jsonl here")
+    workload: str | None = option(None, f"a preset: {', '.join(PRESETS)}")
+    scale: float = option(1.0, "preset: multiply every length")
+    trace: str | None = option(None, "Mooncake .jsonl, Azure or BurstGPT .csv trace")
+    trace_time_scale: float = option(1.0, "trace: multiply timestamps")
+    num_warmups: int = option(0, "warmup requests, excluded from statistics")
+    request_timeout: float = option(600.0, "seconds before a request counts as failed")
+    ready_timeout: float = option(DEFAULT_READY_TIMEOUT_S,
+                                  "seconds to wait for the server to be ready")
+    export_trace: str | None = option(None, "also save the workload as a Mooncake trace")
+    # NOTE: never written to the manifest
+    api_key: str | None = option(None, "bearer token for the server (default: $OPENAI_API_KEY)",
+                                 envvar="OPENAI_API_KEY", secret=True)

@@ -1,0 +1,61 @@
+"""`advisor plan`'s options, each with its flag; kept apart from the planner so that the
+command line loads no simulator to list them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.errors import UsageError
+from advisor.measure.stats import DEFAULT_SLO, parse_rates, parse_slos
+from advisor.options import option
+from advisor.plan.hardware import GPUS
+from workloads.presets import PRESETS
+
+DEFAULT_MODEL = "qwen2.5-7b"
+
+
+def _yes_no(text: str | None) -> bool:
+    """--p2p yes|no (None: yes); UsageError otherwise."""
+    if text not in (None, "yes", "no"):
+        raise UsageError(f"--p2p must be yes or no, not {text!r}")
+    return text != "no"
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """`advisor plan`'s options, each with its flag (advisor.options)."""
+
+    # None: DEFAULT_MODEL; with --calibrate, the sweep's
+    model: str | None = option(None, "preset name (also deepseek-v3, qwen3-next-80b-a3b) or a "
+                                     f"local config.json dir (default {DEFAULT_MODEL}; with "
+                                     "--calibrate, the sweep's)")
+    gpu: str = option("l40s", ", ".join(GPUS))
+    gpus: int = option(2, "how many of them")
+    link: str | None = option(None, "KV link: pcie4, pcie5, nvlink, rdma-100g, rdma-400g, "
+                                    "tcp-25g or a rate such as 25GBps (default: the GPUs')")
+    p2p: bool = option(True, "GPU peer-to-peer copies work (nvidia-smi topo -p2p r): yes or no "
+                             "(default: yes)", parse=_yes_no)
+    workload: str = option("long-prompt", f"workload preset: {', '.join(PRESETS)}")
+    slo: tuple[str, ...] = option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)",
+                                  words=True)
+    attainment: float = option(0.9, "share of requests that must meet every SLO")
+    rates: tuple[float, ...] = option((), "rates to simulate, e.g. 0.2,0.4,1 (default: a grid "
+                                          "up to what the GPUs could prefill)", parse=parse_rates)
+    num_prompts: int = option(1000, "simulated requests per rate")
+    max_num_batched_tokens: int | None = option(None, "engine token budget per step (default: "
+                                                      "vLLM's for the GPU)")
+    operating_rate: float | None = option(None, "your production rate (req/s)")
+    seed: int = option(0, "workload seed")
+    out: str = option("results", "parent of the run directory")
+    as_json: bool = option(False, "print JSON", "--json")
+    report: bool = option(True, "draw report.html and report.md (`advisor report RUN_DIR` "
+                                "draws them later)", "--report/--no-report")
+    dtype: str = "bfloat16"
+    # what the evidence builder asks of a sweep's options
+    bundled: bool = False
+    connector: str | None = None
+    device: str = "cuda"
+
+    @property
+    def slos(self) -> dict[str, float]:
+        return parse_slos(list(self.slo), "--slo")
