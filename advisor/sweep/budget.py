@@ -12,13 +12,11 @@ measurements, ended the search (`note`).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -48,16 +46,16 @@ class TimeBudget:
             self.spent = self.clock() - self.began + need > self.limit_s
         return not self.spent
 
-    def timed(self, work: Callable[[], T], span_s: float | None = None) -> T:
-        """`work()`, timed: a run over `span_s` seconds of requests, or (None) a start."""
+    @contextlib.contextmanager
+    def timing(self, span_s: float | None = None) -> Iterator[None]:
+        """Time the block: a run over `span_s` seconds of requests, or (None) a start."""
         began = self.clock()
-        out = work()
+        yield
         took = self.clock() - began
         if span_s is None:
             self.start_s = max(self.start_s, took)
         else:
             self.extras.append(took - span_s)
-        return out
 
     def note(self) -> str | None:
         """What the evidence says where the budget ended the search; None where it did not."""

@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 from advisor.errors import UsageError
@@ -61,7 +62,7 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
     deployment is gone (its command exited), else None."""
     if not p.cmd:
         wait_ready(p.url, model, api_key, ready_timeout)
-        yield lambda: None
+        yield _not_gone
         return
     log_path = log_dir / f"{p.name}.log"
     with open(log_path, "ab") as log:
@@ -75,15 +76,19 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
 
         try:
             wait_ready(p.url, model, api_key, ready_timeout,
-                       lambda: exited(f"before {p.url} was ready"))
+                       partial(exited, f"before {p.url} was ready"))
         except UsageError as e:
             if proc.poll() is None:  # still running, never ready
                 raise UsageError(f"{p.flag}-cmd: {e}: see {log_path}") from None
             raise
-        yield lambda: exited("while it was measured")
+        yield partial(exited, "while it was measured")
     finally:
         stop_group(proc)
         wait_port_free(p.url)
+
+
+def _not_gone() -> None:
+    """A deployment someone else runs: nothing here sees it go."""
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:

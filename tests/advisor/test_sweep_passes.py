@@ -1,4 +1,4 @@
-"""A placement's two passes as the sweep runs them (advisor.sweep.sweep._Sweep.measure), on
+"""A placement's two passes as the sweep runs them (advisor.sweep.steps.Steps.measure), on
 scripted outcomes instead of deployments: which rates it measures, and which again."""
 
 import contextlib
@@ -6,10 +6,12 @@ from types import SimpleNamespace
 
 from advisor.goodput.outcomes import Outcome, goodput_interval
 from advisor.goodput.placements import Placement
-from advisor.sweep import sweep as sweep_module
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.kept import KeptDeployments
+from advisor.sweep.options import span_s
 from advisor.sweep.rate_search import SearchPlan
+from advisor.sweep.state import SweepState
+from advisor.sweep.steps import Steps
 
 
 class _Run(tuple):
@@ -42,35 +44,48 @@ REPLAYED = {2.96: [Outcome(2.96, False, False)],
             5.92: [Outcome(5.92, False, True, sure_misses=True)]}
 
 
+class _Scripted(Steps):
+    """The steps against a fake clock and run directory: each rate's n-th measurement gives
+    its n-th outcome in `truth`, and each run takes its requests' span and 2 s more."""
+
+    def __init__(self, truth: dict[float, list[Outcome]], runs: _Runs, budget: TimeBudget,
+                 now: list[float], opts):
+        state = SweepState(opts, SearchPlan(start=0.74), calibration=object(),
+                           replay=list(REPLAYED), leader="collocated-2",
+                           done={"collocated-2": COLLOCATED})
+        bars = SimpleNamespace(add_task=lambda *a, **k: None, advance=lambda *_: None,
+                               update=lambda *a, **k: None)
+        super().__init__(state, runs, budget, KeptDeployments(contextlib.ExitStack(),
+                                                             room=lambda: True), bars)
+        self.truth, self.runs, self.now = truth, runs, now
+
+    def deploy(self, p, stack):
+        return "url", [], "one"
+
+    def run(self, url, metrics, p, rate, before=None):
+        self.now[0] += span_s(self.state.opts, rate) + 2.0
+        return _Run((rate, before is not None))
+
+    def outcome(self, p, rate):
+        return self.truth[rate][sum(r == rate for r, _ in self.runs.written) - 1]
+
+
 def _measured(step_down: list[Outcome], budget_s: float | None = None,
               sweep=None) -> tuple[list[tuple[float, bool]], list]:
     """Run disaggregated's passes against COLLOCATED, each rate's n-th measurement giving
     its n-th outcome (REPLAYED, and `step_down` at 2.093), each run taking its requests'
     span and 2 s more on a fake clock, with a time budget of `budget_s` (into `sweep`'s
     namespace when given); (what it measured, its outcomes)."""
-    truth = {**REPLAYED, 2.093: step_down}
-    runs = _Runs()
     now = [0.0]
-    s = object.__new__(sweep_module._Sweep)
     opts = SimpleNamespace(rates=(), num_prompts=None, repeats=1, window_s=16.0,
                            operating_rate=None)
-    s.run_dir, s.task, s.opts = runs, None, opts
-    s.budget = TimeBudget(budget_s, clock=lambda: now[0])
-    s.bars = SimpleNamespace(advance=lambda *_: None, update=lambda *a, **k: None)
-    s.calibration, s.calibrates, s.missed, s.gone = object(), False, None, {}
-    s.plan, s.grid, s.replay = SearchPlan(start=0.74), None, list(REPLAYED)
-    s.leader, s.done = "collocated-2", {"collocated-2": COLLOCATED}
-    s._deploy = lambda p, stack: ("url", [], "one")
-    s.kept = KeptDeployments(contextlib.ExitStack(), room=lambda: True)
-    def run_one(url, metrics, p, rate, before=None):
-        now[0] += sweep_module.span_s(opts, rate) + 2.0
-        return _Run((rate, before is not None))
-    s._run_one = run_one
-    s._outcome = lambda p, rate: truth[rate][sum(r == rate for r, _ in runs.written) - 1]
+    budget = TimeBudget(budget_s, clock=lambda: now[0])
+    runs = _Runs()
+    s = _Scripted({**REPLAYED, 2.093: step_down}, runs, budget, now, opts)
     s.measure(Placement("disagg-1p1d", "disagg"), refine=True)
     if sweep is not None:
         sweep.budget = s.budget
-    return runs.written, s.done["disagg-1p1d"]
+    return runs.written, s.state.done["disagg-1p1d"]
 
 
 def test_a_bound_the_second_pass_finds_within_noise_is_measured_again():
@@ -112,11 +127,11 @@ def test_the_budget_adds_a_start_for_a_placement_not_running_and_the_median_over
     now = [0.0]
     budget = TimeBudget(100.0, clock=lambda: now[0])
 
-    def take(seconds: float) -> None:
-        now[0] += seconds
-    budget.timed(lambda: take(12.0))  # a start
+    with budget.timing():  # a start
+        now[0] += 12.0
     for took in (12.0, 13.0, 40.0):  # runs of 10 s of requests; the last drained a queue
-        budget.timed(lambda took=took: take(took), span_s=10.0)
+        with budget.timing(span_s=10.0):
+            now[0] += took
     assert budget.start_s == 12.0 and budget.extra_s == 3.0
     # 77 s spent: 10 s of requests and 3 more end at 90 while running, at 102 with a start
     assert budget.fits(10.0, live=True) and not budget.spent

@@ -1,0 +1,56 @@
+"""What a sweep has learnt so far, in one place: the options as sized, where its rate
+search starts, its calibration, and every placement's outcomes. The steps
+(advisor.sweep.steps) read and extend it; the evidence is built from it at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from advisor.goodput.outcomes import Outcome
+from advisor.rundata.evidence import Calibration
+from advisor.sweep.options import FALLBACK_START, SweepOptions
+from advisor.sweep.rate_search import SearchPlan
+
+
+def search_plan(opts: SweepOptions, start: float) -> SearchPlan:
+    """The rate search for `opts`, from `start` req/s (or the first of --rates)."""
+    return SearchPlan(opts.rates[0] if opts.rates else start, opts.max_steps, opts.bisect_steps)
+
+
+@dataclass
+class SweepState:
+    opts: SweepOptions  # with the sizing's lengths and SLO, once sized
+    plan: SearchPlan
+    calibration: Calibration | None = None
+    prompt_tokens: float | None = None  # the sized workload's mean prompt
+    missed: dict[str, float] = field(default_factory=dict)  # SLO metric -> its unloaded floor
+    grid: list[float] | None = None  # the leading placement's rates (or --rates)
+    replay: list[float] | None = None  # the rates the others measure first
+    leader: str | None = None  # the placement that builds the grid
+    done: dict[str, list[Outcome]] = field(default_factory=dict)  # placement -> its outcomes
+
+    @classmethod
+    def start(cls, opts: SweepOptions, calibration: Calibration | None = None,
+              sized: dict | None = None) -> SweepState:
+        """A sweep before its first run; with a calibration and its sizing (a resumed
+        sweep's), sized already."""
+        grid = list(opts.rates) or None
+        state = cls(opts, search_plan(opts, opts.start_rate or FALLBACK_START), grid=grid,
+                    replay=grid)
+        if calibration is not None and sized is not None:
+            state.calibration = calibration
+            state.size(sized)
+        return state
+
+    def size(self, sized: dict) -> None:
+        """Run with a sizing's lengths, SLO and first rate (unless --start-rate was given),
+        and note which SLO metrics its unloaded floor misses."""
+        self.opts = dataclasses.replace(self.opts, scale=sized["scale"],
+                                        output_scale=sized["output_scale"],
+                                        slo=tuple(sized["slo"]))
+        start = self.opts.start_rate or sized.get("start_rate") or FALLBACK_START
+        self.plan = search_plan(self.opts, start)
+        self.prompt_tokens = sized["prompt_tokens"]
+        floors = self.calibration.floors(self.prompt_tokens)
+        self.missed = {m: v for m, v in floors.items() if v > self.opts.slos[m]}
