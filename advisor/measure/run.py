@@ -11,12 +11,12 @@ import urllib.error
 import urllib.request
 
 import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from advisor.errors import UsageError
 from advisor.measure.client import Client
 from advisor.measure.records import ClientRun, Endpoint, RequestRecord
+from advisor.output.progress import ProgressLines, progress_bars
 from workloads.spec import Workload
 
 REACH_TIMEOUT_S = 5.0
@@ -44,15 +44,9 @@ def list_models(base_url: str, api_key: str | None = None) -> list[dict]:
     return data
 
 
-def progress_bars() -> Progress:
-    """The rich progress display long work shows (on stderr, gone when done)."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-
-
 def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
             max_concurrency: int | None = None, label: str = "requests",
-            bars: Progress | None = None) -> ClientRun:
+            bars: Progress | ProgressLines | None = None) -> ClientRun:
     """Send `workload` to `endpoint` with a progress bar (in `bars` if given); every record."""
     with contextlib.ExitStack() as stack:
         if bars is None:

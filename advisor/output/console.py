@@ -1,4 +1,6 @@
-"""Terminal output: a benchmark result as a rich table."""
+"""What the advisor prints: a benchmark's result and a recommendation. On a terminal, rich
+tables that wrap to its width; into a file or a pipe, plain lines with every value whole
+(nothing cut to 80 columns, no box drawing)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
     throughputs (with the run's `pace`, `RunResult.pace`, where known and any request
     completed), then one row per latency metric (ms), where any was measured."""
     out = out or Console()
-    head = Table(title=f"{result['model_id']} @ {result['base_url']}", show_header=False)
+    title = f"{result['model_id']} @ {result['base_url']}"
     rows = [("requests", f"{result['num_requests']} ({result['completed']} completed, "
                          f"{result['failed']} failed)"
              + (f"; the commonest failure: {failure}" if failure else "")),
@@ -41,39 +43,59 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
         rows += [("SLO", f"{slo} ms (itl: each request's p99 gap)"),
                  ("SLO attainment", f"{result['slo_attainment']:.1%} of all requests"),
                  ("request goodput", f"{result['request_goodput']:.3f} req/s")]
-    for k, v in rows:
-        head.add_row(k, v)
-    out.print(head)
+    show_table(out, title, None, [list(r) for r in rows])
     if not result["completed"]:  # NOTE: vLLM's statistics read 0 ms where none was measured
         out.print("no request completed: no latency was measured")
         return
-    lat = Table(title="latency (ms)")
     cols = ["mean", "median", "std"] + [f"p{p:g}" for p in percentiles]
-    lat.add_column("metric")
-    for c in cols:
-        lat.add_column(c, justify="right")
-    for m in metrics:
-        lat.add_row(_NAMES[m], *(f"{result[f'{c}_{m}_ms']:.2f}" for c in cols))
-    out.print(lat)
+    show_table(out, "latency (ms)", ["metric", *cols],
+               [[_NAMES[m], *(f"{result[f'{c}_{m}_ms']:.2f}" for c in cols)] for m in metrics],
+               right=True, whole=len(cols) + 1)
 
 
 def print_recommendation(rec: Recommendation, out: Console | None = None) -> None:
     """The action first, then why, then every decision-table row with its numbers."""
     out = out or Console()
-    if rec.simulated:
-        out.print(f"[bold]SIMULATED, not measured[/]: {rec.simulated}")
-    out.print(f"[bold]recommendation: {rec.action}[/]")
-    for reason in rec.reasons:
-        out.print(f"  {reason}")
+    lines = [f"SIMULATED, not measured: {rec.simulated}"] if rec.simulated else []
+    lines.append(f"recommendation: {rec.action}")
+    lines += [f"  {reason}" for reason in rec.reasons]
     if rec.secondary_actions:
-        out.print(f"  also: {', '.join(rec.secondary_actions)}")
+        lines.append(f"  also: {', '.join(rec.secondary_actions)}")
     if rec.judged_at:
-        out.print(f"  rows judged at {rec.judged_at}")
+        lines.append(f"  rows judged at {rec.judged_at}")
     if rec.calibration:
-        out.print(f"  calibration: {rec.calibration}")
-    table = Table(title="decision table")
-    for col in ("row", "fired", "action", "evidence", "thresholds"):
-        table.add_column(col)
-    for r in rec.rows:
-        table.add_row(r.id, r.verdict, r.action, fmt_items(r.evidence), fmt_items(r.thresholds))
-    out.print(table)
+        lines.append(f"  calibration: {rec.calibration}")
+    for i, line in enumerate(lines):
+        style = "bold" if i < 2 and not line.startswith("  ") else None
+        out.print(line, style=style, markup=False, highlight=False, soft_wrap=not out.is_terminal)
+    show_table(out, "decision table", ["row", "fired", "action", "evidence", "thresholds"],
+               [[r.id, r.verdict, r.action, fmt_items(r.evidence), fmt_items(r.thresholds)]
+                for r in rec.rows])
+
+
+def show_table(out: Console, title: str, header: list[str] | None, rows: list[list[str]],
+               right: bool = False, whole: int = 1) -> None:
+    """A table: on a terminal, rich's, its first `whole` columns kept whole and the rest
+    wrapped to fit (never cut); elsewhere a title line and one plain line per row, columns
+    padded (`header` None: "key: value"). `right`: numbers, right-aligned after the first
+    column."""
+    if out.is_terminal:
+        table = Table(title=title, show_header=header is not None)
+        for i, name in enumerate(header or [""] * max(map(len, rows), default=0)):
+            table.add_column(name, overflow="fold", no_wrap=i < whole,
+                             justify="right" if right and i else "left")
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+        return
+    plain = [f"{title}:"]
+    if header is None:
+        plain += [f"  {k}: {' '.join(rest)}" for k, *rest in rows]
+    else:
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+        for row in (header, *rows):
+            cells = [str(c).rjust(w) if right and i else str(c).ljust(w)
+                     for i, (c, w) in enumerate(zip(row, widths))]
+            plain.append("  " + "  ".join(cells).rstrip())
+    for line in plain:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -18,8 +18,8 @@ import numpy as np
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import goodput_interval, max_goodput_rate
 from advisor.goodput.placements import Placement
-from advisor.measure.run import progress_bars
 from advisor.output import console
+from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
 from advisor.plan import hardware, runs
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions

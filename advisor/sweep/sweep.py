@@ -16,9 +16,9 @@ from advisor.goodput.evidence import build_evidence, write_summary
 from advisor.goodput.placements import Placement
 from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
-from advisor.measure.run import progress_bars
 from advisor.measure.stats import DEFAULT_SLO, parse_percentiles
 from advisor.output import console
+from advisor.output.progress import progress_bars
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult

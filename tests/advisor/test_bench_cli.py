@@ -40,6 +40,8 @@ def test_bench_writes_result_and_records_atomically(tmp_path):
     assert len(rows) == 12 and sum(not r["ok"] for r in rows) == 3
     assert sorted(f.name for f in tmp_path.iterdir()) == ["requests.jsonl", "result.json"]
     assert "the commonest failure: HTTP 500: scripted failure" in flat(p.stdout)
+    # into a pipe: a progress line for the run, plain lines for the tables
+    assert "] requests: 12 of 12 done in " in p.stdout and "│" not in p.stdout
 
 
 def test_a_run_with_every_request_refused_says_why_and_shows_no_latency():

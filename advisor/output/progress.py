@@ -1,0 +1,72 @@
+"""Progress of long work: rich's bars on a terminal; where standard output is a file or a
+pipe (a log, CI), one line per step and per finished run instead, so that a sweep's log
+says what it is doing rather than nothing for minutes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+@dataclass
+class _Task:
+    description: str
+    total: float | None
+    completed: float = 0
+    began: float = field(default_factory=time.monotonic)
+
+
+class ProgressLines:
+    """The part of rich's Progress the advisor uses, written as lines: a task's new
+    description as it changes, and a counted task's count and time when it is removed."""
+
+    def __init__(self, out: TextIO | None = None, clock=time.monotonic):
+        self.out, self.clock = out, clock
+        self.began = clock()
+        self._tasks: dict[int, _Task] = {}
+
+    def __enter__(self) -> ProgressLines:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def _say(self, text: str) -> None:
+        out = self.out or sys.stdout
+        print(f"[{self.clock() - self.began:7.1f} s] {text}", file=out, flush=True)
+
+    def add_task(self, description: str, total: float | None = None, **_) -> int:
+        task = len(self._tasks)
+        self._tasks[task] = _Task(description, total, began=self.clock())
+        if total is None:
+            self._say(description)
+        return task
+
+    def update(self, task: int, description: str | None = None, **_) -> None:
+        t = self._tasks[task]
+        if description is not None and description != t.description:
+            t.description = description
+            self._say(description)
+
+    def advance(self, task: int, advance: float = 1) -> None:
+        self._tasks[task].completed += advance
+
+    def remove_task(self, task: int) -> None:
+        t = self._tasks.pop(task)
+        if t.total is not None:
+            self._say(f"{t.description}: {t.completed:g} of {t.total:g} done in "
+                      f"{self.clock() - t.began:.1f} s")
+
+
+def progress_bars() -> Progress | ProgressLines:
+    """The progress long work shows: bars on stderr (gone when done) where standard output
+    is a terminal, else lines on standard output."""
+    if not sys.stdout.isatty():
+        return ProgressLines()
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
