@@ -101,7 +101,7 @@ def read_gbps(nbytes: int) -> float:
     `small`'s 132 MB of GEMVs streamed at 1.05-1.10x that, from wherever a step finds its
     weights; a limit that the kernels alone beat is no limit."""
     x = torch.ones(nbytes // 4, dtype=torch.float32)
-    return nbytes / best_of(lambda: x.sum()) / 1e9
+    return nbytes / best_of(x.sum) / 1e9
 
 
 def weight_bytes(llm: LLM) -> int:

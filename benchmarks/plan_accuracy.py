@@ -28,6 +28,7 @@ Usage: python benchmarks/plan_accuracy.py [--fit-run DIR] [--other-run DIR] [--o
 from __future__ import annotations
 
 import argparse
+import itertools
 import subprocess
 import sys
 import time
@@ -125,7 +126,7 @@ def ordering(run_dir: str) -> str:
     best = sorted(((s.max_goodput_rps or 0.0, s.placement) for s in (ev.collocated,
                    ev.disaggregated) if s is not None and s.placement), reverse=True)
     out = f"{best[0][1]} {best[0][0]:.3g}"
-    for (g0, _), (g, name) in zip(best, best[1:]):
+    for (g0, _), (g, name) in itertools.pairwise(best):
         out += f" {'=' if g == g0 else '>'} {name} {g:.3g}"
     return out
 

@@ -90,11 +90,10 @@ async def drive(url: str, bodies: list[bytes], seconds: float, in_flight: int) -
 
 async def prompt_tokens(url: str, body: bytes) -> int:
     """The prompt's token count in the render server's answer to `body`."""
-    async with aiohttp.ClientSession() as session:
-        async with session.post(url + RENDER, data=body,
-                                headers={"Content-Type": "application/json"}) as resp:
-            answer = await resp.read()
-            assert resp.status == 200, answer[:500]
+    async with aiohttp.ClientSession() as session, session.post(url + RENDER, data=body,
+                            headers={"Content-Type": "application/json"}) as resp:
+        answer = await resp.read()
+        assert resp.status == 200, answer[:500]
     return len(json.loads(answer)["token_ids"])
 
 

@@ -113,7 +113,7 @@ async def one_request(s: Soak, session: aiohttp.ClientSession, rng: random.Rando
             text = (await r.read()).decode(errors="replace")
             if stream and r.status == 200 and ('"error"' in text or "[DONE]" not in text):
                 rec.error = "stream ended with an error event"
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+    except (TimeoutError, aiohttp.ClientError) as e:
         rec.error = repr(e)
     rec.end = time.monotonic()
 
@@ -196,7 +196,7 @@ def main() -> None:
     seconds = 60.0 if a.ci else a.seconds
     shm_before = set(os.listdir("/dev/shm"))
     port = free_port()
-    log = tempfile.TemporaryFile()  # NOTE: never a pipe nobody reads
+    log = tempfile.TemporaryFile()  # noqa: SIM115  (open while serve runs; never a pipe)
     serve = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--mode", "disagg",
                               "--model", a.model, "--dtype", "float32", "--port", str(port)],
                              stdout=log, stderr=log)
@@ -305,8 +305,8 @@ def summary(s: Soak, base: dict, end: dict, used: dict, pids: list) -> dict:
         "longest request during a stop or kill (s)": f"{max(during, default=0):.2f}",
         "KV blocks leaked (prefill, decode)": " / ".join(f"{v:g}" for v in used.values()),
     }
-    for role in base:
-        (rss0, fd0), (rss1, fd1) = base[role], end[role]
+    for role, (rss0, fd0) in base.items():
+        rss1, fd1 = end[role]
         note = " (the restarted one)" if role == "decode" else ""
         out[f"{role}: RSS MB warm-up -> end{note}"] = \
             f"{rss0:.0f} -> {rss1:.0f} ({(rss1 / rss0 - 1) * 100:+.1f}%), fds {fd0} -> {fd1}"

@@ -77,7 +77,7 @@ def ready_delays(n: int = 20) -> list[float]:
 
     async def run():
         for i in range(n):
-            prompt = [3 + i] + list(range(10, 200))
+            prompt = [3 + i, *list(range(10, 200))]
             rid = prefill.add_request(prompt, params)
             while prefill.has_unfinished():
                 prefill.step()

@@ -49,7 +49,8 @@ _EXPORTS = {
     "LaunchError": ("engine.serve.processes", "LaunchError"),
 }
 
-__all__ = sorted(_EXPORTS)
+def __dir__() -> list[str]:
+    return sorted(_EXPORTS)
 
 
 def __getattr__(name: str):

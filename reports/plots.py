@@ -7,11 +7,13 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
+import itertools
 
-from reports.model import Report, Series  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.collections import LineCollection
+
+from reports.model import Report, Series
 
 COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c",
           "render-split": "#9467bd"}
@@ -182,12 +184,14 @@ def timeline(data: Report):
     for ax, s in zip(axes[:, 0], shown):
         # NOTE: one collection per kind, not a line per request: a thousand requests drew
         # for seconds
-        waiting, decoding, stalls = [], [], ([], [])
+        waiting: list = []
+        decoding: list = []
+        stalls: tuple[list[float], list[int]] = ([], [])
         for i, span in enumerate(s.timeline):
             c = span.chunks
             waiting.append([(span.sent, i), (c[0], i)])
             decoding.append([(c[0], i), (c[-1], i)])
-            late = [b for a, b in zip(c, c[1:]) if b - a > limit]
+            late = [b for a, b in itertools.pairwise(c) if b - a > limit]
             stalls[0].extend(late)
             stalls[1].extend([i] * len(late))
         ax.add_collection(LineCollection(waiting, colors="#bbbbbb", linewidths=2))

@@ -25,9 +25,9 @@ from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # NOTE: before tokenizers starts its pool
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from engine.render.tokenizer import (  # noqa: E402
+from engine.render.tokenizer import (
     DEFAULT_TOKENIZER,
     REALISTIC_TOKENIZER,
     REALISTIC_VOCAB,

@@ -165,7 +165,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(m)
         for n in sorted(graph.get(m, ())):
             if state.get(n) == "open":
-                cycles.append(stack[stack.index(n):] + [n])
+                cycles.append([*stack[stack.index(n):], n])
             elif n not in state:
                 visit(n)
         stack.pop()

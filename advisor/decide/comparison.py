@@ -7,15 +7,15 @@ from __future__ import annotations
 from functools import partial
 
 from advisor.measure.confidence import requests_to_separate
-from advisor.rundata.evidence import Evidence
+from advisor.rundata.evidence import Evidence, PlacementEvidence
 from advisor.rundata.recommendation import Comparison
 
 
-def compare(ev: Evidence, c: float, d: float) -> Comparison:
-    """The two placements' max goodputs, their intervals, and whether those separate them:
-    "confident" only when the intervals do not overlap; otherwise how many requests per
-    rate would separate the attainments at the judged rate."""
-    col, dis = ev.collocated, ev.disaggregated
+def compare(ev: Evidence, dis: PlacementEvidence, c: float, d: float) -> Comparison:
+    """Collocated's and `dis`'s max goodputs (`c`, `d`), their intervals, and whether
+    those separate them: "confident" only when the intervals do not overlap; otherwise how
+    many requests per rate would separate the attainments at the judged rate."""
+    col = ev.collocated
     ci_c, ci_d = col.max_goodput_interval_rps, dis.max_goodput_interval_rps
     said = partial(Comparison, c, d, d / c if c > 0 else None, ci_c, ci_d)
     if not (ci_c and ci_d):

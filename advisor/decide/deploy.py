@@ -42,7 +42,8 @@ def disaggregated(model: str, gpus: list[int], prefill: int = 1, decode: int = 1
     if (prefill + decode) * tp > len(gpus):
         raise ValueError(f"{prefill}P{decode}D needs {(prefill + decode) * tp} GPUs; "
                          f"{len(gpus)} given")
-    commands, ports = [], {"prefill": [], "decode": []}
+    commands: list[Command] = []
+    ports: dict[str, list[int]] = {"prefill": [], "decode": []}
     roles = ["prefill"] * prefill + ["decode"] * decode
     ranks = [",".join(map(str, gpus[i * tp:(i + 1) * tp])) for i in range(len(roles))]
     for i, (role, gpu) in enumerate(zip(roles, ranks, strict=False)):

@@ -27,7 +27,8 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
              "itl": "a looser ITL SLO, a smaller model"}
     measured = [p for p in (ev.collocated, ev.disaggregated)
                 if p is not None and p.max_goodput_rps is not None]
-    if missed := [m for m in ("ttft", "itl") if m in floor and floor[m] > slo[m]]:
+    missed: list[str] = [m for m in ("ttft", "itl") if m in floor and floor[m] > slo[m]]
+    if missed:
         facts = [f"{m}:{slo[m]:g} is binding, {unloaded[m]} is {fmt_ms(floor[m])}{where}"
                  for m in missed]
         head = "the SLO cannot be met even by one request alone"
@@ -61,7 +62,7 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
         fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
         if kept := behind_facts(measured, ev.slo.attainment, ev.workload.multi_turn):
             facts = [kept]
-            fixes = {m: "lower rates (--start-rate)" for m in missed}
+            fixes = dict.fromkeys(missed, "lower rates (--start-rate)")
         if failed := [p for p in measured if p.failed_at_rate]:
             facts.append(failed_text(failed) + ", each counted as a miss")
         if slowed := slowdown_note(measured, t):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from advisor.decide import deploy
 from advisor.decide.table import Thresholds, recommend
@@ -19,7 +21,7 @@ def thresholds_from(overrides: list[str]) -> Thresholds:
     """["kv_slow_ms=100", ...] -> Thresholds with those fields replaced (UsageError names
     the bad one)."""
     names = {f.name: f.type for f in dataclasses.fields(Thresholds)}
-    changes = {}
+    changes: dict[str, Any] = {}
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep or name not in names:
@@ -33,7 +35,7 @@ def thresholds_from(overrides: list[str]) -> Thresholds:
     return dataclasses.replace(Thresholds(), **changes)
 
 
-def run_recommend(source: str, as_json: bool = False, overrides: list[str] = ()
+def run_recommend(source: str, as_json: bool = False, overrides: Sequence[str] = ()
                   ) -> Recommendation:
     """Decide from a run directory (its evidence.json; writes recommendation.json there)
     or from an evidence file; print it as text or JSON."""

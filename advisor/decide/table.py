@@ -9,14 +9,15 @@ SLO wins); the rules decide only when that comparison is missing or a tie.
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from typing import Any
 
 from advisor.decide.comparison import compare
 from advisor.decide.floor import behind_note, slowdown_note, unreachable
 from advisor.decide.thresholds import Thresholds
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.fmt import fmt_ms
+from advisor.rundata.recommendation import Comparison, Recommendation
 from advisor.rundata.recommendation import DecisionRow as Row
-from advisor.rundata.recommendation import Recommendation
 
 GROWING = "chat / agent loops over a growing context"
 # When the measured comparison cannot decide, the first of these rows that fired does.
@@ -116,7 +117,7 @@ def _growing_context(ev: Evidence, t: Thresholds) -> Row:
     """Fires on measurement, never on the workload alone: bidirectional P/D sustains more
     goodput than plain P/D, or cuts a late turn's median TTFT by `late_turn_ttft_cut`."""
     wl, dis, bid, turns = ev.workload, ev.disaggregated, ev.bidirectional, ev.turns
-    evidence = {"multi_turn": wl.multi_turn}
+    evidence: dict[str, Any] = {"multi_turn": wl.multi_turn}
     thresholds = {"late_turn_ttft_cut": t.late_turn_ttft_cut, "goodput_margin": t.goodput_margin}
     if bid is None or dis is None:
         why = ("a multi-turn workload, but no bidirectional P/D was measured (sweep it with "
@@ -185,82 +186,118 @@ def _history_warning(wl) -> str | None:
 
 def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> Recommendation:
     """The recommendation for validated evidence: action, rows, secondary actions, reasoning.
-    When no placement can meet the SLO, the rules never pick one: measure-first."""
+    The measured comparison decides where it can; the rules where it cannot or ties. When no
+    placement can meet the SLO, the rules never pick one: measure-first."""
     rows = _rows(ev, t)
     fired = {r.id: r for r in rows if r.fired}
     growing = "growing_context_loops" in fired
     split = "disaggregate-bidirectional" if growing else "disaggregate"
     if growing and ev.bidirectional is not None:  # compare collocated with the split advised
         ev = replace(ev, disaggregated=ev.bidirectional)
-    action, why = None, []
     seen = "simulated" if ev.simulated else "measured"
-    c = ev.collocated.max_goodput_rps
-    d = ev.disaggregated.max_goodput_rps if ev.disaggregated else None
     comparison = None
     blocked = unreachable(ev, t)
     if blocked:  # never a placement: measure-first; no row is judged against a floor
-        action = "measure-first"
-        why.append(blocked[0])
         if blocked[1]:
             rows, fired = [], {}
-        elif "kv_transfer_slow" in fired:  # the guide: fix a slow transfer before anything
-            action = "fix-transfer"
-            slow = fired["kv_transfer_slow"].evidence["kv_transfer_mean_ms"]
-            why.append(f"the KV transfer is slow ({fmt_ms(slow)} per transfer): fix it before "
-                       "anything else, then measure again")
-    elif c is not None and d is not None:
-        comparison = compare(ev, c, d)
-        if d > c * (1 + t.goodput_margin) and d > 0:
-            action = split
-            why.append(f"{seen}: {_versus('disaggregated', d, 'collocated', c)}")
-        elif c > d * (1 + t.goodput_margin) and c > 0:
-            action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
-            why.append(f"{seen}: {_versus('collocated', c, 'disaggregated', d)}")
-        else:
-            why.append(f"{seen} goodputs are within {t.goodput_margin:.0%} "
-                       f"({c:.3g} vs {d:.3g} req/s): the rules decide")
-        why.append(comparison.confidence)
-        if (behind := behind_note([ev.collocated, ev.disaggregated], ev.slo.attainment,
-                                  ev.workload.multi_turn)):
-            why.append(behind)
-    if action is None:
-        row = next((fired[i] for i in RULE_ORDER if i in fired), None)
-        if row is None:
-            action = "stay-collocated"
-            why.append("no row fired: nothing to gain from splitting")
-        else:
-            action = split if row.action in DISAGGREGATE else row.action
-            why.append(f"rule: {row.id} fired")
-    if (warning := _history_warning(ev.workload)) is not None:
+        action, why = _blocked(blocked[0], fired)
+    else:
+        decided, why, comparison = _measured(ev, t, fired, split, seen)
+        if decided is None:
+            decided, rule = _by_rule(fired, split)
+            why.append(rule)
+        action = decided
+    warning = _history_warning(ev.workload)
+    if warning is not None:
         why.append(warning)
-    if not blocked and (slowed := slowdown_note([ev.collocated, ev.disaggregated], t)):
-        text, host = slowed
-        if comparison is None or not comparison.confidence.startswith("within noise"):
-            why.append(text + (": every figure here is from a slower host than the sizing "
-                               "assumed" if host else ": its figures come from slower steps "
-                               "than the sizing assumed"))
-        else:  # NOTE: slower than calibrated and a difference within noise: that noise decided
-            fix = "the same sweep again on a steadier host" if host else \
-                "more requests per rate (--repeats)"
-            why.insert(0, text + ", and the goodputs measured are within noise of each "
-                       f"other: the comparison cannot be trusted. To change: {fix} (it would "
-                       f"have said {action})")
-            action = "measure-first"
-    front = next(r for r in rows if r.id == "frontend_cpu_heavy") if rows else None
-    if front is not None and (gain := _render_split_reason(front, seen)) is not None:
+    if not blocked:
+        action = _slowed(ev, t, comparison, action, why)
+    front = next((r for r in rows if r.id == "frontend_cpu_heavy"), None)
+    gain = _render_split_reason(front, seen) if front is not None else None
+    if gain is not None:
         why.append(gain)
+    return Recommendation(
+        action=action, reasons=why, secondary_actions=_secondary(fired, action, bool(blocked)),
+        comparison=comparison, rows=rows, thresholds=asdict(t), judged_at=ev.judged_at,
+        calibration=ev.calibration.summary() if ev.calibration else None,
+        simulated=ev.simulated)
+
+
+def _blocked(reason: str, fired: dict[str, Row]) -> tuple[str, list[str]]:
+    """Where no placement can meet the SLO: measure first, unless the transfer is slow
+    (the guide: fix that before anything else)."""
+    if "kv_transfer_slow" not in fired:
+        return "measure-first", [reason]
+    slow = fired["kv_transfer_slow"].evidence["kv_transfer_mean_ms"]
+    return "fix-transfer", [reason, f"the KV transfer is slow ({fmt_ms(slow)} per transfer): "
+                                    "fix it before anything else, then measure again"]
+
+
+def _measured(ev: Evidence, t: Thresholds, fired: dict[str, Row], split: str,
+              seen: str) -> tuple[str | None, list[str], Comparison | None]:
+    """The action the measured goodputs decide (None: they were not both measured, or
+    tie within `goodput_margin`), why, and the comparison."""
+    dis = ev.disaggregated
+    c, d = ev.collocated.max_goodput_rps, dis.max_goodput_rps if dis else None
+    if c is None or d is None or dis is None:
+        return None, [], None
+    comparison = compare(ev, dis, c, d)
+    action = None
+    if d > c * (1 + t.goodput_margin) and d > 0:
+        action = split
+        why = [f"{seen}: {_versus('disaggregated', d, 'collocated', c)}"]
+    elif c > d * (1 + t.goodput_margin) and c > 0:
+        action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
+        why = [f"{seen}: {_versus('collocated', c, 'disaggregated', d)}"]
+    else:
+        why = [f"{seen} goodputs are within {t.goodput_margin:.0%} ({c:.3g} vs {d:.3g} "
+               "req/s): the rules decide"]
+    why.append(comparison.confidence)
+    behind = behind_note([ev.collocated, dis], ev.slo.attainment, ev.workload.multi_turn)
+    if behind:
+        why.append(behind)
+    return action, why, comparison
+
+
+def _by_rule(fired: dict[str, Row], split: str) -> tuple[str, str]:
+    """The first row that fired, in RULE_ORDER, decides; none: stay collocated."""
+    row = next((fired[i] for i in RULE_ORDER if i in fired), None)
+    if row is None:
+        return "stay-collocated", "no row fired: nothing to gain from splitting"
+    return (split if row.action in DISAGGREGATE else row.action), f"rule: {row.id} fired"
+
+
+def _slowed(ev: Evidence, t: Thresholds, comparison: Comparison | None, action: str,
+            why: list[str]) -> str:
+    """Where the runs decoded slower than calibrated, say so in `why`; and where the
+    goodputs are within noise besides, that noise decided: measure-first. The action."""
+    slowed = slowdown_note([ev.collocated, ev.disaggregated], t)
+    if not slowed:
+        return action
+    text, host = slowed
+    if comparison is None or not comparison.confidence.startswith("within noise"):
+        why.append(text + (": every figure here is from a slower host than the sizing "
+                           "assumed" if host else ": its figures come from slower steps "
+                           "than the sizing assumed"))
+        return action
+    fix = "the same sweep again on a steadier host" if host else \
+        "more requests per rate (--repeats)"
+    why.insert(0, text + ", and the goodputs measured are within noise of each other: the "
+               f"comparison cannot be trusted. To change: {fix} (it would have said {action})")
+    return "measure-first"
+
+
+def _secondary(fired: dict[str, Row], action: str, blocked: bool) -> list[str]:
+    """What to do besides the action: split the render tier where its row fired, fix a slow
+    transfer first (the guide), measure once it is fixed where nothing met the SLO."""
     secondary = []
     if "frontend_cpu_heavy" in fired and action != "split-render-tier":
         secondary.append("split-render-tier")
     if "kv_transfer_slow" in fired and action in (*DISAGGREGATE, "measure-first"):
-        secondary.append("fix-transfer")  # the guide: fix a slow transfer before anything else
+        secondary.append("fix-transfer")
     if blocked and action == "fix-transfer":
-        secondary.append("measure-first")  # nothing met the SLO: measure once it is fixed
-    return Recommendation(
-        action=action, reasons=why, secondary_actions=secondary, comparison=comparison,
-        rows=rows, thresholds=asdict(t), judged_at=ev.judged_at,
-        calibration=ev.calibration.summary() if ev.calibration else None,
-        simulated=ev.simulated)
+        secondary.append("measure-first")
+    return secondary
 
 
 def _versus(a_name: str, a: float, b_name: str, b: float) -> str:

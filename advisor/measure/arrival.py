@@ -10,6 +10,7 @@ Where the kernel gives no stamp (not Linux), the time of the read is used instea
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -94,10 +95,8 @@ class StampedSockets:
     def __call__(self, addr_info) -> socket.socket:
         family, type_, proto, _, _ = addr_info
         sock = StampedSocket(family, type_, proto)
-        try:
+        with contextlib.suppress(OSError):  # not Linux: reads are stamped when they happen
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        except OSError:
-            pass  # not Linux: reads are stamped when they happen
         # NOTE: a closed socket's number is reused by the next one made, which replaces it
         self._by_fd[sock.fileno()] = sock
         return sock

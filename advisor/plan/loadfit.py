@@ -217,11 +217,11 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     # lowest rates with the jitter 0 it fitted on the long prompts).
     shown = [fit[-1] for fit in fits.values() if fit[-1]]
     host = float(np.median(shown)) if shown else None
-    for name, (low, rows, dec, k, jitter) in fits.items():
-        fitted_at = f"at {low.rate:g} req/s"
-        if host is not None and not jitter:
+    for name, (low, rows, dec, k, own) in fits.items():
+        jitter, fitted_at = own, f"at {low.rate:g} req/s"
+        if host is not None and not own:
             jitter, fitted_at = host, "the host's, fitted where its noise showed"
-        elif jitter is None:  # past collapse, and no placement ran calm: its own
+        elif own is None:  # past collapse, and no placement ran calm: its own
             jitter = own_jitter(name, dec, k, low)
         spec, p = dataclasses.replace(scaled(engine, pre, dec), jitter=jitter), pre
         if low.kind == "disagg" and rows:

@@ -96,8 +96,8 @@ def host_core_sharing(window_s: float = WINDOW_S, rounds: int = ROUNDS) -> CoreS
     import torch  # NOTE: here, so that importing this module stays torch-free
 
     core, other = cores[0], cores[1]
-    env = {**os.environ, **{v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                             "MKL_NUM_THREADS")}}
+    threads_vars = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    env = {**os.environ, **dict.fromkeys(threads_vars, "1")}
     before, threads = os.sched_getaffinity(0), torch.get_num_threads()
     proc = subprocess.Popen([sys.executable, "-c", _CONTENDER, str(other)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -92,7 +92,7 @@ def cpu_model() -> str:
 def manifest(seed: int, config: dict, argv: list[str] | None = None) -> dict:
     """Versions, host, config, seed and command line of a run."""
     return {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": argv if argv is not None else sys.argv,
         "seed": seed,
         "config": config,

@@ -87,8 +87,9 @@ class RunResult:
         seconds = self.get("duration") or 0.0
         engines = ((self.described.metrics or {}).get("values") or {}).get(PROCESS_CPU)
         client = self.described.client_cpu_s
-        return tuple(None if s is None or seconds <= 0 else s / seconds
-                     for s in (engines, client))
+        engines_busy, client_busy = (None if s is None or seconds <= 0 else s / seconds
+                                     for s in (engines, client))
+        return engines_busy, client_busy
 
     def pace(self) -> float | None:
         """How fast the run's requests completed against how fast they arrived (their own

@@ -103,6 +103,9 @@ class RunDir:
         return (self.run_path(placement, rate) / RESULT).is_file()
 
     def write_run(self, result: RunResult) -> None:
+        """Store a placement's run at its rate (both named in it)."""
+        if result.placement is None or result.rate is None:
+            raise ValueError("a run to store names its placement and its rate")
         result.write(self.run_path(result.placement, result.rate))
 
     def read_run(self, placement: str, rate: float, records: bool = False) -> RunResult:

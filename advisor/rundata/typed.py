@@ -13,6 +13,7 @@ import dataclasses
 import types
 import typing
 from functools import cache
+from typing import Any
 
 from advisor.rundata.files import RunDataError
 
@@ -25,7 +26,7 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def _check(value, hint, file: str, path: str):
+def _check(value: Any, hint: Any, file: str, path: str) -> Any:
     if hint is typing.Any:
         return value
     origin = typing.get_origin(hint)
@@ -48,9 +49,9 @@ def _check(value, hint, file: str, path: str):
         raise RunDataError(f"{file}: {path} must be {_NAMES.get(kind, kind.__name__)}, "
                            f"not {value!r}")
     args = typing.get_args(hint)
-    if kind is list and args:
+    if isinstance(value, list) and args:
         return [_check(v, args[0], file, f"{path}[{i}]") for i, v in enumerate(value)]
-    if kind is dict and len(args) == 2:
+    if isinstance(value, dict) and len(args) == 2:
         return {k: _check(v, args[1], file, _join(path, k)) for k, v in value.items()}
     return value
 

@@ -39,18 +39,18 @@ class SweepState:
         state = cls(opts, search_plan(opts, opts.start_rate or FALLBACK_START), grid=grid,
                     replay=grid)
         if calibration is not None and sized is not None:
-            state.calibration = calibration
-            state.size(sized)
+            state.size(calibration, sized)
         return state
 
-    def size(self, sized: dict) -> None:
-        """Run with a sizing's lengths, SLO and first rate (unless --start-rate was given),
-        and note which SLO metrics its unloaded floor misses."""
+    def size(self, calibration: Calibration, sized: dict) -> None:
+        """Run with `calibration` and a sizing's lengths, SLO and first rate (unless
+        --start-rate was given), and note which SLO metrics its unloaded floor misses."""
+        self.calibration = calibration
         self.opts = dataclasses.replace(self.opts, scale=sized["scale"],
                                         output_scale=sized["output_scale"],
                                         slo=tuple(sized["slo"]))
         start = self.opts.start_rate or sized.get("start_rate") or FALLBACK_START
         self.plan = search_plan(self.opts, start)
         self.prompt_tokens = sized["prompt_tokens"]
-        floors = self.calibration.floors(self.prompt_tokens)
+        floors = calibration.floors(self.prompt_tokens)
         self.missed = {m: v for m, v in floors.items() if v > self.opts.slos[m]}

@@ -181,10 +181,11 @@ class Steps:
             # NOTE: the run is kept: its requests failed as the deployment went down
             raise UsageError(f"{why}; the run at {rate:g} req/s is kept, failures and all: "
                              f"--resume {self.run_dir.path} measures the rest")
-        why = refused(run.records or [])
+        records = run.records or []
+        why = refused(records)
         if why is not None:
             raise UsageError(
-                f"{p.name} refused all {len(run.records)} requests at {rate:g} req/s ({why}): "
+                f"{p.name} refused all {len(records)} requests at {rate:g} req/s ({why}): "
                 "the requests this sweep sends do not fit that deployment; change them "
                 "(--scale, --output-scale, --workload, --model) or the deployment. Its "
                 f"records: {self.run_dir.run_path(p.name, rate)}")

@@ -167,8 +167,7 @@ class Sweep(Steps):
             print(f"sizing: {note}", flush=True)
         record = dataclasses.asdict(sized)
         self.run_dir.update_manifest(calibration=cal.to_json(), sizing=record)
-        self.state.calibration = cal
-        self.state.size(record)
+        self.state.size(cal, record)
         if self.state.missed:
             _say_missed(self.state)
 

@@ -23,6 +23,7 @@ inspection (`GET /debug/requests`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import sys
@@ -78,10 +79,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        try:
+        # not Linux: arrival falls back to when this thread saw the request
+        with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        except OSError:
-            pass  # not Linux: arrival falls back to when this thread saw the request
 
     def handle_one_request(self) -> None:
         self.arrived = self._kernel_arrival()
@@ -196,10 +196,8 @@ def main(argv: list[str] | None = None) -> None:
                     a.stall_ms, a.max_model_len, not a.unlisted_context)
     server = ScriptedServer(script, a.host, a.port)
     print(f"scripted server ready on http://{a.host}:{a.port}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

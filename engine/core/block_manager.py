@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.core.sequence import Request
@@ -82,7 +83,8 @@ class BlockManager:
         return hits
 
     # ---- mutations -----------------------------------------------------------------------
-    def allocate(self, req: Request, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
+    def allocate(self, req: Request, num_new_tokens: int,
+                 computed_blocks: Sequence[int] = ()) -> bool:
         """Give `req` blocks for `num_computed_tokens + num_new_tokens` tokens.
 
         `computed_blocks` (from get_computed_blocks, only for a request holding no

@@ -211,7 +211,14 @@ class EngineConfig:
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError("num_kv_blocks must be positive")
 
-    def resolved(self) -> "EngineConfig":
+    @property
+    def model_shape(self) -> ModelConfig:
+        """The model's config; ValueError before `resolved()` loaded it."""
+        if self.model_config is None:
+            raise ValueError(f"the config of {self.model!r} is not loaded: resolve it first")
+        return self.model_config
+
+    def resolved(self) -> EngineConfig:
         """This config with `model_config` loaded from `model`."""
         cfg = (
             self if self.model_config else replace(self, model_config=load_model_config(self.model))

@@ -59,7 +59,7 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig, runner: Executor):
         self.config = config.resolved()
-        self.model_config = self.config.model_config
+        self.model_config = self.config.model_shape
         self.runner = runner
         self.block_manager = BlockManager(self.runner.num_blocks, self.config.block_size,
                                           self.config.enable_prefix_caching)
@@ -181,7 +181,7 @@ class LLMEngine:
         self.runner.forget(req.request_id)
         if req.finish_reason is FinishReason.REMOTE_DECODE:
             self.held.hold(req)
-        elif not (req.keep_as and self.kept.keep(req, req.keep_as)):
+        elif not (req.keep_as and self.kept is not None and self.kept.keep(req, req.keep_as)):
             self.block_manager.free(req)
 
     @staticmethod

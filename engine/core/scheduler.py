@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.core.block_manager import BlockManager
+from engine.core.kv_layout import ImportedKV
 from engine.core.sequence import FinishReason, Request, Status
 
 
@@ -97,7 +98,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             if req.pending_kv is not None:
-                n = self._admit_import(req, budget)
+                n = self._admit_import(req, req.pending_kv, budget)
             else:
                 n = self._admit_fresh(req, budget)
             if n == 0:
@@ -120,13 +121,12 @@ class Scheduler:
         req.num_cached_tokens = max(req.num_cached_tokens, req.num_computed_tokens)
         return n
 
-    def _admit_import(self, req: Request, budget: int) -> int:
+    def _admit_import(self, req: Request, kv: ImportedKV, budget: int) -> int:
         # NOTE: the imported KV covers the prompt (from a prefiller) or a prefix of it (an
         # earlier turn, from a decoder); at least the last prompt token is computed here,
         # so this engine samples the next token itself. A payload from `start` on leans on
         # this engine's prefix cache for the tokens before: when the cache no longer holds
         # them (evicted since the pull asked), the payload is dropped and all is computed.
-        kv = req.pending_kv
         have = min(kv.num_tokens, req.num_tokens - 1)
         local: list[int] = []
         if kv.start:

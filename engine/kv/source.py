@@ -11,6 +11,7 @@ HMAC of its id under a secret of this process, so knowing an id is not enough.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -124,10 +125,8 @@ class KVSource:
             else:
                 raise frame.FrameError(f"unknown op {req.get('op')!r}")
         except (KeyError, frame.FrameError, OSError) as e:
-            try:
+            with contextlib.suppress(OSError):
                 sock.sendall(frame.encode({"error": str(e)}))
-            except OSError:
-                pass
 
     def _serve_pull(self, sock, rid: str, connector: KVConnector, want_from=None) -> None:
         block_ids, tokens = self.lend(rid)

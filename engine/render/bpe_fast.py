@@ -13,6 +13,7 @@ use it; a model directory's tokenizer always runs in `tokenizers`, as its model'
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 
@@ -75,4 +76,4 @@ def _ranked_by_merge_order(tok: Tokenizer, vocab: dict[str, int]) -> bool:
     merges' order: then a token's id ranks it as its merge does."""
     merges = json.loads(tok.to_str())["model"]["merges"]
     made = [vocab.get("".join(m if isinstance(m, list) else m.split(" ", 1))) for m in merges]
-    return None not in made and all(a < b for a, b in zip(made, made[1:]))
+    return None not in made and all(a < b for a, b in itertools.pairwise(made))

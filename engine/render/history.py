@@ -17,7 +17,7 @@ REPLY = ("<think>\nThe user asks about France. Paris has been the seat of the ki
          "the government for centuries.\n</think>\n\nParis: the seat of the crown and then of "
          "the state since the Middle Ages.")
 FOLLOW_UP = "And of Italy?"
-REASONING = REPLY.split("</think>")[0].removeprefix("<think>").strip()
+REASONING = REPLY.split("</think>", maxsplit=1)[0].removeprefix("<think>").strip()
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,8 @@ def check_history(tok: TextTokenizer) -> HistoryCheck:
     """Render a two-turn conversation both ways and compare token IDs."""
     first = [{"role": "user", "content": QUESTION}]
     computed = tok.encode(tok.render_chat(first)) + tok.encode(REPLY)
-    second = first + [{"role": "assistant", "content": REPLY},
-                      {"role": "user", "content": FOLLOW_UP}]
+    second = [*first, {"role": "assistant", "content": REPLY},
+              {"role": "user", "content": FOLLOW_UP}]
     rendered = tok.encode(tok.render_chat(second))
     kept = common_prefix(computed, rendered)
     dropped = None

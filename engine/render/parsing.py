@@ -140,7 +140,7 @@ class StreamParser:
     @classmethod
     def from_json(cls, d: dict) -> StreamParser:
         """Rebuild from to_json(); ValueError when `d` is not such a state."""
-        if not isinstance(d, dict) or set(d) != {f for f in ParserState.__dataclass_fields__}:
+        if not isinstance(d, dict) or set(d) != set(ParserState.__dataclass_fields__):
             raise ValueError("parser state has the wrong fields")
         st = ParserState(**d)
         if (

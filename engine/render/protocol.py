@@ -45,7 +45,7 @@ def _typed(body: dict, key: str, types, default, check=None, what: str = ""):
     if value is None:
         return default
     # NOTE: bool is a subclass of int; a JSON true is never a valid count or number here.
-    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
         raise RequestError(f"'{key}' must be {what or types}", key)
     if check is not None and not check(value):
         raise RequestError(f"'{key}' must be {what}", key)

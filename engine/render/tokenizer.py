@@ -53,7 +53,7 @@ class TextTokenizer:
     def load(
         cls, model_dir: str | None = None, chat_template: str | None = None,
         vocab_size: int | None = None,
-    ) -> "TextTokenizer":
+    ) -> TextTokenizer:
         """The model directory's tokenizer.json / tokenizer_config.json, else a bundled one:
         the realistic tokenizer for a model of `vocab_size` >= REALISTIC_VOCAB, the small
         one otherwise; `chat_template` (a file) overrides the template."""

@@ -65,7 +65,7 @@ class AsyncEngine:
                 self.engine.add_request(prompt_token_ids, params, request_id, kv, remote_decode,
                                         keep_as)
                 loop.call_soon_threadsafe(_settle, added, None)
-            except Exception as e:  # noqa: BLE001 - handed to the caller
+            except Exception as e:
                 self._streams.pop(request_id, None)
                 loop.call_soon_threadsafe(_settle, added, e)
 
@@ -113,7 +113,7 @@ class AsyncEngine:
             t = time.perf_counter()
             try:
                 outs = eng.step()
-            except Exception as e:  # noqa: BLE001 - a bug must fail requests, not hang them
+            except Exception as e:
                 self._fail_all(e)
                 continue
             if self._on_step:

@@ -169,7 +169,7 @@ def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
             for child in (tier, front):
                 wait_healthy(child.url, child.start(), health_timeout)
             yield Deployment(front.url, {**engines.instance_urls, "render": [tier.url]},
-                             engines.children + [tier, front])
+                             [*engines.children, tier, front])
         finally:
             stop([c.proc for c in (tier, front) if c.proc is not None])
 

@@ -115,5 +115,5 @@ class Liveness:
             timeout = aiohttp.ClientTimeout(total=CHECK_TIMEOUT_S)
             async with self._session().get(base_url + "/health", timeout=timeout) as r:
                 return r.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return False

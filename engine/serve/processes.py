@@ -67,8 +67,11 @@ def die_with_parent() -> None:
 def spawn(args: list[str], cores: list[int] | None, env: dict) -> subprocess.Popen:
     """Start `python *args`. # NOTE: its stderr goes to an unlinked temporary file, never a
     pipe: a pipe nobody reads after start-up fills (tracebacks) and blocks the child."""
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, *args], env=env, preexec_fn=die_with_parent,
+    log = tempfile.TemporaryFile()  # noqa: SIM115  (open as long as the child runs)
+    # NOTE: the parent-death signal can only be asked for in the child; die_with_parent
+    # makes one prctl call there, nothing that could wait on a lock another thread held
+    proc = subprocess.Popen([sys.executable, *args], env=env,
+                            preexec_fn=die_with_parent,  # noqa: PLW1509
                             stdout=subprocess.DEVNULL, stderr=log)
     proc.log = log
     if cores:
@@ -91,10 +94,10 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
                               f"{log_tail(proc)}")
         # NOTE: HTTPException: something other than the child answered there (the child
         # then fails to bind and exits, which the next pass reports with its log)
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if r.status == 200:
-                    return
+        with contextlib.suppress(OSError, http.client.HTTPException), \
+                urllib.request.urlopen(url + "/health", timeout=1) as r:
+            if r.status == 200:
+                return
         time.sleep(0.05)
     raise LaunchError(f"instance {url} not healthy after {timeout:.0f} s")
 

@@ -172,7 +172,7 @@ class Proxy:
                     return web.Response(body=data, status=r.status, headers=headers,
                                         content_type="application/json")
                 return {**body, "kv_transfer_params": _handed_over(json.loads(data))}
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UpstreamDown) as e:
+        except (TimeoutError, aiohttp.ClientError, ValueError, UpstreamDown) as e:
             if isinstance(e, aiohttp.ClientConnectorError):
                 self.liveness.refused(base)
             headers[FALLBACK] = "decoder-prefills"
@@ -183,14 +183,14 @@ class Proxy:
             upstream = await self.session.post(url, json=body, headers=headers)
         except aiohttp.ClientOSError:
             raise  # nothing listens there (or it is dying): the caller tries another instance
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             return _err(f"decode instance unreachable: {e}", 502)
         async with upstream:
             self._remember_kept(headers.get(CONVERSATION), upstream.headers.get(KEPT_HEADER))
             if not body.get("stream") or upstream.status != 200:
                 try:
                     data = await upstream.read()
-                except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                except (TimeoutError, aiohttp.ClientError) as e:
                     return _err(f"decode instance failed: {e}", 502)
                 return web.Response(
                     body=data,

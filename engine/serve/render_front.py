@@ -81,7 +81,7 @@ class RenderFront:
             async with self.session.get(self.engine_url + "/v1/models") as r:
                 return web.Response(body=await r.read(), status=r.status,
                                     content_type="application/json")
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             return _Upstream.failed("the engines", e).response()
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
@@ -90,7 +90,7 @@ class RenderFront:
             upstream = await self.session.post(
                 self.engine_url + request.path, data=await request.read(),
                 headers={"Content-Type": "application/json"})
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             return _Upstream.failed("the engines", e).response()
         async with upstream:
             resp = web.StreamResponse(status=upstream.status, headers={
@@ -104,7 +104,7 @@ class RenderFront:
         try:
             async with self.session.post(url, json=body) as r:
                 data = await r.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             raise _Upstream.failed(what, e) from None
         if r.status != 200:
             raise _Upstream(r.status, data)
@@ -125,7 +125,7 @@ class RenderFront:
             return web.json_response(e.body(), status=e.status)
         except _Upstream as e:
             return e.response()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             return _Upstream.failed("generate", e).response()
         async with upstream:
             if upstream.status != 200:
@@ -159,7 +159,7 @@ class RenderFront:
                 raise ValueError("the engines' stream ended without [DONE]")
         except _Upstream as e:
             await resp.write(event(e.body))
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as e:
             await resp.write(error_event(f"generate failed mid-stream: {e}"))
         await resp.write(DONE)
         return resp

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -255,10 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.workers > 1:
         serve_workers(a.workers, a.host, a.port, run_worker)
         return
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         run_worker(0)
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

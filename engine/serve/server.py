@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import traceback
@@ -230,7 +231,7 @@ class EngineServer:
         self._finish_metrics(ctx, final)
         try:
             return web.json_response(ctx.body(final), headers=ctx.headers)
-        except Exception as e:  # noqa: BLE001  (as in _stream: an OpenAI error, not a bare 500)
+        except Exception as e:
             return _error(_internal(e))
 
     async def _stream(
@@ -252,7 +253,7 @@ class EngineServer:
         except (ConnectionResetError, asyncio.CancelledError):
             await stream.aclose()  # aborts the request, frees its blocks
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             # NOTE: whatever fails while building a chunk must end the stream with an error
             # event (the client counts a failed request) and abort the request, never tear
             # the stream and leave the request decoding for nobody.
@@ -295,11 +296,9 @@ def main(argv: list[str] | None = None) -> None:
         )
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.server: {e}") from None
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}",
                             api_key_of(a)))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

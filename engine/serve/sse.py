@@ -3,7 +3,6 @@ by `data: [DONE]`; writing one event, and reading a stream's."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -32,7 +31,7 @@ async def relay(upstream: aiohttp.ClientResponse, resp, who: str) -> None:
     try:
         async for chunk in upstream.content.iter_any():
             await resp.write(chunk)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+    except (TimeoutError, aiohttp.ClientError) as e:
         await resp.write(error_event(f"{who} failed mid-stream: {e}"))
 
 

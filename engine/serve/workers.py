@@ -105,7 +105,7 @@ def _fork(index: int, host: str, port: int,
         run_worker(index, sock)
     except KeyboardInterrupt:
         pass
-    except BaseException as e:  # noqa: BLE001 - reported, then the parent restarts us
+    except BaseException as e:
         print(f"worker {index}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         code = 1
     finally:

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -33,20 +34,22 @@ def _signal_mid_stream(url: str, body: dict, proc, sig: int, timeout: float = 60
 
     async def consume():
         got, line, t_sig = 0, b"", None
-        async with aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/completions", json={**body, "stream": True}) as r:
-                try:
-                    async for line in r.content:
-                        got += line.startswith(b"data: {")
-                        if got == 5 and t_sig is None:
-                            proc.send_signal(sig)
-                            t_sig = time.monotonic()
-                        if b'"error"' in line:
-                            break
-                    else:
-                        line = b""
-                except aiohttp.ClientError:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(url + "/v1/completions", json={**body, "stream": True}) as r,
+        ):
+            try:
+                async for line in r.content:
+                    got += line.startswith(b"data: {")
+                    if got == 5 and t_sig is None:
+                        proc.send_signal(sig)
+                        t_sig = time.monotonic()
+                    if b'"error"' in line:
+                        break
+                else:
                     line = b""
+            except aiohttp.ClientError:
+                line = b""
         assert t_sig is not None, f"the stream ended after {got} chunks: {line!r}"
         return got, line, time.monotonic() - t_sig
 
@@ -192,7 +195,7 @@ def test_advisor_serve_leaves_no_process_behind(sig, mode, processes):
         status, out = post(front, {"messages": [{"role": "user", "content": "hi"}]},
                            "/v1/chat/completions/render")
         assert status == 200 and out["token_ids"][0] == 1  # <|im_start|>
-        assert "torch" not in open(f"/proc/{kids[0]}/maps").read()
+        assert "torch" not in Path(f"/proc/{kids[0]}/maps").read_text()
     proc.send_signal(sig)
     assert proc.wait(timeout=20) == 0
     time.sleep(0.2)
@@ -431,11 +434,13 @@ def test_a_decode_leg_cut_short_or_refused_frees_both_pools_long_before_the_leas
         async def hang_up():
             body = {"prompt": list(range(3, 200)), "max_tokens": 1500, "ignore_eos": True,
                     "stream": True}
-            async with aiohttp.ClientSession() as s:
-                async with s.post(d.url + "/v1/completions", json=body) as r:
-                    async for line in r.content:
-                        assert b'"error"' not in line
-                        break
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(d.url + "/v1/completions", json=body) as r,
+            ):
+                async for line in r.content:
+                    assert b'"error"' not in line
+                    break
 
         instances = d.instance_urls["prefill"] + d.instance_urls["decode"]
         for cut in (hang_up, lambda: None):

@@ -159,7 +159,9 @@ def test_a_deployment_that_does_not_slow_down_after_the_longest_idle_gets_that_o
 
 
 def test_a_deployment_that_fails_every_calibration_request_is_a_clear_error():
-    with scripted(TTFT_MS, ITL_MS, fail_every=1) as url:
-        with pytest.raises(UsageError, match=r"timing TTFT at 16 tokens failed \(HTTP 500: "
-                                             r".*scripted failure.*cannot be calibrated"):
-            calibrate(Endpoint(url, "scripted"), context=4096)
+    with (
+        scripted(TTFT_MS, ITL_MS, fail_every=1) as url,
+        pytest.raises(UsageError, match=r"timing TTFT at 16 tokens failed \(HTTP 500: "
+                                        r".*scripted failure.*cannot be calibrated"),
+    ):
+        calibrate(Endpoint(url, "scripted"), context=4096)

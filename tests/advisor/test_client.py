@@ -199,7 +199,7 @@ def test_second_turn_carries_the_first_prompt_and_the_reply_received():
             len(first.new_tokens) + 3 + len(second.new_tokens),
         ]
         # the scripted reply's token ids are 0, 1, 2
-        assert max(sent, key=len) == first.new_tokens + [0, 1, 2] + second.new_tokens
+        assert max(sent, key=len) == [*first.new_tokens, 0, 1, 2, *second.new_tokens]
 
 
 def test_chat_turns_carry_the_whole_conversation():

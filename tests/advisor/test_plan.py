@@ -30,8 +30,8 @@ from advisor.rundata.rundir import RunDir
 from tests.cli import advisor, advisor_here
 from workloads.presets import preset_spec
 
-GUIDE = dict(model="qwen2.5-7b", gpu="l40s", gpus=2, link="pcie4", workload="long-prompt",
-             rates=(0.2, 0.4, 0.6, 1.0, 2.0), num_prompts=300)
+GUIDE = {"model": "qwen2.5-7b", "gpu": "l40s", "gpus": 2, "link": "pcie4",
+         "workload": "long-prompt", "rates": (0.2, 0.4, 0.6, 1.0, 2.0), "num_prompts": 300}
 
 
 def test_placements_are_every_split_at_the_smallest_tp_that_fits():
@@ -165,7 +165,7 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
                             "calibration": cal.to_json()})
     shape = shape_of("small")
     engine = EngineSpec(TRUTH, 10**6, jitter=jitter)
-    kv = lambda t: shape.kv_bytes(t)  # noqa: E731
+    kv = shape.kv_bytes
     link = hardware.Link("measured", 0.5, 0.0, 0.0, "test")
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
     slos = {"ttft": 2000.0, "itl": 100.0}

@@ -35,7 +35,7 @@ def engine_times(reqs: list[SimRequest], blocks: int, budget: int, seqs: int,
             i = order.pop(0)
             r = reqs[i]  # NOTE: LLMEngine.add_request refuses these two at once
             if bm.blocks_needed(r.prompt + r.output) > blocks or \
-                    not chunked and r.prompt + r.output - 1 > budget:
+                    (not chunked and r.prompt + r.output - 1 > budget):
                 continue
             sched.add(Request(str(i), [7] * reqs[i].prompt,
                               SamplingParams(max_tokens=reqs[i].output, ignore_eos=True)))

@@ -3,6 +3,7 @@ scripted outcomes instead of deployments: which rates it measures, and which aga
 
 import contextlib
 from types import SimpleNamespace
+from typing import ClassVar
 
 from advisor.goodput.outcomes import Outcome, goodput_interval
 from advisor.goodput.placements import Placement
@@ -17,7 +18,7 @@ from advisor.sweep.steps import Steps
 class _Run(tuple):
     """A measured run as (rate, measured again), with no records (none refused)."""
 
-    records: list = []
+    records: ClassVar[list] = []
 
 
 class _Runs:

@@ -7,7 +7,7 @@ from engine import LLM
 
 def make_llm(**kw) -> LLM:
     """A float32 tiny engine (seed 0) with overridable options."""
-    opts = dict(model="tiny", seed=0, device="cpu", dtype="float32", block_size=16)
+    opts = {"model": "tiny", "seed": 0, "device": "cpu", "dtype": "float32", "block_size": 16}
     opts.update(kw)
     return LLM(**opts)
 

@@ -44,7 +44,7 @@ def test_prefix_hits_share_blocks_and_leave_one_token():
     a = req("a", range(12))
     computed(bm, a)
     assert bm.num_cached_blocks == 3
-    b = req("b", list(range(8)) + [99, 98])
+    b = req("b", [*list(range(8)), 99, 98])
     assert computed(bm, b) == a.block_ids[:2]
     assert bm.blocks[a.block_ids[0]].ref_count == 2
     same = req("c", range(12))

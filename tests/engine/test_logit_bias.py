@@ -3,7 +3,7 @@
 from engine.core.sequence import SamplingParams
 from engine.llm import LLM
 
-GREEDY = dict(max_tokens=12, temperature=0, ignore_eos=True)
+GREEDY = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
 
 
 def test_logit_bias_forces_and_forbids_tokens_per_request():

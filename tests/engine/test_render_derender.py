@@ -15,7 +15,7 @@ TOK = TextTokenizer.load()
 def chunked(ids, cuts, rid="r1"):
     state, out = StreamState.start(rid), None
     points = sorted(set(cuts))
-    pieces = [ids[a:b] for a, b in zip([0] + points, points + [len(ids)])]
+    pieces = [ids[a:b] for a, b in zip([0, *points], [*points, len(ids)])]
     for k, piece in enumerate(pieces):
         state = StreamState.from_json(
             json.loads(json.dumps(state.to_json()))

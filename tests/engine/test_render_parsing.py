@@ -52,7 +52,7 @@ def test_every_two_and_three_way_split_matches(text):
 @settings(max_examples=300, deadline=None)
 def test_any_cut_into_many_pieces_matches(text, cuts):
     points = sorted({c % (len(text) + 1) for c in cuts})
-    pieces = [text[a:b] for a, b in zip([0] + points, points + [len(text)])]
+    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
     assert streamed(pieces) == parse(text)
 
 

@@ -63,7 +63,7 @@ def test_safetensors_directory_loads_to_the_same_model(tmp_path):
 
 def test_checkpoint_missing_a_tensor_is_named(tmp_path):
     save_hf_dir(tmp_path, make_llm(), drop={"model.layers.1.self_attn.k_proj.weight"})
-    with pytest.raises(ValueError, match="layers.1.self_attn.qkv_proj.weight"):
+    with pytest.raises(ValueError, match=r"layers\.1\.self_attn\.qkv_proj\.weight"):
         make_llm(model=str(tmp_path))
 
 

@@ -81,51 +81,53 @@ def _page_ws(port: int, timeout_s: float) -> str:
 
 async def _drive(ws_url: str, url: str, screenshot: str) -> dict:
     seen = {"console_errors": [], "exceptions": [], "dialogs": [], "requests": []}
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(ws_url, max_msg_size=0) as ws:
-            ids = iter(range(1, 10_000))
-            pending: dict[int, asyncio.Future] = {}
-            loaded = asyncio.Event()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(ws_url, max_msg_size=0) as ws,
+    ):
+        ids = iter(range(1, 10_000))
+        pending: dict[int, asyncio.Future] = {}
+        loaded = asyncio.Event()
 
-            async def reader():
-                async for msg in ws:
-                    m = json.loads(msg.data)
-                    if "id" in m and m["id"] in pending:
-                        pending.pop(m["id"]).set_result(m.get("result", {}))
-                        continue
-                    method, params = m.get("method"), m.get("params", {})
-                    if method == "Runtime.consoleAPICalled" and params.get("type") == "error":
-                        seen["console_errors"].append(str(params.get("args")))
-                    elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                        seen["console_errors"].append(params["entry"].get("text"))
-                    elif method == "Runtime.exceptionThrown":
-                        seen["exceptions"].append(str(params.get("exceptionDetails")))
-                    elif method == "Page.javascriptDialogOpening":
-                        seen["dialogs"].append(params.get("message"))
-                    elif method == "Network.requestWillBeSent":
-                        seen["requests"].append(params["request"]["url"])
-                    elif method == "Page.loadEventFired":
-                        loaded.set()
+        async def reader():
+            async for msg in ws:
+                m = json.loads(msg.data)
+                if "id" in m and m["id"] in pending:
+                    pending.pop(m["id"]).set_result(m.get("result", {}))
+                    continue
+                method, params = m.get("method"), m.get("params", {})
+                if method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+                    seen["console_errors"].append(str(params.get("args")))
+                elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                    seen["console_errors"].append(params["entry"].get("text"))
+                elif method == "Runtime.exceptionThrown":
+                    seen["exceptions"].append(str(params.get("exceptionDetails")))
+                elif method == "Page.javascriptDialogOpening":
+                    seen["dialogs"].append(params.get("message"))
+                elif method == "Network.requestWillBeSent":
+                    seen["requests"].append(params["request"]["url"])
+                elif method == "Page.loadEventFired":
+                    loaded.set()
 
-            async def call(method: str, **params):
-                i = next(ids)
-                pending[i] = asyncio.get_running_loop().create_future()
-                await ws.send_json({"id": i, "method": method, "params": params})
-                return await pending[i]
+        async def call(method: str, **params):
+            i = next(ids)
+            pending[i] = asyncio.get_running_loop().create_future()
+            await ws.send_json({"id": i, "method": method, "params": params})
+            return await pending[i]
 
-            task = asyncio.create_task(reader())
-            for domain in ("Runtime", "Log", "Network", "Page"):
-                await call(f"{domain}.enable")
-            await call("Page.navigate", url=url)
-            await loaded.wait()
-            await asyncio.sleep(0.5)
-            boxes = await call("Runtime.evaluate", expression=SVG_BOXES, returnByValue=True)
-            scripts = await call("Runtime.evaluate", returnByValue=True,
-                                 expression="document.querySelectorAll('script').length")
-            shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-            with open(screenshot, "wb") as f:
-                f.write(base64.b64decode(shot["data"]))
-            task.cancel()
+        task = asyncio.create_task(reader())
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            await call(f"{domain}.enable")
+        await call("Page.navigate", url=url)
+        await loaded.wait()
+        await asyncio.sleep(0.5)
+        boxes = await call("Runtime.evaluate", expression=SVG_BOXES, returnByValue=True)
+        scripts = await call("Runtime.evaluate", returnByValue=True,
+                             expression="document.querySelectorAll('script').length")
+        shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        with open(screenshot, "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
+        task.cancel()
     seen["svg_boxes"] = boxes["result"]["value"]
     seen["scripts"] = scripts["result"]["value"]
     return seen

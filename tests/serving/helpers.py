@@ -18,7 +18,7 @@ from engine.serve.server import EngineServer
 @contextlib.contextmanager
 def running_server(frontend=None, served_model=None, **cfg):
     """Yield (base_url, EngineServer) for a tiny float32 engine with `cfg` overrides."""
-    opts = dict(model="tiny", dtype="float32", seed=0)
+    opts = {"model": "tiny", "dtype": "float32", "seed": 0}
     opts.update(cfg)
     server = EngineServer(EngineConfig(**opts), frontend=frontend, served_model=served_model)
     with running_app(server.app) as url:

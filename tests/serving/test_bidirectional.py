@@ -42,7 +42,7 @@ def conversation(url: str | LLM, cid: str, seed: int = 0, edit_turn: int | None 
     prompt, outs = random_prompts(1, (40, 40), seed=seed + 100)[0], []
     for k in range(TURNS):
         if k == edit_turn:
-            prompt = prompt[:5] + [7] + prompt[6:]
+            prompt = [*prompt[:5], 7, *prompt[6:]]
         if isinstance(url, LLM):
             params = SamplingParams(max_tokens=OUT, temperature=0.0, ignore_eos=True)
             ids = url.generate([prompt], params)[0].token_ids

@@ -44,7 +44,7 @@ def test_a_port_answered_by_something_else_waits_for_the_child_and_names_its_exi
 
     threading.Thread(target=answer_like_a_side_channel, daemon=True).start()
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
-    proc.log = tempfile.TemporaryFile()
+    proc.log = tempfile.TemporaryFile()  # noqa: SIM115  (the launcher reads it as the log)
     try:
         with pytest.raises(LaunchError, match="exited with code 0"):
             wait_healthy(f"http://127.0.0.1:{server.getsockname()[1]}", proc, 10)

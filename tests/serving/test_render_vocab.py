@@ -35,7 +35,7 @@ def padded_model(tmp_path_factory):
 def test_ids_past_the_tokenizer_but_inside_the_model_derender_alike(padded_model):
     with (
         # "tiny": the served name both sides use
-        running_server(model=padded_model, served_model="tiny") as (engine_url, engine),
+        running_server(model=padded_model, served_model="tiny") as (engine_url, _engine),
         running_app(RenderServer(FrontendConfig(model_dir=padded_model), "tiny").app) as render,
     ):
         for stream in (False, True):

@@ -74,7 +74,7 @@ def test_openai_client_streams_chat_and_completion(deployment, collocated_tokens
     assert len(content) == 6 and content[-1].choices[0].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 6
     stream = client.completions.create(
-        model="tiny", prompt=PROMPTS[0], stream=True, extra_body={k: v for k, v in GREEDY.items()}
+        model="tiny", prompt=PROMPTS[0], stream=True, extra_body=dict(GREEDY.items())
     )
     ids = [t for c in stream for t in c.choices[0].model_extra["token_ids"]]
     assert ids == collocated_tokens[0]

@@ -26,7 +26,7 @@ from engine.model.kv_cache import KVCache, gather_blocks
 LOCAL: dict[str, torch.Tensor] = {}
 _opened: dict[str, torch.Tensor] = {}
 _lock = threading.Lock()
-_staging: BufferPool | None = None
+_staging: list[BufferPool] = []  # the one pinned pool, made on first use
 _HEX = ("handle", "ref_counter_handle", "event_handle")
 
 
@@ -110,11 +110,11 @@ def move(kv: torch.Tensor, dst: torch.device, how: str,
 
 
 def _pinned_pool() -> BufferPool:
-    global _staging
     with _lock:
-        if _staging is None:
-            _staging = BufferPool(max_free_bytes=1 << 30, pin_memory=torch.cuda.is_available())
-        return _staging
+        if not _staging:
+            _staging.append(BufferPool(max_free_bytes=1 << 30,
+                                       pin_memory=torch.cuda.is_available()))
+        return _staging[0]
 
 
 class CudaConnector(KVConnector):

@@ -38,7 +38,7 @@ def _map_cache(name: str, cache_shape: tuple[int, ...], dtype: str) -> torch.Ten
         # NOTE: the prefill side owns (and unlinks) the segment; don't let this
         # process's resource tracker unlink it too when we exit.
         if name not in LOCAL_SEGMENTS:
-            resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001
+            resource_tracker.unregister(seg._name, "shared_memory")
         count = math.prod(cache_shape)
         if count * DTYPE_BYTES[dtype] > seg.size:
             seg.close()
