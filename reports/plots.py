@@ -26,8 +26,8 @@ def _color(s: Series) -> str:
 def _finish(
     fig, ax, title: str, data: Report, ylabel: str, xlabel: str = "request rate (req/s)"
 ):
-    # NOTE: the emulation on a line of its own: beside the longest title it ran past the
-    # figure's edge, which tight_layout does not shrink titles to fit
+    # NOTE: the emulation on a line of its own, since tight_layout does not shrink a title
+    # that runs past the figure's edge
     ax.set_title(
         title + (f"\n[KV link emulated: {data.emulated}]" if data.emulated else ""), fontsize=10
     )
@@ -182,8 +182,7 @@ def timeline(data: Report):
     fig, axes = plt.subplots(len(shown), 1, figsize=(7, 2.4 * len(shown)), squeeze=False)
     limit = (data.slo.get("itl_ms") or np.inf) / 1000
     for ax, s in zip(axes[:, 0], shown):
-        # NOTE: one collection per kind, not a line per request: a thousand requests drew
-        # for seconds
+        # NOTE: one collection per kind, not a line per request, which took seconds to draw
         waiting: list = []
         decoding: list = []
         stalls: tuple[list[float], list[int]] = ([], [])

@@ -1,17 +1,11 @@
-"""Build the engine's tokenizers, deterministically, from text that lies on any machine.
-
-- `small` (engine/render/data/tokenizer.json): byte-level BPE of 512 tokens over this
-  repository's Markdown and Python, so it fits every preset's vocabulary (`tiny` has 512);
-  the tests' and the CPU demo models' tokenizer.
-- `realistic` (engine/render/data/tokenizer-32k.json): byte-level BPE of 32,768 tokens
-  over the Python standard library's sources and docstrings (the interpreter's own) and the
-  license and copyright texts Debian ships (/usr/share/common-licenses,
-  /usr/share/doc/*/copyright), with chat, reasoning and tool-call special tokens. It packs
-  English prose about as densely as a real model's tokenizer; presets that mimic real
-  models (vocabularies of 32,768 or more) use it.
-
-The same inputs give the same file: files are read in sorted order, training runs on one
-thread. The file is committed: another machine's standard library would give another one.
+"""Build the engine's tokenizers, deterministically, from text that lies on any machine:
+`small` (engine/render/data/tokenizer.json), byte-level BPE of 512 tokens over this
+repository's Markdown and Python, for the test and demo presets; `realistic`
+(engine/render/data/tokenizer-32k.json), 32,768 tokens over the Python standard library's
+sources and the licence texts Debian ships, with chat, reasoning and tool-call special
+tokens, for presets that mimic real models. Files are read in sorted order and training
+runs on one thread, so the same inputs give the same file; it is committed, since another
+machine's standard library would give another one.
 
 Usage: python scripts/make_tokenizer.py [small|realistic]
 """

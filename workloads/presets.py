@@ -16,8 +16,8 @@ from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, Workload, synthesize
 
-# NOTE: chat prompts are sent as one English word per token ID (advisor.measure.client.text_of),
-# about 1.3 tokens per word with real tokenizers: 7000 words is a ~9k-token prompt.
+# chat prompts are sent as one English word per token ID (advisor.measure.client.text_of),
+# about 1.3 tokens per word with real tokenizers: 7000 words is a ~9k-token prompt
 AGENT_TOOLS = tuple({"type": "function", "function": {
     "name": name, "description": doc,
     "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]}}}
@@ -72,8 +72,8 @@ def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
     if not scale > 0 or not out_scale > 0:
         raise ValueError(f"scales must be > 0, not {scale} / {out_scale}")
     spec = PRESETS[name][1]
-    # NOTE: think time scales with the outputs: a conversation keeps its shape (a pause
-    # against the reply before it) when a sweep shortens the replies to this machine
+    # NOTE: think time scales with the outputs, so that a conversation keeps its shape when a
+    # sweep shortens the replies
     spec = replace(spec, input=spec.input.scaled(scale), output=spec.output.scaled(out_scale),
                    turn_input=spec.turn_input.scaled(scale) if spec.turn_input else None,
                    think_s=spec.think_s * out_scale)

@@ -128,7 +128,7 @@ def save(rows: list[TraceRow], path: str | Path, fmt: str) -> None:
         w = csv.writer(f)
         if fmt == "azure":
             w.writerow(["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
-            epoch = pd.Timestamp("2024-01-01")
+            epoch = pd.Timestamp(year=2024, month=1, day=1)
             for r in rows:
                 ts = epoch + pd.Timedelta(microseconds=round(r.timestamp * 1e6))
                 w.writerow([ts.strftime("%Y-%m-%d %H:%M:%S.%f"), r.input_length, r.output_length])

@@ -79,13 +79,10 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
 def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
     """Where a placement's runs decoded `t.host_slowed` times slower than calibrated or
     more: what to say, naming the slowest, and whether the host as a whole slowed down
-    (every placement measured did); None otherwise.
-
-    # NOTE: one placement alone slowed is not the host: the placements run minutes apart,
-    # each on cores it shares with the proxy and the client, and "the host slowed down"
-    # sends the user to a steadier host that may measure the same (held to AVX2 on
-    # 2026-12-02, P/D's gaps at its lowest rate ran 1.1-1.6x the calibrated steps,
-    # collocated's 0.9-1.1x)."""
+    (every placement measured did); None otherwise. One placement alone slowed is not the
+    host: the placements run minutes apart, each on cores it shares with the proxy and the
+    client, and "the host slowed down" would send the user to a steadier host that may
+    measure the same."""
     known = sorted((p.slowdown, p.placement) for p in sides if p is not None and p.slowdown)
     if not known or known[-1][0] < t.host_slowed:
         return None

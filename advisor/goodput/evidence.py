@@ -40,11 +40,8 @@ def decode_slowdown(records: list[dict], cal: Calibration, decoders: int) -> flo
     step at the number of requests each of its `decoders` decoding engines ran at that
     gap's midpoint (a request decodes from its first chunk to its last): near 1 where the
     host ran as fast as when it was calibrated. None when no request streamed two chunks.
-
-    NOTE: gap by gap, not the median gap over the step at the run's mean batch: a step of
-    b requests yields b gaps, so the gaps over-sample the larger batches, and at a P/D
-    decoder's ~2 running requests that alone put its slowdown at 1.3-1.9 in runs whose
-    steps, gap by gap, were 1.1-1.6x the calibrated ones (held to AVX2, 2026-12-02)."""
+    Gap by gap, not against the step at the run's mean batch: a step of b requests yields
+    b gaps, so the gaps over-sample the larger batches."""
     streams = [r["chunks"] for r in records
                if r.get("ok") and not r.get("warmup") and len(r.get("chunks") or ()) > 1]
     if not streams:

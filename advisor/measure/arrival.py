@@ -26,11 +26,10 @@ class StampedSocket(socket.socket):
     """A socket whose reads record `arrived`: when the kernel received the latest bytes
     read (time.monotonic() seconds), or when they were read where it cannot say.
 
-    # NOTE: one read returns every byte queued so far, stamped with its newest packet; a
-    # reader that fell behind by more than a packet gets the newer stamp for both (late by
-    # at most the gap between them, and never later than the time of the read). The
-    # kernel turns its stamps on a moment after the first socket asks (deferred work), so
-    # the first reads of a process may carry none and are stamped when they happen.
+    One read returns every byte queued so far, stamped with its newest packet: a reader
+    that fell more than a packet behind gets the newer stamp for both, never later than
+    the read. The kernel turns stamping on a moment after the first socket asks, so a
+    process's first reads may carry none and are stamped when they happen.
     """
 
     arrived: float = 0.0
@@ -69,11 +68,8 @@ def _kernel_stamp(ancillary: list) -> float | None:
 
 def _clocks() -> tuple[float, float]:
     """(time.monotonic(), time.time() - time.monotonic()): the offset from the tightest
-    of three bracketed reads.
-
-    # NOTE: the two clocks cannot be read at once; an interrupt between the reads (common
-    # on a VM's first instructions after an idle wait) shifts a plain difference by up to
-    # ~0.2 ms, and a bracket that an interrupt widened is simply not the tightest.
+    of three bracketed reads: the two clocks cannot be read at once, and an interrupt
+    between two reads (up to ~0.2 ms on a VM waking from idle) widens only its own bracket.
     """
     best = (float("inf"), 0.0, 0.0)
     for _ in range(3):

@@ -45,13 +45,9 @@ def _dispatch(
     start: float,
     launch: Callable[[Conversation], None],
 ) -> None:
-    """Hand each conversation to the loop at its start time.
-
-    # NOTE: a thread, not asyncio.sleep: the loop's timers wake up to a
-    # millisecond late (epoll timeouts are whole ms) and queue behind stream
-    # reads, while time.sleep wakes within ~0.1 ms and call_soon_threadsafe
-    # wakes the loop at once. Lateness is recorded per request anyway.
-    """
+    """Hand each conversation to the loop at its start time, from a thread: the loop's
+    timers wake up to a millisecond late (epoll timeouts are whole ms), time.sleep within
+    ~0.1 ms."""
     for conv in convs:
         delay = start + conv.start - time.monotonic()
         if delay > 0:
@@ -98,8 +94,8 @@ class Client:
         conn = aiohttp.TCPConnector(limit=0, socket_factory=self._sockets)
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_stamp_sent)
-        # NOTE: no session-wide timeout: aiohttp's default 300 s total would silently cap a
-        # longer --request-timeout; each request's own asyncio.timeout bounds it instead
+        # NOTE: no session-wide timeout: aiohttp's default 300 s would silently cap a longer
+        # --request-timeout, which each request's own asyncio.timeout enforces instead
         async with aiohttp.ClientSession(
             connector=conn, headers=headers, trace_configs=[trace],
             timeout=aiohttp.ClientTimeout(total=None),
@@ -282,8 +278,8 @@ def _content(chunk: dict, chat: bool):
     """(text, token ids or None) of each choice that carries generated content."""
     for choice in chunk.get("choices") or []:
         if chat:
-            # NOTE: reasoning and tool calls are output tokens too (they count for TTFT and
-            # ITL), but only content goes into the next turn's history.
+            # NOTE: reasoning and tool calls count for TTFT and ITL, but only content goes
+            # into the next turn's history
             delta = choice.get("delta") or {}
             piece = delta.get("content") or ""
             has = bool(

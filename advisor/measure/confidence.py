@@ -114,9 +114,8 @@ def requests_to_separate(n: int, a: float, a_ci: list[float], b: float, b_ci: li
     """About how many requests per rate would make two attainment intervals stop
     overlapping: the sides of the intervals that face each other shrink as 1/sqrt(n).
 
-    # NOTE: the facing sides, not half widths: a bootstrap interval near 1 is lopsided.
-    # Measured: 0.95 in [0.896, 0.99] against a 0.9 target at 77 requests; by half widths
-    # (0.047 < the 0.05 gap) 77 "would tell", the number already run."""
+    The facing sides, not half widths: near 1 a bootstrap interval is lopsided, and half
+    widths would say that the requests already run "would tell"."""
     gap = abs(a - b)
     if gap < 1e-9:  # NOTE: 63/70 against 0.9 differs by float rounding alone
         return 0  # no difference to resolve at any size

@@ -17,9 +17,8 @@ class Endpoint:
     /v1/chat/completions; `temperature` goes with every request (None: the server's
     default).
 
-    NOTE: greedy (0.0) by default, as `vllm bench serve` sends when not told otherwise.
-    Sent with none, an OpenAI server samples at 1.0: ours then drew each request's token
-    one row at a time, ~5% of a P/D decoder's engine thread at 2 req/s (py-spy, `small`).
+    Greedy (0.0) by default, as `vllm bench serve` sends it: sent with no temperature,
+    an OpenAI server samples at 1.0, which costs a server work the benchmark did not ask for.
     """
 
     base_url: str

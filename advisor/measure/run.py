@@ -71,13 +71,12 @@ def max_send_lateness_ms(run: ClientRun) -> float:
 
 def record_row(r, start: float) -> dict:
     """A record with times as seconds from the run's t=0 (chunks too)."""
-    # NOTE: fields copied by name, not dataclasses.asdict: its deep copy of every chunk list
-    # cost more than the rest of writing a run
+    # NOTE: fields by name, not dataclasses.asdict, whose deep copy of every chunk list cost
+    # more than the rest of writing a run
     row = {k: getattr(r, k) for k in _ROW_FIELDS}
     for k in ("scheduled", "dispatched", "sent", "end"):
         row[k] = round(row[k] - start, 6) if row[k] else None
-    # NOTE: rounded in numpy (rint of microseconds), not by round() per chunk: a simulated
-    # plan writes millions of chunk times, and round() per float was a third of it
+    # NOTE: rounded in numpy, not by round() per chunk: a plan writes millions of chunk times
     row["chunks"] = (np.rint((np.asarray(r.chunks) - start) * 1e6) / 1e6).tolist()
     row["ok"] = r.ok
     return row
@@ -89,9 +88,9 @@ _ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name 
 def records_of(rows: list[dict]) -> list[RequestRecord]:
     """Records again from `record_row`'s rows, for statistics over a stored run.
 
-    # NOTE: times come back 1 s later than the rows say: a time of 0 means "never" in a
-    # record (not sent, no end), and a request sent within a microsecond of t=0 has 0.0 in
-    # its row. Statistics only take differences within a record."""
+    Times come back 1 s later than the rows say: 0 means "never" in a record (not sent,
+    no end), and a request sent within a microsecond of t=0 has 0.0 in its row; statistics
+    only take differences within a record."""
     out = []
     for row in rows:
         r = RequestRecord(**{k: row[k] for k in _ROW_FIELDS if k in row})

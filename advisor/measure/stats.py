@@ -1,23 +1,7 @@
-"""Latency statistics, SLOs and goodput from request records.
-
-Definitions (the README repeats them, with where they differ from `vllm bench serve`):
-- TTFT: first content chunk - send time.
-- ITL: every gap between consecutive content chunks; pooled over all requests
-  for the percentiles, and per request (its own p99) for the `itl` SLO.
-- TPOT: (E2E - TTFT) / (output tokens - 1), for requests with > 1 output token.
-- E2E latency: last content chunk - send time.
-- Latency statistics use successful requests; failed ones count as SLO misses.
-- SLO attainment: good requests / all requests in the run (failed and unsent
-  included); request goodput: good requests / duration.
-- ci95: bootstrap 95% intervals of attainment, median TTFT and p99 ITL (confidence.py).
-- early_e2el_ms: the median E2E latency of the first fifth of requests by schedule (a
-  request's lifetime before any queue a run builds), for `RunResult.pace`.
-- multi-turn runs, for `RunResult.pace` over conversations: conversation_life_ms (the
-  median time from a conversation's first scheduled turn to its last turn's end),
-  early_conversation_ms (the same over the first fifth of conversations by start),
-  completed_conversations (every turn completed) and peak_conversations (the most under
-  way at once).
-"""
+"""Latency statistics, SLOs and goodput from request records: TTFT, ITL, TPOT and E2E
+latency percentiles over successful requests, SLO attainment over every request (failed
+and unsent ones count as misses), bootstrap intervals (confidence.py), and what the pace
+of a run needs (`RunResult.pace`). Definitions: docs/concepts/metrics.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
-"""One simulated engine's batching: its queue, its admitted requests and its KV blocks,
-scheduled as the bundled engine's scheduler does (engine/core/scheduler.py). No torch.
-
-Per step: every decoding request's next token, then running prefills' chunks, then
-waiting requests first come first served, under the token budget and `max_num_seqs`.
-KV is taken a block at a time as tokens are written (a prompt's chunk: the blocks it
-reaches; a decode: a new block each time its position crosses one). When a block is
-short, the most recently admitted request not yet scheduled this step is preempted (its
-blocks freed; it is recomputed later from its prompt and the tokens it had given, as
-the engine does without a prefix cache), failing that the requester itself. A request
-is admitted only while the pool has its chunk's blocks.
-
-# NOTE: a decoding request writes one token per step, so the step at which it needs a
-# new block repeats every `block_size` steps, at a phase fixed when it starts decoding:
-# counting decoders per phase (`due`) gives a whole run of decode-only steps' block needs
-# at once (`decode_run`, `ran`) without walking its steps or its requests.
-"""
+"""One simulated engine's batching, as the bundled engine's scheduler does it
+(engine/core/scheduler.py): decodes first, then running prefills' chunks, then waiting
+requests first come first served, under the token budget and `max_num_seqs`; KV taken a
+block at a time as tokens are written, the newest request preempted when a block is
+short; decoders counted per block phase give a run of decode-only steps' block needs at
+once. No torch. docs/design/planner.md has the whole procedure."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """`advisor plan --calibrate RUN_DIR [--replay OTHER]`: the simulator fitted to a measured
-bundled-engine sweep, predicting that sweep's runs (or another's) request for request.
-
-The step model is fitted to the sweep's calibration (advisor.plan.steptime.fit), the KV
-link to its measured transfers, what waking an idle machine costs to the calibration's
-TTFTs after idle times, what load does to it to the runs (advisor.plan.loadfit); every
-measured run is replayed with its own arrivals and
-lengths on the same placements, and the predictions go through the decision table as
-a sweep's measurements do. `compare` sets predicted beside measured.
-"""
+sweep (its calibration, its KV transfers, its runs under load: advisor.plan.loadfit),
+then every measured run replayed with its own arrivals and lengths; `compare` sets the
+predictions beside the measurements."""
 
 from __future__ import annotations
 
@@ -114,8 +108,7 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     m = target.read_manifest()
     cfg = m.get("config") or {}
     ran = (m.get("dtype") or {}).get("ran") or "float32"
-    # NOTE: a sweep by URL records "auto" (the deployment's own choice): vLLM's auto is the
-    # model's dtype, bfloat16 for the models here
+    # NOTE: a sweep by URL records "auto", and vLLM's auto is the model's dtype: bfloat16
     dtype = ran if ran in DTYPE_BYTES else URL_DTYPE
     model = model or cfg.get("model") or "small"
     try:

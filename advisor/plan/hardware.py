@@ -62,10 +62,9 @@ LINKS = {k.name: k for k in (
     Link("rdma-400g", 45, 0.005, 1.0, "400 Gb/s RDMA: 50 GB/s line rate"),
     Link("tcp-25g", 2.5, 0.05, 2.0, "25 Gb/s TCP: 3.1 GB/s line rate, ~80% reached"),
 )}
-# NOTE: without GPU peer-to-peer, KV goes GPU -> host -> GPU through a staging path; the
-# guide measured ~1.3 s for ~470 MB there (NIXL, two L40S), and calls it overhead rather
-# than bandwidth. This is that path's effective rate; it is a published measurement, the
-# one figure of the guide's case the planner takes.
+# NOTE: without GPU peer-to-peer, KV is staged through the host: this is the effective
+# rate the guide measured there (~470 MB in ~1.3 s, two L40S), the one figure of its case
+# the planner takes.
 HOST_STAGED = Link("host-staged", 0.470 / 1.3, 0.05, 0.0,
                    "host-staged NIXL path without P2P: the guide's ~1.3 s for ~470 MB")
 

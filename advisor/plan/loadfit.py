@@ -48,11 +48,9 @@ def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
     """`engine` with its prompt tokens' cost (per token and per attention pair) times
     `prefill` and its decode steps, and every step's fixed cost, times `decode`.
 
-    # NOTE: a prefill step's fixed cost is a decode step's (_outside_steps): the same
-    # layers once, the same per-step Python. Scaled with the prompt's tokens, as it once
-    # was, a prefill scale fitted on ~400-token prompts stretched a 30-token one's step
-    # by as much: over the day's four sweep pairs, 6 against 10 of 29 short-chat rows
-    # within 20%, and 9 against 11 of 15 on the sweeps fitted."""
+    A prefill step's fixed cost is a decode step's (`_outside_steps`: the same layers once,
+    the same per-step Python), not scaled with the prompt's tokens, so a scale fitted on
+    long prompts does not stretch a short one's step."""
     s = engine.step
     return dataclasses.replace(engine, step=dataclasses.replace(
         s, prefill_base_ms=s.prefill_base_ms * decode,
@@ -77,8 +75,8 @@ def _outside_steps(engine: EngineSpec) -> tuple[EngineSpec, float]:
     unloaded TTFT has beyond that is the request's own way in and out (HTTP, tokenizing,
     waiting for a step boundary), paid once per request, not in every step it shares.
 
-    # NOTE: both steps run the same layers once with the same per-step Python; only the
-    # calibration's TTFT line also holds the request's path through the server."""
+    Both steps run the same layers once with the same per-step Python; only the
+    calibration's TTFT line also holds the request's path through the server."""
     s = engine.step
     outside = max(0.0, s.prefill_base_ms - s.decode_base_ms)
     step = dataclasses.replace(s, prefill_base_ms=s.prefill_base_ms - outside)
@@ -134,10 +132,9 @@ def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
     scale re-fitted at the lowest rate `low` for each contention tried; (0, `dec`) with
     fewer than two rates to fit to, or where none fits them within CLOSE already.
 
-    # NOTE: the calibration times one engine alone. In a run the other instances share
-    # the cores and the memory: a P/D decoder steps slower the busier its prefiller is,
-    # which the batch alone does not explain (measured: p50 ITL 18.3 ms at 2.76 req/s,
-    # 21.5 at 5.52)"""
+    The calibration times one engine alone; in a run the other instances share the cores
+    and the memory, so a P/D decoder steps slower the busier its prefiller is, more than
+    its batch explains."""
     if len({r.rate for r in rows}) < 2:
         return 0.0, dec
     target = low.get("p50_itl_ms")
@@ -160,18 +157,15 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     """Each placement in `names` as a system fitted to the rates measured (in `measured`):
     the request's path outside the steps (_outside_steps) as a fixed latency; prompt
     tokens' cost scaled to collocated's median TTFT at its lowest rate below collapse
-    (`slo`: the sweep's; else at its lowest rate: one sweep here ran its lowest rate in a
-    slow spell, p99 ITL 260 ms there against 98 at twice the rate); each placement's
+    (`slo`: the sweep's; else at its lowest rate); each placement's
     decode steps to its own median ITL at that rate of its own, and its step jitter to
     its p99 ITL there (a placement with no rate below collapse, or whose stalls alone
     reach that p99, takes the jitter fitted where the host's noise showed); how much a
     busy neighbour slows a step to its median ITLs at every rate below collapse; and P/D's
     prompt tokens to its median TTFTs at those rates. `shapes`: the shape each name is
-    simulated as (collocated-N, disagg-XpYd; default the name itself).
-
-    # NOTE: the calibration times one engine alone, unloaded. In the runs the client, the
-    # proxy and the other instances share this machine's cores: every step is slower, and
-    # its time varies (the p99 gap of an unloaded run is well above its median here).
+    simulated as (collocated-N, disagg-XpYd; default the name itself). The calibration
+    times one engine alone, where in the runs the client, the proxy and the other instances
+    share the cores: every step is slower and varies more.
     """
     lowest = {}  # each placement's lowest rate below collapse, else its lowest
     for r in sorted(measured, key=lambda r: (not _calm(r, slo), r.rate)):
@@ -209,12 +203,9 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
         k, dec = _contention(lambda x, d, n=name: system(n, scaled(engine, pre, d), x), low,
                              rows, dec) if low.get("p50_itl_ms") else (0.0, dec)
         fits[name] = (low, rows, dec, k, own_jitter(name, dec, k, low) if calm[name] else None)
-    # NOTE: past collapse, p99 ITL is the stalls' (a prompt's steps) and leaves no room for
-    # noise; below it, a jitter of 0 says only that the stalls alone already reach the p99
-    # (collocated's at a long prompt's lowest rate). The host's own noise is the jitter
-    # fitted where it showed: a placement that cannot show it takes that one (over the day's
-    # six sweep pairs, short-chat's collocated p99 ITL was 0.52-0.73x the measured at the
-    # lowest rates with the jitter 0 it fitted on the long prompts).
+    # NOTE: a jitter of 0 (or one fitted past collapse) says only that stalls already reach
+    # the p99, not that the host is quiet: such a placement takes the host's jitter, fitted
+    # where its noise showed
     shown = [fit[-1] for fit in fits.values() if fit[-1]]
     host = float(np.median(shown)) if shown else None
     for name, (low, rows, dec, k, own) in fits.items():
@@ -225,9 +216,8 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
             jitter = own_jitter(name, dec, k, low)
         spec, p = dataclasses.replace(scaled(engine, pre, dec), jitter=jitter), pre
         if low.kind == "disagg" and rows:
-            # NOTE: the prefiller runs no decodes but shares the cores with the decoder and
-            # the proxy, and its queue (one prefiller) decides P/D's TTFT from low rates to
-            # the knee: its prefill scale is the one that fits them all
+            # NOTE: one prefiller's queue decides P/D's TTFT from low rates to the knee, so
+            # its prefill scale is fitted to all of them
             p = _closest(lambda x, n=name, e=spec, at=rows, c=k: _log_error(
                 system(n, scaled(e, x / pre, 1.0), c), at, 0, "median_ttft_ms"),
                 0.5 * pre, 2.0 * pre)

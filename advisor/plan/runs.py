@@ -99,8 +99,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
     commands (and a plan's `ranking` or a replay's `compare`), summary.csv and (with
     `opts.report`) the report, written to `run_dir`."""
-    # NOTE: imported here, where files are written: pandas takes ~0.5 s to import, and
-    # `advisor plan` with a bad flag answers before (tested as a subprocess)
+    # NOTE: imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.evidence import build_evidence, write_summary
 
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)

@@ -1,27 +1,8 @@
-"""A discrete-event simulation of a serving system: requests arrive, engines step, KV moves.
-
-Each engine batches as the bundled engine does (advisor.plan.batching: decodes first,
-then prompt chunks under the token budget, at most `max_num_seqs` requests, KV taken a
-block at a time, preemption and recompute when blocks run short). A step lasts what its
-step model says. Collocated: replicas behind round robin. P/D: the proxy picks a
-prefiller and a decoder round robin; the prefiller computes the prompt and samples one
-token, the KV then crosses the link (transfers into one decoder queue on its link, one
-at a time), and the decoder computes the last prompt token in its next step (a decode's
-work: one query row over the context), which gives the first token.
-With a wake-up curve (`System.wake`), an engine's first step after it sat idle lasts
-longer by the curve's extra at that idle time, a fixed part plus a share of the step (a
-CPU host measured by the sweep's calibration pays it: its memory runs slower right after
-an idle). With `System.contention`, a step that starts while other engines step lasts
-longer (instances sharing one host's cores); when an engine starts or stops stepping, the
-others' planned runs of decode steps end after their step in progress, to be planned again.
-
-# NOTE: a decoding request gets a token at every step of its engine until it is done or
-# preempted, so its tokens are runs of consecutive steps (`Job.segments`): records are
-# sliced from the engine's step end times. Steps with nothing to prefill are planned as
-# one run up to the next request's last token or the first step whose blocks are short
-# (an arrival cuts the run at the step in progress), so the simulation costs
-# O(requests) events, not O(steps).
-"""
+"""A discrete-event simulation of a serving system: requests arrive, engines step (batching
+as advisor.plan.batching does), KV crosses its link, each step lasting what its step model
+says, with a wake-up cost after idle and contention between instances sharing a host
+where the system has them. Decode-only steps are planned as one run up to the next event,
+so it costs O(requests) events, not O(steps). docs/design/planner.md has the model."""
 
 from __future__ import annotations
 
@@ -157,8 +138,7 @@ class _Sim:
                 singles += n == 1
                 pairs += n * (job.before + (n + 1) / 2)
                 read += job.before + n
-            # NOTE: a one-token chunk (a decoder taking in a transferred prompt's last token)
-            # is a decode's work: one query row over its context
+            # NOTE: a one-token chunk (a transferred prompt's last token) is a decode's work
             ms = spec.step.ms(Step(q.running + singles, tokens - singles, pairs, read)) * shared
             if spec.jitter:
                 ms = self._jittered(spec, ms, 1)[0]
@@ -170,10 +150,9 @@ class _Sim:
         """The end times of `m` decode-only steps of `running` requests from `t`, their
         context `context` tokens at the first and growing by `running` a step.
 
-        # NOTE: a step model's time is linear in the context at a fixed batch, or the larger
-        # of two such lines (RooflineStep: memory or compute bound), so convex: when its times
-        # at steps 0, 1 and m - 1 lie on one line, every step's does, and three scalar calls
-        # give the run's times (the model on [m] arrays cost a fifth of the simulation)."""
+        A step model is linear in the context at a fixed batch, or the larger of two such
+        lines, so convex: when its times at steps 0, 1 and m - 1 lie on one line, every
+        step's does, and three calls give the run's times."""
         def at(i: int) -> float:
             c = context + running * i
             return float(spec.step.ms(Step(running, 0, c, c)))
@@ -210,10 +189,9 @@ class _Sim:
         sigma is `spec.jitter` for a step no longer than one request's decode step, and
         shrinks as 1/sqrt(length) for longer ones.
 
-        # NOTE: a step's noise is the sum of the disturbances (other processes, the OS)
-        # that land in it, so its relative spread falls as the step grows; a long prefill
-        # step with the decode step's relative spread would lose ~10% of its throughput to
-        # the lognormal's mean (exp(sigma^2 / 2)) and saturate a prefiller too early."""
+        A step's noise is the disturbances that land in it, so its relative spread falls as
+        the step grows (with a decode step's spread a long prefill would lose ~10% of its
+        throughput to the lognormal's mean)."""
         ref = self.lone_ms.get(id(spec))
         if ref is None:
             ref = self.lone_ms[id(spec)] = float(spec.step.ms(Step(decodes=1)))

@@ -1,16 +1,7 @@
 """How long one engine step takes: the batch's decode tokens and prefill chunks in, ms out.
-
-Two models behind one interface:
-- `FittedStep`, fitted to measured unloaded timings (advisor.sweep.calibrate): prefill as
-  a + b x T + c x pairs (T tokens, `pairs` = query tokens x context each attends), decode
-  as d + e x batch + c x pairs (the line through the smallest and largest batch timed),
-  plus what a batch timed between them took beyond that line, linear between them and
-  keyed by the step's rows (decodes and prompt tokens); a mixed step pays the larger
-  fixed cost once.
-- `RooflineStep`, from a GPU's datasheet: the slower of reading the weights and the KV
-  read once, and the step's FLOPs, each at a fixed efficiency, plus a fixed overhead and,
-  with tensor parallelism, two all-reduces per layer.
-"""
+`FittedStep` is fitted to a sweep's unloaded timings (advisor.sweep.calibrate);
+`RooflineStep` comes from a GPU's datasheet (the slower of reading the weights and KV and
+the step's FLOPs, each at a fixed efficiency). docs/design/planner.md gives both."""
 
 from __future__ import annotations
 
@@ -24,9 +15,8 @@ from advisor.plan.hardware import GPU, Link
 from advisor.probe.shapes import ModelShape
 from advisor.rundata.evidence import Calibration
 
-# NOTE: one pair of efficiencies for every GPU, chosen as typical of serving engines
-# (decode GEMVs reach ~80% of HBM bandwidth, large prefill GEMMs ~60% of dense peak), never
-# fitted to a measurement the planner is checked against.
+# NOTE: one pair of efficiencies for every GPU, typical of serving engines, never fitted to a
+# measurement the planner is checked against
 BANDWIDTH_EFFICIENCY = 0.8
 COMPUTE_EFFICIENCY = 0.6
 STEP_OVERHEAD_MS = 1.5  # scheduling, sampling, launches per step (CUDA graphs on)
@@ -36,8 +26,8 @@ class Step(NamedTuple):
     """One step's work. `pairs` and `kv_read_tokens` may be arrays (a run of decode-only
     steps at once): every model's `ms` then gives an array.
 
-    # NOTE: a named tuple, not a dataclass: the simulator builds one per step, and a frozen
-    # dataclass's constructor costs ~4x a tuple's"""
+    A named tuple, not a dataclass: the simulator builds one per step, and a frozen
+    dataclass costs ~4x a tuple to make."""
 
     decodes: int = 0  # single-token queries
     prefill_tokens: int = 0
@@ -60,9 +50,8 @@ class FittedStep:
     ms_per_pair: float
     source: str
     # ms beyond the decode line for a step of 0, 1, 2, ... rows (the last holds for more;
-    # empty: none). NOTE: keyed by rows, decodes and prompt tokens together: each matrix
-    # product has a row per query token, so 2 decodes beside a 30-token chunk run the
-    # kernels of 32 rows, not batch 2's (on the Zen 3, float32: 2 rows ~1.7x 1, 8 ~2.3x)
+    # empty: none), keyed by rows, decodes and prompt tokens together: every matrix product
+    # has a row per query token, so 2 decodes beside a 30-token chunk run 32 rows
     row_extra_ms: tuple[float, ...] = ()
 
     def ms(self, s: Step) -> float:
@@ -87,15 +76,8 @@ def fit(cal: Calibration, decode_context: float = 28.0) -> FittedStep:
     else:  # too few lengths for the attention term: the calibration's own line
         a, b, c = cal.prefill_base_ms, cal.prefill_ms_per_token, 0.0
     y = np.array(cal.step_ms, dtype=float) - c * np.array(cal.batches) * decode_context
-    # NOTE: the line through the smallest and the largest batch timed, and a batch between
-    # them (the calibration's 2) keeps its own time as an extra over the line: a
-    # least-squares line through all three moved the decode step's fixed cost, which a
-    # prefill step shares (advisor.plan.loadfit._outside_steps). With the line alone,
-    # fitted to P/D's steps at 2-3 running requests, the decode scale stretched its 7-8-
-    # request steps ~20% (Zen 3): replaying four default sweeps, each on itself and on a
-    # short-chat sweep, 21 of 37 rows within 20% (22 within 20% or the measurement's
-    # interval), 7 of 8 orderings, mean |log ratio| 0.23; with the extra 22, 25, 8 of 8
-    # and 0.15 (2026-12-02 evening; keyed by decodes alone: 20, 24, 8 of 8, 0.15)
+    # NOTE: the line through the smallest and largest batch, with a batch between kept as
+    # an extra over it: a least-squares line would move the fixed cost a prefill step shares
     ends = [0, len(cal.batches) - 1] if len(cal.batches) > 1 else [0]
     x = np.array([[1.0, cal.batches[i]] for i in ends])
     (d, e), _ = nnls(x, np.maximum(y[ends], 0.0))

@@ -17,8 +17,8 @@ class SimRequest:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    # a step model: .ms(Step) -> milliseconds. NOTE: convex in the context at a fixed batch
-    # (a line, or the larger of lines), which the simulator's runs of decode steps rely on
+    # a step model: .ms(Step) -> milliseconds, convex in the context at a fixed batch (a
+    # line, or the larger of lines), which the simulator's runs of decode steps rely on
     step: object
     kv_tokens: int  # KV capacity
     max_batched_tokens: int = 2048

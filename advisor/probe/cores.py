@@ -1,15 +1,7 @@
 """Whether this host's cores compute independently: one core's float32 GEMM rate alone and
-while another core runs GEMMs too.
-
-Engines pinned to separate cores still share what the cores share: a 2-vCPU cloud VM is
-often one physical core's two SMT threads (about half the vector units each), and any
-two cores share the last-level cache and the memory bandwidth. Where the cores slow each
-other, a P/D decoder steps slower while its prefiller prefills (separate GPUs do not),
-and a sweep's P/D figures carry that. On this project's 2-core Zen 3 VM: 55-59 GFLOP/s
-alone, 38-59 with the other core computing too (0.66-1.0x over six checks); a decode
-step at batch 1 there ran ~10% slower beside a GEMM or a memory stream (26-30 ms
-against 29-33).
-"""
+while another core runs GEMMs too. Engines pinned to separate cores still share what the
+cores share (SMT siblings' vector units, the last-level cache, the memory bandwidth), and
+where they slow each other a P/D decoder steps slower while its prefiller prefills."""
 
 from __future__ import annotations
 
@@ -27,9 +19,8 @@ WINDOW_S = 0.3  # seconds of GEMMs per measurement
 ROUNDS = 3  # alone / shared alternations (the host's speed drifts over seconds)
 INDEPENDENT = 0.9  # from this ratio up, the cores count as computing independently
 
-# NOTE: numpy, not torch, in the contender: it imports in ~0.1 s against torch's ~2, and
-# its BLAS runs the same FMA units; one thread, pinned to the other core before numpy
-# starts any
+# NOTE: numpy, not torch, in the contender: it imports ~20x faster and its BLAS runs the same
+# FMA units (one thread, pinned to the other core before numpy starts any)
 _CONTENDER = f"""
 import os, sys
 os.sched_setaffinity(0, {{int(sys.argv[1])}})

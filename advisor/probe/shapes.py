@@ -1,15 +1,7 @@
 """Model shapes for sizing and planning: weights, compute per token, and what the KV cache
-holds per token and per request, for the three layouts P/D has to move:
-
-- grouped-query attention (Llama, Qwen): layers x 2 (K, V) x KV heads x head_dim;
-- MLA (DeepSeek-V3): one latent per layer and token, kv_lora_rank + qk_rope_head_dim
-  wide, no factor 2 (K and V are rebuilt from it);
-- hybrid attention/SSM (Qwen3-Next, Nemotron-H): the attention layers' KV per token, plus
-  a fixed state per request for the linear-attention or Mamba layers.
-
-The bundled engine's presets and any local HF `config.json` are read; two presets the
-engine cannot run (`deepseek-v3`, `qwen3-next-80b-a3b`) exist only here, for sizing.
-"""
+holds per token and per request for the three layouts P/D has to move (grouped-query
+attention, MLA, hybrid attention/SSM). The engine's presets and any local HF
+`config.json` are read; `deepseek-v3` and `qwen3-next-80b-a3b` exist only here, for sizing."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """How much slower this host runs a pass over model-sized memory right after a core idles.
-
-On this project's 2-core VM a 128 MB read took 12-16 ms back to back and 57-90 ms after
-2 s asleep, and the slowness lasts for tens of ms of work, not one cache refill (the same
-1 MB summed 50 times took 7-10x longer too). At a sweep's lowest rates an instance idles
-between requests and every request pays it; a calibration run back to back does not.
-`advisor probe` measures it, so that such latencies can be told from the engine's own.
-"""
+At a sweep's lowest rates an instance idles between requests and every request pays it,
+where a calibration run back to back does not; `advisor probe` measures it, so that such
+latencies can be told from the engine's own."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ class RunDataError(UsageError):
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write `data` to a temporary file beside `path`, flush it to disk, then rename it over
-    `path` (# NOTE: the rename replaces a symlink at `path`, never writes through it)."""
+    `path`: a symlink at `path` is replaced, never written through."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -18,13 +18,8 @@ PER_TURN = "per_turn"  # multi-turn runs: a list of per-turn statistics (advisor
 BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "base_url",
               "percentiles", "max_send_lateness_ms", "manifest")
 # NOTE: a run whose placement completed requests at under this share of the rate they
-# arrived at (`RunResult.pace`, which allows one request lifetime after the last arrival)
-# did not sustain that rate, whatever its attainment: its queue grew, and a longer run
-# would have missed the SLO. A short-chat sweep's P/D met the SLO for all of 100 requests
-# at 80-640 req/s offered while completing 42-60 per second: bursts too short for the
-# queue to reach the TTFT SLO, reported as "sustains 640 req/s, 32x collocated" until this
-# rule. Over thirteen default sweeps and two short-chat ones (2026-12-02, Xeon, bfloat16
-# and held to AVX2) the runs' paces lay in 0.90-1.11 or in 0.47-0.82, none between.
+# arrived at (`RunResult.pace`) did not sustain that rate, whatever its attainment: its
+# queue grew, and a longer run would have missed the SLO.
 KEEP_PACE = 0.85
 
 
@@ -136,8 +131,8 @@ class RunResult:
 
     def shown(self, key: str):
         """`get(key)` as the advice, the summary and the reports show it: a latency (..._ms)
-        is None where no request completed. # NOTE: vLLM's statistics, kept as they are in
-        result.json, read 0 ms there."""
+        is None where no request completed (vLLM's statistics, kept as they are in
+        result.json, read 0 ms there)."""
         return None if key.endswith("_ms") and self.get("completed") == 0 else self.get(key)
 
     def to_json(self) -> dict:
@@ -146,8 +141,8 @@ class RunResult:
         return {**self.stats, **described, **self.bench}
 
     def write(self, directory: Path) -> None:
-        """requests.jsonl, then result.json, each atomically: # NOTE: result.json's presence
-        marks the run complete (a resumed sweep re-runs what lacks it)."""
+        """requests.jsonl, then result.json, each atomically: result.json's presence marks
+        the run complete (a resumed sweep re-runs what lacks it)."""
         write_jsonl(directory / RECORDS, self.records or [])
         write_json(directory / RESULT, self.to_json())
 

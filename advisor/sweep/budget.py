@@ -1,14 +1,7 @@
-"""The sweep's time budget: whether its second pass may start one more run.
-
-The first pass always runs whole (it is what any answer rests on; the first rate is sized
-so that it fits, advisor.sweep.sizing). The second pass only narrows intervals that
-overlap; before each of its runs the sweep asks `fits`: the seconds spent so far, the run's
-requests' span, what runs here took beyond their own span (the median: the drain of the
-last requests, reading metrics; a collapsed run drains its queue for much longer) and, for
-a placement not running, the longest start seen, must stay within the limit. Once a run
-does not fit, none starts after it, and the evidence says that the budget, not the
-measurements, ended the search (`note`).
-"""
+"""The sweep's time budget: whether its second pass may start one more run. Before each,
+the time spent, the run's span, the median overrun of earlier runs and (for a placement
+not running) the longest start must stay within the limit; once one does not fit, none
+starts after it, and the evidence says the budget ended the search (`note`)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""Calibration: the deployed engine's unloaded timings, measured before the rate search.
-
-Unloaded TTFT at a few prompt lengths (fitted as a + b x tokens), the decode step
-(median inter-token gap) at batch 1, 2 and a larger batch with its tail (the p99 ITL,
-each request's own, that TAIL_SHARE of the requests stayed within: a host whose steps
-run slow in bursts shows it here), and what a request pays for
-finding the machine idle (TTFT after a few idle times, beyond its back-to-back TTFT: a
-CPU host's memory runs slower right after an idle, a GPU clocks down), a few seconds in
-all. The sweep sizes its workload from it (advisor.sweep.scale) and compares the SLO with
-the floor it sets before searching; `advisor plan --calibrate` simulates with it.
-"""
+"""Calibration: the deployed engine's unloaded timings, measured before the rate search:
+TTFT at a few prompt lengths, the decode step at batch 1, 2 and a larger batch with its
+tail, and the TTFT after a few idle times. The sweep sizes its workload from it
+(advisor.sweep.sizing) and compares the SLO with the floor it sets before searching."""
 
 from __future__ import annotations
 
@@ -28,30 +21,21 @@ from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
 
-# prompt tokens whose unloaded TTFT is measured (capped by context). NOTE: from 16, as short
-# as chat prompts go: the line through 64-1024 alone put a 32-token prompt's TTFT anywhere
-# from 79 to 126 ms in three calibrations here (one point's noise tilts it), 98 measured
+# prompt tokens whose unloaded TTFT is measured (capped by context), from 16 because a line
+# through 64-1024 alone let one point's noise tilt a short chat prompt's TTFT
 PROMPTS = (16, 64, 256, 1024)
 BATCH = 8  # the larger decode batch
-# NOTE: batch 2 too: on the Zen 3 VM (float32) a step of 2 requests took 1.6-2x one of 1
-# (every kernel there streams the weights about twice for two rows) while 8 took 2.3-2.7x;
-# the line through 1 and 8 put 2 at ~1.2x, so a P/D decoder's gaps at its usual 2
-# running requests read as "1.8x the calibrated steps" and the advice as measure-first
+# NOTE: batch 2 too: on some CPUs two rows cost ~2x one, far off the line through 1 and 8,
+# and a P/D decoder usually runs about 2
 BATCHES = (1, 2, BATCH)
 STEPS = 24  # decode steps timed per request
-# NOTE: each figure is measured in rounds, each round every prompt length once and then
-# each batch, the median over them: the host's speed drifts by tens of percent over
-# seconds, and timed back to back one length could fall in a slow spell and the next not
-# (one calibration here put 1024 tokens at 396 ms against 213-275 in four others, and
-# the line's intercept, what a request pays outside the steps, at 4 ms; another the
-# decode step at one request above the 16-token prompt's whole TTFT)
+# NOTE: each figure is the median of rounds that alternate with the others', so that a slow
+# spell of the host (tens of percent, for seconds) falls on all of them, not on one
 ROUNDS = 3
 TAIL_SHARE = 0.9  # the share of unloaded requests whose own p99 ITL the tail covers
 SEED = 7_777_777  # prompts no measured run uses
 # idle before one request of the shortest and one of the longest prompt: the wake-up
-# curve's points. NOTE: the sweep's low rates leave an instance idle for seconds; here the
-# extra still grew from 1 s to 3 s, and with the prompt (a 437-token one paid +93 ms after
-# 2-5 s, a 62-token one +39)
+# curve's points, as long as the sweep's low rates leave an instance idle
 IDLE_S = (0.3, 1.0, 3.0)
 
 
@@ -94,9 +78,8 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     last_ttft, last_decode = {}, {}
     pairs = list(enumerate(prompts))
     for i in range(ROUNDS):
-        # NOTE: each round starts at the next prompt length: a figure never sits at the same
-        # place in every round (a test deployment failing every third request failed the
-        # 256-token TTFT in all three rounds once a round grew to 15 requests)
+        # NOTE: each round starts at the next prompt length, so that no figure sits at the
+        # same place in every round (a deployment failing every k-th request fails one)
         for j, p in pairs[i % len(pairs):] + pairs[:i % len(pairs)]:
             last_ttft[p] = run = measure(endpoint, _workload(p, 2, 1, SEED + 10 * i + j),
                                          label=f"calibrating TTFT at {p} tokens", bars=bars)

@@ -1,13 +1,7 @@
-"""The bundled engine's placements, kept running between a sweep's passes.
-
-A second pass often comes back to the placement measured first (collocated's interval is
-the one left open); restarting it cost 13-20 s of the default sweep's five minutes on
-the Zen 3 VM, where an idle placement uses no CPU (two idle `small` engines: under 0.2 s
-in 8 s). So each stays up until the sweep ends, but only while the machine keeps room:
-before another placement starts, the idle ones stop while less than half of the memory
-is available. A deployment that a command started (`--collocated-cmd`) is not kept: both
-may need the same GPUs.
-"""
+"""The bundled engine's placements, kept running between a sweep's passes: a second pass
+often comes back to the placement measured first, and an idle placement uses no CPU. Idle
+ones stop while less than ROOM of the memory is available when another starts; one that a
+command started is never kept (both may need the same GPUs)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """A bundled sweep's manifest: versions, config and seed, what probe finds on this host
-(GPUs, P2P, measured links) and the dtype that runs.
-
-# NOTE: apart from evidence.py, so that what reads run directories (the planner, reports,
-# `advisor recommend`) never loads torch, which measuring the links needs.
-"""
+(GPUs, P2P, measured links) and the dtype that runs; apart from the evidence, so that what
+reads run directories never loads the torch that measuring the links needs."""
 
 from __future__ import annotations
 

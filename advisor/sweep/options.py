@@ -27,10 +27,8 @@ RENDER_SPLIT_TOPOLOGIES = "collocated:2,disagg:1p1d,render-split:2"
 MIN_REQUESTS, MAX_REQUESTS = 30, 100  # per rate, by default: p99 ITL and attainment need 30
 FALLBACK_START = 0.25  # req/s: the first rate when nothing was calibrated
 # seconds a default bundled sweep may measure before its second pass starts no more runs:
-# the five minutes, less the start-up, the evidence and the report (~10-15 s here).
-# NOTE: the first pass always runs whole (the first rate is sized so that it fits, see
-# advisor.sweep.sizing); held to AVX2 here, four sweeps of 2026-12-01/02 went on refining
-# to 395-527 s, and every one of them still ended within noise or measure-first
+# five minutes, less the start-up, the evidence and the report; the first pass always runs
+# whole (its first rate is sized to fit, advisor.sweep.sizing)
 DEFAULT_BUDGET_S = 280.0
 
 

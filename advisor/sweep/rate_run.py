@@ -32,8 +32,8 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
     sample = _sample(metric_urls)
     records, rows, arrivals, elapsed, requests, cpu = [], [], [], 0.0, 0, 0.0
     if before:
-        # NOTE: its own rows only: were a sweep stopped between writing a pooled run's
-        # records and its result.json, the records file would hold the second part too
+        # NOTE: its own rows only: a sweep stopped between writing a pooled run's records and
+        # its result.json leaves the second part in the records file
         rows = before.records[:before.get("num_requests")]
         records = records_of(rows)
         arrivals, elapsed = list(before.described.arrival_offsets), before.get("duration")

@@ -1,33 +1,8 @@
-"""Which request rate to measure next: a pure function of what has been measured.
-
-Per topology: first the grid (the leading topology builds it by doubling the
-rate until it surely misses the SLO or its p99 ITL falls apart; the others replay it from
-the first rate where
-the leading one missed the SLO: below that both meet it, which decides nothing, and
-low rates are the slowest to measure), then the bracket is extended upward (doubling
-while every rate meets the SLO); if no rate above the highest passing one (or, where none
-passed, no rate at all) surely missed the SLO (its attainment interval below the target),
-the top rate is doubled until one does (at most `max_confirm` rates above the lowest
-miss): without a sure miss the max goodput's interval has no upper bound and no
-comparison can be confident.
-That is the first pass, every topology's. The second (`refine`) is only for topologies
-whose max-goodput interval still overlaps another's (`to_refine`, one at a time: its new
-bounds may part the others; first one that a top-up alone could part, else the least
-bounded). Before each rate it searches
-(and once it has found them all) it measures again (`top_up`, once each) the rates whose
-attainment is within noise of the target and that set the interval's bounds: the highest
-rate that met the SLO, then the lowest higher one that missed it (but first the one facing
-another's interval, where its coming out sure would part them); twice the requests
-narrow their attainment intervals by about 1/sqrt(2). While the intervals still overlap,
-the bracket is extended down by sqrt(2) while no rate meets the SLO, and the highest
-passing and lowest failing rates are bisected geometrically; where it met, but at no rate
-surely, it steps down the same way for a rate that surely meets. Where the intervals already
-part, those rates decide nothing, and they are the slowest to measure (the lowest rates).
-Being a function of the results alone, a resumed sweep makes the same choices (but that
-a rate measured again may now surely meet or miss where the first pass saw it unsure).
-The sweep's time budget (advisor.sweep.budget) may end the second pass before this search
-does; that choice is the sweep's, not this module's.
-"""
+"""Which request rate to measure next: a pure function of what has been measured, so a
+resumed sweep makes the same choices. The first pass (every placement's) builds a bracket
+around each max goodput, up to a rate that surely misses; the second (`refine`), only
+while two intervals overlap, measures again the bounds within noise, steps down and
+bisects. docs/design/sweep.md has the procedure step by step."""
 
 from __future__ import annotations
 
@@ -55,10 +30,8 @@ def grid_of(leading: list[Outcome], plan: SearchPlan) -> list[float]:
     """The doubling grid the leading topology measured: up to and including the first
     rate where it surely missed the SLO or its p99 ITL collapsed, at most `max_steps` rates.
 
-    # NOTE: past a sure miss the leader's rates decide nothing: the others start there and
-    # double on their own while they meet (collocated's 4.32 req/s after a sure miss at
-    # 2.16 cost ~20 s of each of three default sweeps on the Zen 3, and two ran out of
-    # time for the run that would have parted the intervals)"""
+    Past a sure miss the leader's rates decide nothing: the others start there and double
+    on their own while they meet."""
     grid = []
     for o in leading[: plan.max_steps]:
         grid.append(o.rate)
@@ -78,9 +51,8 @@ def replay_grid(leading: list[Outcome], plan: SearchPlan) -> list[float]:
     where its p99 ITL collapsed, else where it missed at all; its top grid rate alone if it
     missed at none), then the grid's rates above it.
 
-    # NOTE: a miss that is not a sure one is within noise of the target: comparing there
-    # decides no more than at the sure miss above it, and the lowest rates are the slowest
-    # to measure"""
+    A miss that is not a sure one is within noise of the target: comparing there decides no
+    more than at the sure miss above it, and low rates are the slowest to measure."""
     grid = grid_of(leading, plan)
     on_grid = [o for o in leading if o.rate in grid]
     sure = [o.rate for o in leading if o.sure_misses]
@@ -126,10 +98,8 @@ def next_rate(
         return round(math.sqrt(lo * hi), 4)
     step = _bound(done, plan, lo, hi)
     if step is None and not any(o.sure_meets for o in done):
-        # NOTE: met, but at no rate surely (measured again, still within noise): the interval
-        # has no lower bound until a lower rate surely meets (held to AVX2, P/D met 0.92 of 60
-        # requests at 1.16 req/s and its interval [0, 1.64] overlapped collocated's
-        # [0.29, 0.58]: the sweep ended within noise)
+        # NOTE: met, but at no rate surely: the interval has no lower bound until a lower
+        # rate surely meets
         return _down(done, plan, grid, refine)
     return step
 
@@ -149,8 +119,8 @@ def top_up(done: list[Outcome], others: dict[str, list[Outcome]] | None = None) 
     (the rates whose noise holds the max-goodput interval open), each once; but first the
     one of them that, come out sure, would part the interval from every one of `others`'.
 
-    # NOTE: only the bound facing another interval can part it: the miss where the other
-    # lies above, the met rate where it lies below"""
+    Only the bound facing another interval can part it: the miss where the other lies
+    above, the met rate where it lies below."""
     ok = [o for o in done if o.meets]
     if not ok:
         return None
@@ -198,11 +168,8 @@ def to_refine(done: dict[str, list[Outcome]], refined: set[str],
     the one whose interval is widest (unbounded above, then from 0, then by hi / lo), then
     `deployed` (the one still running: no restart); None when none is left.
 
-    # NOTE: a top-up measures again a rate already known to meet or miss, most often a high
-    # one, so it is the cheapest way to part them; a wide interval's lower bound may be
-    # one the other topology cannot part from at all (collocated surely missed 1.28 req/s,
-    # P/D met 1.28 and 2.56 within noise: P/D's interval [0, 5.12] overlaps any of
-    # collocated's, and collocated's step down and top-up cost 115 s and parted nothing)"""
+    A top-up measures again a rate already run, most often a high one: the cheapest way to
+    part them; a wide interval's lower bound may be one the other cannot part from at all."""
     def width(name: str) -> tuple:
         lo, hi = goodput_interval(done[name])
         return (_parts_by_top_up(done, name), hi is None, lo == 0,

@@ -1,37 +1,8 @@
-"""Sizing the sweep from the calibration, so the experiment sits where the guide's effect
-lives on whatever hardware runs it.
-
-The rule, for the bundled engine when --scale / --output-scale are left to it:
-- one prefill of the preset's mean prompt lasts REGIME[preset] ITL SLOs: long prompts
-  (2.5x) stall every running decode past its SLO, short ones (0.5x) do not;
-- but the unloaded TTFT stays within TTFT_SHARE of the TTFT SLO;
-- decoding a request's output lasts DECODE_PREFILL prefills, so running decodes are
-  there for prefills to stall;
-- the rate search starts where a collocated instance's requests would see another
-  prefill land during their decode for half the misses the attainment allows, (1 -
-  attainment) / 2 of them (the machine's own noise takes its share of the rest): the
-  rate where collocated should start to miss the SLO. The front deals requests round
-  robin, so an instance's next request comes `instances` arrivals later: the gap is
-  Erlang (gamma of shape `instances`), not exponential at rate / instances. But no lower
-  than where the rate runs a first pass usually makes fit FIRST_PASS_S: on a slow host
-  that knee is low, and 30 requests there take minutes (held to AVX2 here: 0.38 req/s,
-  79 s, and a default sweep of 292 s); above it collocated misses sooner, which the
-  comparison needs no more than its interval's upper bound.
-Why not longer: collocated's goodput falls as 1 / (decode time), and every rate gets at
-least MIN_REQUESTS requests, so longer requests would push the default sweep past its
-five minutes without showing the effect any better.
-When the user gave neither --slo nor --model, a default SLO that this machine cannot meet
-even lightly loaded is widened: the ITL SLO to ITL_HEADROOM x the unloaded decode step at
-calibrate.BATCH running requests, or to TAIL_HEADROOM x the unloaded tail there (the p99
-ITL that 9 in 10 requests stayed within) where that is wider: on a host whose steps run
-2-4x slower in bursts every second or two (measured here, even in a pure-Python loop), a
-request's p99 over a few dozen gaps is its slowest one, and an SLO under it fails both
-placements at every rate. An SLO at the tail itself would leave an unloaded decoder
-meeting it for 9 requests in 10, the attainment target, with nothing to spare: its
-attainment at every rate is then within noise of the target, and no goodput interval has
-a lower bound. The TTFT SLO is widened to fit the smallest prompt. Every choice is written
-down (Sizing.notes) for the manifest, the console and the report.
-"""
+"""Sizing the sweep from the calibration, so that the experiment sits where the guide's
+effect lives on whatever hardware runs it: prompts whose prefill stalls running decodes
+past the ITL SLO, outputs long enough for decodes to be stalled, a first rate where
+collocated should start to miss, all fitting the default sweep's five minutes; and a
+default SLO this machine cannot meet widened. docs/design/sweep.md gives the rules."""
 
 from __future__ import annotations
 
@@ -54,28 +25,22 @@ REGIME = {  # the preset's mean prompt's prefill, in ITL SLOs
     "short-chat": 0.5,  # short prompts: prefills hide between decode steps
 }
 TTFT_SHARE = 0.25
-# NOTE: the least a long prompt's prefill may be cut to, in ITL SLOs, for its first pass
-# to fit: a stall still past the SLO. On the Zen 3 VM (2026-12-02, ITL SLO widened to
-# 200-220 ms by the host's tail) 240-310-token prompts (a 500 ms prefill) put collocated's
-# knee at 0.29 req/s, a first pass from there at ~275 s, and two of three default sweeps
-# ended within noise; with 120-token ones (~270 ms, 1.3 SLOs) two of two were confident
+# the least a long prompt's prefill may be cut to, in ITL SLOs, for its first pass to fit:
+# a stall still past the SLO
 STALL_MIN = 1.25
 SHORTEN = 0.95  # the target prefill's step down while the first pass does not fit
 DECODE_PREFILL = 2.5
 ITL_HEADROOM = 1.5
-# NOTE: over seven sweeps here, the p99 ITL that 97% of P/D's requests stayed within at its
-# lowest rate was 0.78-1.20x the calibrated tail (the decoder shares the host with the
-# prefiller); at the tail rounded up, one of them met 60 ms for 29 of 32 requests (tail 59
-# ms) and the sweep ended within noise
+# NOTE: a quarter over the calibrated tail: at the tail itself an unloaded decoder meets the
+# SLO for 9 requests in 10, the attainment target, and nothing more
 TAIL_HEADROOM = 1.25
 MIN_PROMPT, MIN_OUTPUT = 32, 12
 # seconds of rate runs the first pass may take, of the default sweep's 5 minutes: the
-# calibration, two starts, the drains and the report took ~80 s more held to AVX2 here,
-# and a second pass (where the intervals overlap) needs the rest
+# calibration, two starts, the drains and the report take ~80 s more on a slow CPU, and a
+# second pass (where the intervals overlap) needs the rest
 FIRST_PASS_S = 160.0
-# NOTE: the rates a first pass usually measures, as multiples of the first: the leader
-# doubles to its first sure miss (1, 2, 4), the follower replays from the leader's sure miss (2, 4)
-# and doubles once more to a sure miss of its own (8)
+# the rates a first pass usually measures, as multiples of the first: the leader doubles to
+# its first sure miss (1, 2, 4), the follower replays from there (2, 4) and doubles once (8)
 FIRST_PASS = (1, 2, 4, 2, 4, 8)
 
 
@@ -130,8 +95,7 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     shorter = ""
     if scale is None and output_scale is None and run_s is not None:
         # NOTE: shorter requests before a higher first rate: from above the knee collocated
-        # misses at its first rate, and its interval has no lower bound (2 of 3 default
-        # sweeps within noise on the Zen 3 with 240-310-token prompts)
+        # misses at its first rate, and its interval has no lower bound
         floor, cut = min(STALL_MIN * slos["itl"], regime), target
         took = need = first_pass_s(lengths.knee(output, instances, attainment), run_s)
         while need > FIRST_PASS_S and cut * SHORTEN >= floor:
@@ -218,7 +182,7 @@ def start_rate(decode_s: float, instances: int, attainment: float) -> float:
     """The rate (req/s) at which (1 - attainment) / 2 of a collocated instance's requests
     see the instance's next request arrive while they decode (`decode_s`), with arrivals
     Poisson and dealt round robin over `instances` replicas."""
-    # NOTE: P(gamma(instances, rate) < decode_s) = share <=> rate x decode_s is the
-    # share-quantile of gamma(instances, 1): the inverse regularized incomplete gamma
+    # P(gamma(instances, rate) < decode_s) = share <=> rate x decode_s is the share-quantile
+    # of gamma(instances, 1): the inverse regularized incomplete gamma
     share = (1 - min(attainment, 0.99)) / 2
     return float(gammaincinv(instances, share)) / decode_s

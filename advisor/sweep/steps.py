@@ -43,7 +43,7 @@ class Steps:
                  kept: KeptDeployments, bars, calibrates: bool = True):
         self.state, self.run_dir, self.budget, self.kept = state, run_dir, budget, kept
         self.bars, self.task = bars, bars.add_task("sweep", total=None)
-        self.calibrates = calibrates  # NOTE: a run directory of format 1 resumes without one
+        self.calibrates = calibrates  # a run directory of format 1 resumes without one
         # placement -> what says why its deployment is gone (its command exited), else None
         self.gone: dict[str, Callable[[], str | None]] = {}
 

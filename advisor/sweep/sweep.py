@@ -197,10 +197,8 @@ class Sweep(Steps):
 
     def _warm_up(self, url: str) -> None:
         """Two requests one at a time (first-call costs), with prompts no measured run uses:
-        the sized workload's, or the calibration's own short ones before it sizes anything.
-
-        NOTE: before sizing, the preset's lengths are unscaled (long-prompt: ~8k tokens in,
-        256 out); two of those cost ~35 s of a default sweep on a CPU, for nothing."""
+        the sized workload's, or, before it sizes anything, the calibration's own short ones
+        (the preset's unscaled lengths would cost tens of seconds on a CPU, for nothing)."""
         opts = self.state.opts
         w = None if self.state.calibration is None and self.calibrates else opts.workload_at(
             1000.0, seed_for(opts.seed, 0.0) + 1, 2)

@@ -1,24 +1,10 @@
-"""An OpenAI-compatible server whose timing is known exactly: a ruler for clients.
-
-Each streamed request gets its first token `ttft_ms` after it arrived and the rest every
-`itl_ms`, on an absolute schedule (no drift); with `wake_ms_per_s`, a request that finds
-the server idle (nothing in flight) for s seconds gets its first token s x wake_ms_per_s
-later still; with `stall_ms`, the gap before a stream's middle token (of its second, for
-two) is that much longer, as if one step ran slow. `fail_every=k` answers every k-th
-request with HTTP 500; with `max_model_len`, a request whose prompt and max_tokens exceed
-it is refused with HTTP 400, as vLLM refuses one (and /v1/models says it, unless
-`lists_context` is off, as a front other than vLLM's may leave it out). No model: each
-token is "tok" with id = its position. The bodies it received, with each request's arrival
-(the kernel's receive timestamp) and chunk-write times (time.monotonic()), are kept for
+"""An OpenAI-compatible server whose timing is known exactly, a ruler for clients: each
+streamed request's first token `ttft_ms` after it arrived, the rest every `itl_ms` on an
+absolute schedule, with optional failures, slow steps, wake-up costs and vLLM's refusal of
+a request past its context. What it received and when it wrote each chunk is kept for
 inspection (`GET /debug/requests`).
 
-# NOTE: one blocking thread per connection, not asyncio: a thread sleeping in
-# time.sleep wakes within ~0.1 ms, while an event loop's timers wake up to a
-# millisecond late and queue behind every other stream's writes. The ruler
-# must be far more precise than the 1 ms the client is held to.
-
-    python -m advisor.testing.scripted_server --port 8100 --ttft-ms 200 --itl-ms 50
-"""
+    python -m advisor.testing.scripted_server --port 8100 --ttft-ms 200 --itl-ms 50"""
 
 from __future__ import annotations
 
@@ -88,11 +74,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def _kernel_arrival(self) -> float:
-        """When the kernel received the request's first bytes (time.monotonic() seconds).
-
-        # NOTE: a thread picks a request up a little late (wake-up, the GIL); timing from
-        # then would hide that delay from the "truth" while the client rightly counts it.
-        """
+        """When the kernel received the request's first bytes (time.monotonic() seconds),
+        not when a thread picked it up: the client rightly counts that delay."""
         try:
             _, ancillary, _, _ = self.connection.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
         except OSError:

@@ -1,16 +1,9 @@
 """A stand-in for vLLM's toy P/D proxy (`tests/v1/kv_connector/nixl_integration/
-toy_proxy_server.py` in vLLM's repository), written here from its documented behaviour, so
-that the advisor can be tested against the front the guide sets up:
+toy_proxy_server.py` in vLLM's repository), written from its documented behaviour: no
+`/v1/models`, no `/metrics`; a prefill leg with `max_tokens: 1` and a remote decode asked
+for, then the decoder's stream relayed, labelled `application/json`.
 
-- only `/v1/completions`, `/v1/chat/completions` and `/healthcheck`: no `/v1/models`, no
-  `/metrics`;
-- each request goes first to a prefiller (round robin) with `stream: false`, `max_tokens: 1`
-  and `kv_transfer_params` asking for a remote decode, then to a decoder (round robin) with
-  the `kv_transfer_params` the prefiller returned;
-- the decoder's bytes are relayed as they come, labelled `application/json` (they are SSE).
-
-    python -m advisor.testing.toy_proxy --port 8192 --prefiller-ports 8100 --decoder-ports 8200
-"""
+    python -m advisor.testing.toy_proxy --port 8192 --prefiller-ports 8100 --decoder-ports 8200"""
 
 from __future__ import annotations
 

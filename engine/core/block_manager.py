@@ -75,7 +75,7 @@ class BlockManager:
             toks = tuple(token_ids[i * bs:(i + 1) * bs])
             h = chain_hash(prev, toks)
             block_id = self.cached.get(h)
-            # NOTE: a hash hit is trusted only when the stored tokens match too.
+            # NOTE: a hash hit is trusted only when the stored tokens match too
             if block_id is None or self.blocks[block_id].token_ids != toks:
                 break
             hits.append(block_id)

@@ -54,8 +54,8 @@ class KVLeases:
         return self._get(request_id).expires_at
 
     def lend(self, request_id: str) -> Request:
-        """The held request, its lease renewed (any thread). # NOTE: a reader of its blocks
-        must finish within `duration_s` of this call, or they may be reused under it."""
+        """The held request, its lease renewed (any thread). A reader of its blocks must
+        finish within `duration_s` of this call, or they may be reused under it."""
         with self._lock:
             held = self._get(request_id)
             held.expires_at = time.monotonic() + self.duration_s

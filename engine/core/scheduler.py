@@ -1,16 +1,8 @@
-"""Token-budget continuous batching. No torch.
-
-Policy, per step, under `max_num_batched_tokens`:
-1. running requests that are decoding (one new token each), in admission order;
-2. running requests still prefilling (a chunk each, or the whole rest when
-   chunked prefill is off and it fits);
-3. waiting requests, first come first served, while the budget, `max_num_seqs`
-   and the block pool allow (prefix-cache hits are skipped over; a request whose
-   KV was imported only computes its last prompt token).
-When a running request needs a block and none is free, the most recently
-admitted request not yet scheduled this step is preempted (its blocks freed, to
-be recomputed later); failing that, the request itself is.
-"""
+"""Token-budget continuous batching, no torch. Per step, under `max_num_batched_tokens`:
+running decodes (one token each), then running prefills (a chunk each), then waiting
+requests first come first served while the budget, `max_num_seqs` and the block pool
+allow; when a block is short, the most recently admitted request not yet scheduled this
+step is preempted (freed, recomputed later), failing that the request itself."""
 
 from __future__ import annotations
 
@@ -122,11 +114,9 @@ class Scheduler:
         return n
 
     def _admit_import(self, req: Request, kv: ImportedKV, budget: int) -> int:
-        # NOTE: the imported KV covers the prompt (from a prefiller) or a prefix of it (an
-        # earlier turn, from a decoder); at least the last prompt token is computed here,
-        # so this engine samples the next token itself. A payload from `start` on leans on
-        # this engine's prefix cache for the tokens before: when the cache no longer holds
-        # them (evicted since the pull asked), the payload is dropped and all is computed.
+        # NOTE: at least the last prompt token is computed here, so that this engine samples
+        # the next token itself; a payload from `start` on needs the prefix cache to still
+        # hold the tokens before, or it is dropped and all is computed
         have = min(kv.num_tokens, req.num_tokens - 1)
         local: list[int] = []
         if kv.start:

@@ -53,9 +53,9 @@ class PulledKV:
         self.payload, self.record, self._buffer = payload, record, buffer
 
     def close(self, imported: bool = True) -> None:
-        """Drop the payload. # NOTE: pass imported=False when the engine might still
-        read it (an aborted request): the buffer is then left to the allocator
-        rather than reused under a late import."""
+        """Drop the payload. Pass imported=False when the engine might still read it (an
+        aborted request): the buffer is then left to the allocator rather than reused
+        under a late import."""
         self.payload = None
         if self._buffer is not None and imported:
             POOL.give(self._buffer)

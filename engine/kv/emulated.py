@@ -36,8 +36,8 @@ class EmulatedLink(KVConnector):
 
     async def pull_async(self, params: dict, layout: KVLayout, device: torch.device,
                          prompt: list[int] | None = None, have: int = 0) -> PulledKV:
-        # NOTE: the wait is on the event loop, not a worker thread: slow emulated
-        # transfers must not use up the thread pool that real pulls run on.
+        # NOTE: the wait is on the event loop, so that slow emulated transfers do not use up
+        # the thread pool that real pulls run on
         pulled = await self.inner.pull_async(params, layout, device, prompt, have)
         rec = pulled.record
         await asyncio.sleep(

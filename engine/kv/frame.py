@@ -37,8 +37,8 @@ def encode(header: dict) -> bytes:
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:
-    """Exactly n bytes. # NOTE: memory grows with what arrives, never with what a peer
-    announces: a length prefix alone must not make us allocate it."""
+    """Exactly n bytes. Memory grows with what arrives, never with what a peer announces:
+    a length prefix alone must not make us allocate it."""
     buf = bytearray()
     while len(buf) < n:
         piece = sock.recv(min(n - len(buf), 1 << 20))

@@ -25,8 +25,8 @@ from engine.kv import connectors, frame
 from engine.kv.connector import KVConnector
 from engine.model.kv_cache import KVCache
 
-# NOTE: the side channel is reachable by anything on the host: what a peer says is bounded
-# before it costs anything. Requests are tiny frames; a silent peer is dropped.
+# NOTE: the side channel is reachable by anything on the host, so what a peer says is bounded
+# before it costs anything
 REQUEST_MAX_BYTES = 64 << 10
 TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 64

@@ -45,16 +45,13 @@ def _causal_mask(num_queries: int, context_len: int, device) -> torch.Tensor:
 def _decode_attention(q: torch.Tensor, cache: KVCache, layer: int,
                       meta: AttentionMetadata) -> torch.Tensor:
     # q: [Bd, H, hd] -> [Bd, H, hd]
-    # NOTE: torch's CPU SDPA kernel beats plain batched matmuls for single-token queries
-    # (measured with torch 2.13, Xeon, one thread, bf16: 0.49 vs 1.15 ms at 32 requests x
-    # 176 tokens, 2.3 vs 7.9 ms at 1024; float32 0.75 vs 1.6 ms): it reads K and V in
-    # place, where the matmuls copied them into their layout first.
+    # NOTE: torch's CPU SDPA kernel, not batched matmuls: it reads K and V in place, where the
+    # matmuls copy them into their layout first (2-3x slower for single-token queries)
     kc, vc = cache.gather(layer, meta.decode_block_tables)  # [Bd, L, kvh, hd]
     bd, heads, hd = q.shape
     kvh = kc.shape[2]
-    # NOTE: the H / kvh query heads sharing a KV head go in as that head's queries (one
-    # position, so no causal mask): each K and V row is read once per KV head, not once
-    # per query head as enable_gqa does; 0.54 against 0.61 ms at 32 x 192 tokens.
+    # NOTE: the query heads sharing a KV head go in as that head's queries (one position, no
+    # causal mask), so each K and V row is read once per KV head, not per query head
     o = F.scaled_dot_product_attention(
         q.view(bd, kvh, heads // kvh, hd), kc.transpose(1, 2), vc.transpose(1, 2),
         attn_mask=meta.decode_mask)  # [Bd, kvh, H / kvh, hd]

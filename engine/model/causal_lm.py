@@ -35,10 +35,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, ..., dim] -> the same; normalised over dim, NORM_CHUNK elements at a time
-        # NOTE: each pass makes float32 temporaries of its input (the norm's upcast, the
-        # product before rounding). Over a whole prefill those are 8 MB per [2048, 1024]
-        # and every pass goes to memory: 7.8 ms against 2.9 in 128-token pieces, whose
-        # temporaries stay in the cache (Xeon, one thread, bfloat16; the same bits).
+        # NOTE: in 128-token pieces, so that each pass's float32 temporaries stay in the cache
+        # (a whole prefill's go to memory, ~2.5x slower)
         rows = max(1, NORM_CHUNK // x[0].numel())
         out = torch.empty_like(x)
         if x.shape[0] <= rows:  # a decode step's batch: one pass, no slicing
@@ -50,10 +48,8 @@ class RMSNorm(nn.Module):
 
     def _norm(self, x: torch.Tensor, out: torch.Tensor) -> None:
         # as HF: x * rsqrt(mean(x^2) + eps) in float32, rounded, times weight
-        # NOTE: not F.rms_norm on x.float(): torch 2.13 runs it as ~6 passes over a float32
-        # copy of x, 10-12 ms on [2048, 1024] in bfloat16 (Xeon, one thread) against 6-8
-        # here (float32: 5 against 3.5): the norm in one float32 reduction, and the float32
-        # product rounded as it is written (out=), as HF's .to() does.
+        # NOTE: one float32 reduction and the product rounded as written (out=), as HF's .to()
+        # does, not F.rms_norm on x.float(), which runs ~6 passes over a float32 copy
         s = torch.linalg.vector_norm(x, 2, -1, keepdim=True, dtype=torch.float32)  # [..., 1]
         r = s.mul_(s).mul_(1 / x.shape[-1]).add_(self.eps).rsqrt_()
         torch.mul(x, r, out=out).mul_(self.weight)
@@ -156,8 +152,8 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig, device: torch.device):
         super().__init__()
         self.cfg = cfg
-        # NOTE: the weight is given so no init runs: the runner builds this on "meta" and
-        # loads weights after, and a meta normal_ would import torch._dynamo (~3 s per start)
+        # NOTE: the weight is given so that no init runs on "meta", where normal_ would import
+        # torch._dynamo (~3 s per engine start)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
                                          _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))

@@ -16,10 +16,8 @@ from functools import cache
 
 AUTO = "auto"
 _SHAPE = (256, 512, 512)  # m, k, n: big enough to run the kernels, small enough for ~1 ms
-# NOTE: each dtype's rate is the best of ROUNDS alternating measurements: timed once each,
-# 20 ms apiece, `auto` picked float32 on a Xeon with AMX-BF16 (bfloat16 3-9x float32 there)
-# in about one process in twelve (2026-12-02): this VM runs 2-4x slower in bursts, and one
-# that lands on bfloat16's window alone turns the choice, and with it every figure after
+# NOTE: each dtype's rate is the best of ROUNDS alternating measurements, so that a slow burst
+# of the host landing on one dtype's window alone cannot turn the choice
 ROUNDS = 3
 
 

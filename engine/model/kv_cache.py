@@ -52,17 +52,15 @@ class KVCache:
             self._segment = shared_memory.SharedMemory(
                 create=True, size=numel * torch.empty((), dtype=dtype).element_size())
             LOCAL_SEGMENTS.add(self._segment.name)
-            # NOTE: fresh shared-memory pages read as zeros, like torch.zeros below.
+            # NOTE: fresh shared-memory pages read as zeros, like torch.zeros below
             self.data = torch.frombuffer(self._segment.buf, dtype=dtype, count=numel).view(shape)
         else:
-            # NOTE: zeros, not empty: padded block-table entries are read (then masked),
-            # and masked garbage that happens to be NaN would poison the softmax @ V.
+            # NOTE: zeros, not empty: padded block-table entries are read (then masked), and
+            # masked garbage that happens to be NaN would poison the softmax @ V
             self.data = torch.zeros(shape, dtype=dtype, device=device)
         if self.data.device.type == "cpu":
-            # NOTE: fresh pages are only committed on first touch, so a pool would grow in
-            # RSS all run long as blocks cycle through it, each first use a page fault
-            # inside a measured step. Touch it all now (~0.2 s per GiB): the whole pool
-            # shows at start, and a host without the memory fails here, not mid-run.
+            # NOTE: touched now (~0.2 s per GiB): pages committed on first use would fault
+            # inside measured steps, and a host without the memory fails here, not mid-run
             self.data.view(-1)[:: max(1, 4096 // self.data.element_size())].zero_()
 
     @property
@@ -90,7 +88,7 @@ class KVCache:
         two, nb_total, bs, kvh, hd = self.data.shape[1:]
         b, width = block_table.shape
         src = self.data[layer].view(two, nb_total, bs * kvh * hd)
-        # NOTE: index_select on the flattened blocks is ~2x faster than advanced indexing.
+        # NOTE: index_select on the flattened blocks is ~2x faster than advanced indexing
         kv = src.index_select(1, block_table.reshape(-1)).view(two, b, width * bs, kvh, hd)
         return kv[0], kv[1]
 

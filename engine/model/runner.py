@@ -37,8 +37,8 @@ def _allocated(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """`model`, built on "meta", with its parameters and buffers allocated on `device`
     (uninitialized; the same tensor where one is shared).
 
-    # NOTE: not Module.to_empty: its empty_like of a meta tensor runs through torch._refs,
-    # which imports sympy, ~1.3 s of every engine start"""
+    Not Module.to_empty, whose empty_like of a meta tensor imports sympy (~1.3 s of every
+    engine start)."""
     made: dict[int, torch.Tensor] = {}
     for module in model.modules():
         for store in (module._parameters, module._buffers):
@@ -117,8 +117,8 @@ class ModelRunner:
         prefills: list[PrefillSegment] = []
         sample_rows: list[int] = []
         sample_reqs: list[Request] = []
-        # NOTE: plain Python ints, one tensor per kind at the end: per-request tensors
-        # cost more than a decode step's attention at batch 32.
+        # NOTE: plain Python ints, one tensor per kind at the end: per-request tensors cost
+        # more than a decode step's attention at batch 32
         for req, n in entries:
             start, row = req.num_computed_tokens, len(ids)
             ids.extend(req.all_token_ids[start:start + n])

@@ -16,10 +16,9 @@ def first_argmax(x: torch.Tensor) -> torch.Tensor:
     """x: [N, V] -> [N], the index of each row's first maximum (a NaN counts as the maximum),
     as `x.max(-1).indices`.
 
-    NOTE: torch's CPU max-with-index reduction runs ~9x slower than a plain amax: 0.7 ms
-    for 32 rows of a 16k vocabulary (Xeon, one thread), 6 ms of 152k. So each row is cut
-    into blocks, the blocks' maxima found with amax, and the index searched only in the
-    first block holding the row's maximum: 0.18 and 1.1 ms."""
+    torch's CPU max-with-index reduction runs ~9x slower than a plain amax, so each row is
+    cut into blocks, their maxima found with amax, and the index searched only in the first
+    block holding the row's maximum."""
     n, v = x.shape
     full = v - v % _BLOCK
     if n * v < _BLOCKED_FROM or not full:
@@ -86,14 +85,12 @@ def draw(probs: torch.Tensor, gen: torch.Generator) -> int:
     cumulative probability passes a single uniform draw (inverse CDF); a zero-probability
     index is never drawn.
 
-    NOTE: not torch.multinomial, which on CPU draws one exponential per vocabulary entry:
-    286 us for 16k entries on one thread against ~12 here (Xeon, torch 2.13), so a step of
-    32 sampled requests spent ~10 ms sampling, about half the step. The sums run in float64
-    so that a token's share of the cumulative total is not lost to rounding at 152k."""
+    Not torch.multinomial, which on CPU draws one exponential per vocabulary entry (~20x
+    slower). The sums run in float64 so that a token's share of the cumulative total is not
+    lost to rounding over a large vocabulary."""
     c = probs.cumsum(0, dtype=torch.float64)  # [vocab]
     u = torch.rand(1, dtype=torch.float64, generator=gen, device=probs.device) * c[-1]
-    # NOTE: right=True: the first index whose cumulative sum exceeds u, so an index whose
-    # probability is 0 (its sum equal to the one before) is never it; the minimum keeps a
-    # u rounded up to the total on the last index with any probability
+    # NOTE: right=True, so that an index of probability 0 is never drawn; the minimum keeps a u
+    # rounded up to the total on the last index with any probability
     i = torch.minimum(torch.searchsorted(c, u, right=True), torch.searchsorted(c, c[-1:]))
     return int(i.item())

@@ -148,7 +148,7 @@ class Frontend:
         return out
 
     # NOTE: the engine's chat endpoint and the render server both answer through the two
-    # methods below, which is what makes render -> generate -> derender equal the engine's own.
+    # methods below, which makes render -> generate -> derender equal the engine's own
     def chat_whole(
         self, request_id: str, ids, chat: ParsedRequest | None, engine_reason: str
     ) -> tuple[dict, str]:

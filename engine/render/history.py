@@ -42,8 +42,8 @@ def check_history(tok: TextTokenizer) -> HistoryCheck:
     dropped = None
     if kept < len(computed):
         text = tok.render_chat(second)
-        # NOTE: the rendered text may still hold "<think>" (a generation prompt with an empty
-        # block, as Qwen3 writes without thinking): what counts is the reasoning itself
+        # NOTE: the reasoning itself counts, not "<think>": a generation prompt may hold an
+        # empty block
         dropped = ("earlier reasoning (<think> blocks)" if REASONING not in text
                    else "part of the earlier reply")
     return HistoryCheck(kept, len(computed), dropped)

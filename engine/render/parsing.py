@@ -1,17 +1,7 @@
-"""Incremental reasoning and tool-call parsing with a small, serializable state.
-
-Text arrives in pieces; `feed` returns what each piece completes, and costs work
-proportional to the piece (plus at most one tag's length held back), never to
-the history: the state is the current mode, a held-back suffix that may be the
-start of a tag, and the text of an unfinished tool call. vLLM's streaming
-derender instead rebuilds its parser and replays the whole history per chunk.
-
-Markup (Qwen3 / DeepSeek-R1 reasoning, Hermes tool calls):
-    <think> reasoning </think> content <tool_call>{"name": ..., "arguments": {...}}</tool_call>
-A tool call whose body is not a JSON object with a "name" stays in `content` as
-the raw markup, as does markup left unterminated when the stream ends. A parser
-made with reasoning or tools off leaves that markup in `content` untouched.
-"""
+"""Incremental reasoning (`<think>`) and tool-call (`<tool_call>`) parsing with a small,
+serializable state: `feed` returns what each piece of text completes and costs work
+proportional to the piece, never to the history (vLLM's streaming derender replays the
+whole history per chunk). Markup that is malformed or left open stays in `content`."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def _typed(body: dict, key: str, types, default, check=None, what: str = ""):
     value = body.get(key, default)
     if value is None:
         return default
-    # NOTE: bool is a subclass of int; a JSON true is never a valid count or number here.
+    # NOTE: bool is a subclass of int, and a JSON true is never a valid count or number here
     if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
         raise RequestError(f"'{key}' must be {what or types}", key)
     if check is not None and not check(value):
@@ -82,10 +82,8 @@ def _messages(body: dict) -> list[dict]:
 
 def _message(m) -> dict:
     """One chat message, checked, with what chat templates read of it: role, content, an
-    assistant's tool calls, a tool reply's id and name, earlier reasoning.
-
-    # NOTE: a template renders the history the model will read as its own earlier turns;
-    # a field left out here (tool calls) is a turn rendered as something it never said."""
+    assistant's tool calls, a tool reply's id and name, earlier reasoning: a field left out
+    would render an earlier turn as something the model never said."""
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise RequestError("each message needs a string 'role'", "messages")
     role, content = m["role"], m.get("content")

@@ -72,8 +72,8 @@ class AsyncEngine:
         self._inbox.put(add)
         finished = False
         try:
-            # NOTE: inside the try: a caller cancelled while its request is being admitted
-            # still aborts it (queued after the add, so it finds the request)
+            # NOTE: inside the try, so that a caller cancelled while its request is admitted
+            # still aborts it
             await added
             while not finished:
                 out = await outputs.get()

@@ -1,11 +1,9 @@
 """Bidirectional KV in the servers: a decoder keeps each finished turn for its conversation
 (`kv_transfer_params.keep_as`, set by the proxy) and says where in a response header; on
 the next turn the prefiller pulls that KV back (`kv_transfer_params.reuse`), keeps the
-longest prefix whose token IDs equal its new prompt's, and computes only the rest.
-
-# NOTE: the proof of reuse is the token comparison, block by block and token by token: a
-# chat template that drops an earlier turn's reasoning makes the prompts diverge, and only
-# the matching part is reused (the rest counted as mismatch), never wrong KV.
+longest prefix whose token IDs equal its new prompt's, and computes only the rest. The
+tokens are compared, not just positions: a template that drops earlier reasoning reuses
+only the matching part, never wrong KV.
 """
 
 from __future__ import annotations

@@ -73,9 +73,8 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     app.middlewares.insert(0, json_errors)  # outermost: it sees every refusal
     if api_key:
         app.middlewares.append(require_api_key(api_key))
-    # NOTE: a full collection over what torch and the model leave behind takes ~150 ms
-    # (measured with `small`), an ITL spike to any request in flight; freezing the
-    # startup objects makes later collections cheap, as vLLM does after init.
+    # NOTE: a full collection over what torch and the model leave behind took ~150 ms, an ITL
+    # spike to every request in flight, so the startup objects are frozen, as vLLM does
     gc.collect()
     gc.freeze()
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -84,8 +83,8 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     await site.start()
     print(f"{banner} ready on http://{host}:{sock.getsockname()[1] if sock else port}",
           flush=True)
-    # NOTE: SIGTERM (the launcher's stop) ends the server like Ctrl-C: the app's cleanup
-    # runs, so a prefiller unlinks its shared-memory KV cache itself
+    # NOTE: SIGTERM ends the server like Ctrl-C, so that the app's cleanup runs and a
+    # prefiller unlinks its shared-memory KV cache itself
     stopped = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
     try:

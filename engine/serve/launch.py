@@ -22,8 +22,8 @@ from engine.core.config import API_KEY_ENV, DTYPES
 from engine.serve.processes import free_port, spawn, stop, wait_healthy
 
 MODES = ("collocated", "disagg", "render", "render-split")
-# NOTE: instances and their KV side channels are reached only by the front on this host:
-# they bind loopback whatever --host says; only the front follows it.
+# NOTE: instances and their KV side channels are reached only by the front on this host, so
+# they bind loopback whatever --host says
 INTERNAL_HOST = "127.0.0.1"
 
 
@@ -155,8 +155,7 @@ def _module_child(role: str, module: str, host: str, port: int, env: dict[str, s
 def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
     """The engines (collocated) and the render tier on loopback, a render front before them;
     the tier and the front are children too, so a supervisor restarts them as it does
-    the engines.
-    # NOTE: the render tier shares the engines' cores here: on a GPU host it would take
+    the engines. The render tier shares the engines' cores here; on a GPU host it would take
     CPU from the host's other work, which is what splitting it off elsewhere frees."""
     inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None}
     with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines:

@@ -38,12 +38,9 @@ def _ephemeral_low() -> int:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on `host` now, for a child to bind, below the kernel's ephemeral range.
-
-    # NOTE: a port the kernel picked (a bind to 0) is free again once closed, and the kernel
-    # may pick it again for the next bind to 0, such as a starting instance's KV side
-    # channel, before the child it was meant for binds it: its health check then reached
-    # the side channel (seen in CI). Ports below the range are never picked that way."""
+    """A port free on `host` now, for a child to bind, below the kernel's ephemeral range:
+    one the kernel picked could be picked again for another bind to 0 (a starting
+    instance's KV side channel) before the child binds it."""
     low = _ephemeral_low()
     rng = random.Random()
     for _ in range(200):
@@ -65,8 +62,8 @@ def die_with_parent() -> None:
 
 
 def spawn(args: list[str], cores: list[int] | None, env: dict) -> subprocess.Popen:
-    """Start `python *args`. # NOTE: its stderr goes to an unlinked temporary file, never a
-    pipe: a pipe nobody reads after start-up fills (tracebacks) and blocks the child."""
+    """Start `python *args`, its stderr into an unlinked temporary file: a pipe nobody reads
+    after start-up would fill and block the child."""
     log = tempfile.TemporaryFile()  # noqa: SIM115  (open as long as the child runs)
     # NOTE: the parent-death signal can only be asked for in the child; die_with_parent
     # makes one prctl call there, nothing that could wait on a lock another thread held
@@ -92,8 +89,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
         if proc.poll() is not None:
             raise LaunchError(f"instance {url} exited with code {proc.returncode}: "
                               f"{log_tail(proc)}")
-        # NOTE: HTTPException: something other than the child answered there (the child
-        # then fails to bind and exits, which the next pass reports with its log)
+        # NOTE: an HTTPException is something other than the child answering there, which
+        # then fails to bind and exits, for the next pass to report
         with contextlib.suppress(OSError, http.client.HTTPException), \
                 urllib.request.urlopen(url + "/health", timeout=1) as r:
             if r.status == 200:

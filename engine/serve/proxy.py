@@ -64,8 +64,8 @@ class Proxy:
         self.app.on_cleanup.append(self._stop)
 
     async def _start(self, _app) -> None:
-        # NOTE: no cap on upstream connections: aiohttp's default 100, taken by streams whose
-        # clients stopped reading, left every later request waiting for a free one
+        # NOTE: no cap on upstream connections: streams whose clients stopped reading would
+        # hold aiohttp's default 100 and leave every later request waiting
         self.session = aiohttp.ClientSession(timeout=_TIMEOUT,
                                              connector=aiohttp.TCPConnector(limit=0))
         self.liveness.start()
@@ -117,9 +117,8 @@ class Proxy:
             if self.bidirectional and cid:  # the decoder keeps this turn for the next
                 body = {**body, "kv_transfer_params": {
                     **(body.get("kv_transfer_params") or {}), "keep_as": cid}}
-        # NOTE: a second try when the instance picked refused or reset the connection (a
-        # process being killed resets it before it refuses) or went down before anything
-        # reached the client (it is out of the rotation by then)
+        # NOTE: a second try only when the instance refused or reset the connection, or went
+        # down before anything reached the client
         for _ in range(2):
             base, leg, leg_headers = self._decoder(body, headers)
             if base is None:

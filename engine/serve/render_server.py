@@ -1,18 +1,10 @@
-"""The render tier: a CPU web service that turns chat requests into token IDs and generated
-token IDs back into chat completions, for an engine serving tokens only. No model, no torch.
+"""The render tier: a CPU web service that turns chat requests into token IDs
+(`/v1/chat/completions/render`) and generated token IDs back into chat completions
+(`/v1/chat/completions/derender`, streaming with a `stream_state` that travels with the
+client), for an engine serving tokens only. No model, no torch; `--workers N` runs N
+processes behind one port (engine.serve.workers).
 
-    POST /v1/chat/completions/render    chat request -> {token_ids, sampling_params, ...},
-                                        a body for the engine's /inference/v1/generate
-    POST /v1/chat/completions/derender  {generate_response, prompt_tokens, chat_request}
-                                        -> a ChatCompletion; or, streaming, {generate_chunk,
-                                        stream_state (absent on the first chunk), chat_request
-                                        (first chunk)} -> a chunk plus the next stream_state
-
-Stateless: the stream state travels with the client, so any replica serves any chunk,
-and `--workers N` runs N processes behind one port (engine.serve.workers).
-
-    python -m engine.serve.render_server --port 8200 [--workers 2]
-"""
+    python -m engine.serve.render_server --port 8200 [--workers 2]"""
 
 from __future__ import annotations
 
@@ -240,8 +232,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.workers < 1:
         ap.error(f"--workers must be >= 1, not {a.workers}")
-    # NOTE: a worker is a core: the tokenizer's own thread pool would only contend with the
-    # other workers (and a pool must not be inherited by forked workers)
+    # NOTE: a worker is a core: the tokenizer's thread pool would only contend with the other
+    # workers, and must not be inherited by forked ones
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         server = RenderServer(frontend_config(a), a.model, a.workers)

@@ -51,8 +51,8 @@ class EngineServer:
         self.pull_hosts = pull_hosts  # the side channels a decoder may pull from
         if connector == "cuda" and not config.device.startswith("cuda"):
             raise ValueError("the cuda connector needs --device cuda")
-        # NOTE: a source of KV (a prefiller, or a decoder keeping conversations) keeps its
-        # cache in shared memory, where the shm connector's peers read it in place
+        # NOTE: a source of KV keeps its cache in shared memory, where the shm connector's
+        # peers read it in place
         source = config.role == "prefill" or (config.role == "decode" and config.keep_conversations)
         if source and connector == "shm" and config.device == "cpu":
             config = dataclasses.replace(config, kv_shared_memory=True)
@@ -174,9 +174,8 @@ class EngineServer:
             rid,
             kv=pulled.payload if pulled else reverse.payload if reverse else None,
             keep_as=cid,
-            # NOTE: only a prefiller holds KV for a decoder (unless told do_remote_decode
-            # false: the proxy's fallback when no decoder is up); elsewhere the flag would
-            # only pin the request's blocks until its lease ran out
+            # NOTE: only a prefiller holds KV for a decoder: elsewhere the flag would only pin
+            # the request's blocks until its lease ran out
             remote_decode=kv.get("do_remote_decode") is not False if self.role == "prefill"
             else None,
         )
@@ -254,9 +253,8 @@ class EngineServer:
             await stream.aclose()  # aborts the request, frees its blocks
             raise
         except Exception as e:
-            # NOTE: whatever fails while building a chunk must end the stream with an error
-            # event (the client counts a failed request) and abort the request, never tear
-            # the stream and leave the request decoding for nobody.
+            # NOTE: a failure while building a chunk ends the stream with an error event and
+            # aborts the request, never leaving it decoding for nobody
             await stream.aclose()
             await resp.write(event(_internal(e).body()))
             await resp.write(DONE)

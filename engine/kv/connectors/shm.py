@@ -35,8 +35,8 @@ def _map_cache(name: str, cache_shape: tuple[int, ...], dtype: str) -> torch.Ten
                 return data
             raise frame.FrameError(f"shared cache {name} changed shape")
         seg = shared_memory.SharedMemory(name=name)
-        # NOTE: the prefill side owns (and unlinks) the segment; don't let this
-        # process's resource tracker unlink it too when we exit.
+        # NOTE: the prefill side owns (and unlinks) the segment: this process's resource
+        # tracker must not unlink it too when it exits
         if name not in LOCAL_SEGMENTS:
             resource_tracker.unregister(seg._name, "shared_memory")
         count = math.prod(cache_shape)
