@@ -73,6 +73,11 @@ def print_recommendation(rec: Recommendation, out: Console | None = None) -> Non
                 for r in rec.rows])
 
 
+def say(out: Console, line: str) -> None:
+    """One line (rich markup allowed): wrapped to a terminal, whole into a file or a pipe."""
+    out.print(line, soft_wrap=not out.is_terminal)
+
+
 def show_table(out: Console, title: str, header: list[str] | None, rows: list[list[str]],
                right: bool = False, whole: int = 1) -> None:
     """A table: on a terminal, rich's, its first `whole` columns kept whole and the rest

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from advisor.errors import UsageError
 from advisor.measure.prom import read, scrape_text, transfer_of
@@ -19,6 +18,7 @@ from advisor.measure.records import Endpoint
 from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S, check_url
+from advisor.output.console import say, show_table
 from advisor.probe import hardware, p2p
 from advisor.probe.cores import CoreSharing, host_core_sharing
 from advisor.probe.options import ProbeOptions
@@ -116,64 +116,48 @@ def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int,
 
 def _print(r: dict, out: Console) -> None:
     cpu = r["cpu"]
-    out.print(f"[bold]CPU:[/] {cpu['model']}; vector units: "
-              f"{', '.join(cpu['vector_flags']) or 'none of ' + ', '.join(hardware.VECTOR_FLAGS)}")
-    out.print("  matmul on one thread: " + ", ".join(
+    say(out, f"[bold]CPU:[/] {cpu['model']}; vector units: "
+             f"{', '.join(cpu['vector_flags']) or 'none of ' + ', '.join(hardware.VECTOR_FLAGS)}")
+    say(out, "  matmul on one thread: " + ", ".join(
         f"{d} {g:.0f} GFLOP/s" for d, g in cpu["matmul_gflops"].items()))
-    out.print(f"  dtype auto -> {cpu['auto_dtype']} ({cpu['auto_reason']})")
+    say(out, f"  dtype auto -> {cpu['auto_dtype']} ({cpu['auto_reason']})")
     if r["wakeup"]:
         w = Wakeup(r["wakeup"]["idle_s"], r["wakeup"]["busy_ms"], r["wakeup"]["after_idle_ms"])
-        out.print(f"  after idle: {w.summary()}"
-                  + ("; latencies at low request rates include this" if w.ratio >= NOTABLE
-                     else ""))
+        say(out, f"  after idle: {w.summary()}"
+                 + ("; latencies at low request rates include this" if w.ratio >= NOTABLE
+                    else ""))
     if r["core_sharing"]:
         c = r["core_sharing"]
-        out.print("  cores: " + CoreSharing(c["core"], c["other"], c["alone_gflops"],
-                                             c["shared_gflops"]).summary())
+        say(out, "  cores: " + CoreSharing(c["core"], c["other"], c["alone_gflops"],
+                                            c["shared_gflops"]).summary())
     if r["gpus"]:
-        t = Table(title="GPUs")
-        for col in ("index", "name", "memory", "PCI bus"):
-            t.add_column(col)
-        for g in r["gpus"]:
-            t.add_row(str(g["index"]), g["name"], g["memory_total"], g["pci_bus_id"])
-        out.print(t)
+        show_table(out, "GPUs", ["index", "name", "memory", "PCI bus"],
+                   [[str(g["index"]), g["name"], g["memory_total"], g["pci_bus_id"]]
+                    for g in r["gpus"]])
     else:
         note = (r["gpu_note"] or "").rstrip(".")
-        out.print(f"[bold]GPUs:[/] none{f' ({note})' if note else ''}. Host checks follow.")
+        say(out, f"[bold]GPUs:[/] none{f' ({note})' if note else ''}. Host checks follow.")
     if r["p2p"]:
         m = r["p2p"]
-        t = Table(title=f"P2P read capability ({r['p2p_source']})")
-        t.add_column("")
-        for g in m["gpus"]:
-            t.add_column(g)
-        for g, row in zip(m["gpus"], m["status"]):
-            t.add_row(g, *row)
-        out.print(t)
-        out.print("  " + "; ".join(f"{k} = {v}" for k, v in m["legend"].items()))
-    t = Table(title="measured links (KV-sized payloads, the engine's connectors)")
-    for col in ("link", "GB/s", "ms", "MB"):
-        t.add_column(col)
-    for name in ("shm", "tcp"):
-        lk = r["links"][name]
-        t.add_row(name, f"{lk['gbps']:.2f}", f"{lk['ms']:.1f}", f"{lk['bytes'] / 1e6:.0f}")
+        show_table(out, f"P2P read capability ({r['p2p_source']})", ["", *m["gpus"]],
+                   [[g, *row] for g, row in zip(m["gpus"], m["status"])], whole=len(m["gpus"]) + 1)
+        say(out, "  " + "; ".join(f"{k} = {v}" for k, v in m["legend"].items()))
+    rows = [[name, f"{lk['gbps']:.2f}", f"{lk['ms']:.1f}", f"{lk['bytes'] / 1e6:.0f}"]
+            for name, lk in ((n, r["links"][n]) for n in ("shm", "tcp"))]
     for pair in r["links"]["gpu_pairs"]:
         peer = f"{pair['peer_gbps']:.1f}" if pair["peer_gbps"] else "-"
-        t.add_row(
-            f"GPU{pair['src']}->GPU{pair['dst']} peer / staged",
-            f"{peer} / {pair['staged_gbps']:.1f}",
-            "",
-            "",
-        )
-    out.print(t)
+        rows.append([f"GPU{pair['src']}->GPU{pair['dst']} peer / staged",
+                     f"{peer} / {pair['staged_gbps']:.1f}", "", ""])
+    show_table(out, "measured links (KV-sized payloads, the engine's connectors)",
+               ["link", "GB/s", "ms", "MB"], rows, right=True, whole=4)
     tc = r.get("transfer_check")
     if tc:
-        out.print(f"[bold]transfer check:[/] {tc['verdict']}")
+        say(out, f"[bold]transfer check:[/] {tc['verdict']}")
         if tc.get("mean_ms") is not None:
-            out.print(
-                f"  {tc['transfers']:g} transfers, mean {tc['mean_ms']:.1f} ms, "
-                f"{tc['mean_mb']:.1f} MB each, {tc['gbps'] or 0:.2f} GB/s ({tc['metrics']} metrics)"
-            )
+            say(out, f"  {tc['transfers']:g} transfers, mean {tc['mean_ms']:.1f} ms, "
+                     f"{tc['mean_mb']:.1f} MB each, {tc['gbps'] or 0:.2f} GB/s "
+                     f"({tc['metrics']} metrics)")
             if tc.get("overhead_ms") is not None:
-                out.print(f"  beside the wire: {tc['overhead_ms']:.2f} ms per transfer")
+                say(out, f"  beside the wire: {tc['overhead_ms']:.2f} ms per transfer")
         else:
-            out.print(f"  {tc['detail']}")
+            say(out, f"  {tc['detail']}")

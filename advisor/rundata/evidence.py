@@ -15,6 +15,9 @@ from advisor.rundata.typed import from_json, to_json
 
 @dataclass(frozen=True)
 class SloEvidence:
+    """The SLOs the runs were judged against (ms), and the share of requests that must
+    meet every one."""
+
     ttft_ms: float
     itl_ms: float
     attainment: float = 0.9  # share of requests that must meet every SLO
@@ -57,6 +60,8 @@ class PlacementEvidence:
 
 @dataclass(frozen=True)
 class KVTransferEvidence:
+    """The disaggregated placement's KV transfers over its runs, and the guide's verdict."""
+
     mean_ms: float
     p90_ms: float | None = None
     gbps: float | None = None
@@ -74,6 +79,8 @@ class KVTransferEvidence:
 
 @dataclass(frozen=True)
 class WorkloadEvidence:
+    """What the workload was like at the judged rate: prompts, concurrency, burstiness."""
+
     mean_prompt_tokens: float
     concurrency: float  # requests in flight, on average
     rate_rps: float | None = None
@@ -208,6 +215,9 @@ class TurnEvidence:
 
 @dataclass(frozen=True)
 class Evidence:
+    """What a decision rests on: the SLO, each placement at the judged rate, the workload,
+    the transfer, the front end, the calibration."""
+
     slo: SloEvidence
     collocated: PlacementEvidence
     workload: WorkloadEvidence
