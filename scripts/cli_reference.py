@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import typer
+from generated import write_or_check
 
 from advisor.cli import app
 
@@ -74,17 +75,5 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    text = render()
-    if "--check" in sys.argv[1:]:
-        if not OUT.is_file() or OUT.read_text() != text:
-            print(f"{OUT} is out of date: python scripts/cli_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    print(OUT)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(write_or_check(OUT, render(), "cli_reference.py", sys.argv[1:]))

@@ -16,6 +16,8 @@ import types
 import typing
 from pathlib import Path
 
+from generated import write_or_check
+
 from advisor.rundata import evidence, recommendation, result, rundir
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "reference" / "run-directory.md"
@@ -104,17 +106,5 @@ def render() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def main() -> int:
-    text = render()
-    if "--check" in sys.argv[1:]:
-        if not OUT.is_file() or OUT.read_text() != text:
-            print(f"{OUT} is out of date: python scripts/schema_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    print(OUT)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(write_or_check(OUT, render(), "schema_reference.py", sys.argv[1:]))
