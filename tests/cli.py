@@ -1,5 +1,6 @@
 """Running the `advisor` CLI as a user would: a subprocess, its exit code and output."""
 
+import re
 import subprocess
 import sys
 
@@ -22,3 +23,11 @@ def advisor_here(*args) -> subprocess.CompletedProcess:
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         raise r.exception
     return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
+
+
+_PROGRESS = re.compile(r"^\[\s*[\d.]+ s\] ")
+
+
+def said(stderr: str) -> list[str]:
+    """The lines the CLI wrote on standard error other than its progress lines."""
+    return [line for line in stderr.strip().splitlines() if not _PROGRESS.match(line)]

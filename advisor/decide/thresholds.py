@@ -1,4 +1,4 @@
-"""The decision table's named thresholds (README: "Thresholds")."""
+"""The decision table's named thresholds (docs/concepts/decision-table.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from advisor.measure.transfer import SLOW_MS
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Named thresholds (README: "Thresholds"); every one can be overridden from the CLI."""
+    """Named thresholds; every one can be overridden (`advisor recommend --threshold`)."""
 
     long_prompt_tokens: int = (
         2048  # the guide's case is ~8k; 2k already stalls decodes for 100s of ms

@@ -1,4 +1,5 @@
-"""Progress of long work: rich's bars on a terminal; where standard output is a file or a
+"""Progress of long work, always on standard error so that standard output stays the
+result (`--json` parses): rich's bars on a terminal; where standard error is a file or a
 pipe (a log, CI), one line per step and per finished run instead, so that a sweep's log
 says what it is doing rather than nothing for minutes."""
 
@@ -37,7 +38,7 @@ class ProgressLines:
         return None
 
     def _say(self, text: str) -> None:
-        out = self.out or sys.stdout
+        out = self.out or sys.stderr
         print(f"[{self.clock() - self.began:7.1f} s] {text}", file=out, flush=True)
 
     def add_task(self, description: str, total: float | None = None, **_) -> int:
@@ -64,9 +65,9 @@ class ProgressLines:
 
 
 def progress_bars() -> Progress | ProgressLines:
-    """The progress long work shows: bars on stderr (gone when done) where standard output
-    is a terminal, else lines on standard output."""
-    if not sys.stdout.isatty():
+    """The progress long work shows on standard error: bars (gone when done) on a
+    terminal, else lines."""
+    if not sys.stderr.isatty():
         return ProgressLines()
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)

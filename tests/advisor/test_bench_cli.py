@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tests.advisor.helpers import received, scripted
-from tests.cli import advisor, advisor_here
+from tests.cli import advisor, advisor_here, said
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 
@@ -40,8 +40,8 @@ def test_bench_writes_result_and_records_atomically(tmp_path):
     assert len(rows) == 12 and sum(not r["ok"] for r in rows) == 3
     assert sorted(f.name for f in tmp_path.iterdir()) == ["requests.jsonl", "result.json"]
     assert "the commonest failure: HTTP 500: scripted failure" in flat(p.stdout)
-    # into a pipe: a progress line for the run, plain lines for the tables
-    assert "] requests: 12 of 12 done in " in p.stdout and "│" not in p.stdout
+    # into a pipe: a progress line for the run on stderr, plain lines for the tables
+    assert "] requests: 12 of 12 done in " in p.stderr and "│" not in p.stdout
 
 
 def test_a_run_with_every_request_refused_says_why_and_shows_no_latency():
@@ -77,7 +77,7 @@ def test_bad_input_is_one_line_naming_the_problem(args, needle):
     p = cli("bench", "--num-prompts", "2", *args)
     assert p.returncode == 2
     assert needle in p.stderr and "Traceback" not in p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1
+    assert len(said(p.stderr)) == 1
 
 
 def test_a_trace_with_a_bad_row_is_named(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 from advisor.errors import UsageError
 from advisor.sweep.config_file import load, merged
 from advisor.sweep.options import SweepOptions
-from tests.cli import advisor
+from tests.cli import advisor, said
 
 
 def test_toml_and_yaml_give_the_same_options(tmp_path):
@@ -41,5 +41,5 @@ def test_the_cli_names_a_bad_config_key_in_one_line(tmp_path):
     f.write_text("disagg-url: http://127.0.0.1:9\nnot_an_option: 3\n")
     p = advisor("sweep", "--config", str(f), timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    (line,) = p.stderr.strip().splitlines()
+    (line,) = said(p.stderr)
     assert "unknown key 'not_an_option'" in line and str(f) in line

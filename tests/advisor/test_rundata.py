@@ -13,7 +13,7 @@ from advisor.measure.stats import summarize
 from advisor.rundata.evidence import Calibration, Evidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import FORMAT, RunDir
-from tests.cli import advisor, advisor_here
+from tests.cli import advisor, advisor_here, said
 from tests.fixtures import FIXTURE_RUN
 
 
@@ -47,7 +47,7 @@ def test_a_newer_format_is_refused_by_name(run):
         RunDir.existing(run.path)
     out = advisor_here("report", str(run.path))
     assert out.returncode == 2 and "run-directory format" in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1
+    assert len(said(out.stderr)) == 1
 
 
 @pytest.mark.parametrize("field,value,needle", [

@@ -10,7 +10,7 @@ import pytest
 
 from advisor.decide.table import Thresholds
 from tests.advisor.helpers import scripted
-from tests.cli import advisor, advisor_here
+from tests.cli import advisor, advisor_here, said
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 
@@ -108,7 +108,7 @@ def test_bad_input_is_one_clear_line(tmp_path, args, needle):
     cli = advisor if args is BAD[0][0] else advisor_here
     out = cli("sweep", "--out", str(tmp_path), *args)
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1
+    assert len(said(out.stderr)) == 1
 
 
 def test_the_default_bundled_sweep_has_a_time_budget_and_a_longer_one_by_choice_none():
@@ -229,7 +229,7 @@ def test_requests_past_the_context_a_deployment_lists_are_named_before_any_run(t
         out = advisor("sweep", "--collocated-url", short, "--disagg-url", other, "--rates",
                       "20,40", "--num-prompts", "4", "--out", str(tmp_path), "--no-report")
     assert out.returncode == 2, out.stderr
-    last = out.stderr.strip().splitlines()[-1]
+    last = said(out.stderr)[-1]
     assert last.startswith("advisor: error: collocated-url serves a context of 1000 tokens "
                            "(max_model_len, in its /v1/models), and a request of long-prompt "
                            "needs ") and "--scale" in last
@@ -249,7 +249,7 @@ def test_a_deployment_that_refuses_every_request_stops_the_sweep_naming_why(tmp_
         out = advisor("sweep", "--collocated-url", short, "--disagg-url", other, "--rates",
                       "20,40", "--num-prompts", "4", "--out", str(tmp_path), "--no-report")
     assert out.returncode == 2, out.stderr
-    last = out.stderr.strip().splitlines()[-1]  # after the scripted server's "no metrics"
+    last = said(out.stderr)[-1]  # after the scripted server's "no metrics"
     assert "Traceback" not in out.stderr
     assert last.startswith("advisor: error: collocated-url refused all 4 requests at 20 req/s "
                            "(HTTP 400: prompt (") and "exceeds the model's context of 2048" \
@@ -276,7 +276,7 @@ def test_a_deployment_whose_command_exits_mid_sweep_stops_it_naming_the_log(tmp_
                       "--out", str(tmp_path), "--no-report")
     assert out.returncode == 2, out.stderr
     run = run_dir_of(tmp_path)
-    last = out.stderr.strip().splitlines()[-1]
+    last = said(out.stderr)[-1]
     assert last == (f"advisor: error: --disagg-cmd exited with code 124 while it was "
                     f"measured: see {run / 'disagg-url.log'}; the run at 1 req/s is kept, "
                     f"failures and all: --resume {run} measures the rest")

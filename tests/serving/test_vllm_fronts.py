@@ -16,7 +16,7 @@ from aiohttp import web
 from advisor.testing.toy_proxy import make_app
 from engine.serve.launch import Topology, launch
 from engine.serve.processes import free_port
-from tests.cli import advisor, advisor_here
+from tests.cli import advisor, advisor_here, said
 from tests.serving.helpers import post, post_stream, running_app
 
 pytestmark = pytest.mark.integration
@@ -156,7 +156,7 @@ def test_a_command_that_exits_at_once_is_one_line_naming_its_log(tmp_path):
                 "echo no GPU here; exit 3", "--model", "tiny", "--rates", "1",
                 "--out", str(tmp_path), timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    (line,) = p.stderr.strip().splitlines()
+    (line,) = said(p.stderr)
     assert "exited with code 3" in line and "disagg-url.log" in line
     (log,) = tmp_path.glob("*/disagg-url.log")
     assert "no GPU here" in log.read_text()
@@ -187,5 +187,5 @@ def test_bad_metrics_urls_are_one_line_naming_the_flag(tmp_path, page, needle):
         p = cli("sweep", "--disagg-url", url, "--disagg-metrics", metrics, "--model", "tiny",
                 "--rates", "1", "--out", str(tmp_path))
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    (line,) = p.stderr.strip().splitlines()
+    (line,) = said(p.stderr)
     assert line.startswith(f"advisor: error: --disagg-metrics {metrics}: {needle}")
