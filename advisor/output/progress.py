@@ -1,5 +1,5 @@
 """Progress of long work, always on standard error so that standard output stays the
-result (`--json` parses): rich's bars on a terminal; where standard error is a file or a
+result (`--json` parses): rich's bars on a terminal; where either output is a file or a
 pipe (a log, CI), one line per step and per finished run instead, so that a sweep's log
 says what it is doing rather than nothing for minutes."""
 
@@ -65,9 +65,9 @@ class ProgressLines:
 
 
 def progress_bars() -> Progress | ProgressLines:
-    """The progress long work shows on standard error: bars (gone when done) on a
-    terminal, else lines."""
-    if not sys.stderr.isatty():
+    """The progress long work shows on standard error: bars (gone when done) where both
+    outputs are a terminal, else lines (where either goes to a log or a pipe)."""
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
         return ProgressLines()
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)

@@ -3,13 +3,14 @@ pipe, plain lines with every value whole; and progress as lines where there is n
 
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from advisor.output.console import print_recommendation
-from advisor.output.progress import ProgressLines
+from advisor.output.progress import ProgressLines, progress_bars
 from advisor.rundata.recommendation import Recommendation
 
 pytestmark = pytest.mark.unit
@@ -63,3 +64,21 @@ def test_progress_lines_say_each_step_and_each_finished_run():
         "[    0.0 s] sweep",
         "[    0.0 s] collocated-2 @ 1.1 req/s",
         "[   27.5 s] collocated-2 @ 1.1 req/s: 30 of 30 done in 27.5 s"]
+
+
+@pytest.mark.parametrize(("stdout_tty", "stderr_tty", "lines"),
+                         [(True, True, False), (False, True, True), (True, False, True)])
+def test_progress_is_lines_wherever_an_output_is_a_log_or_a_pipe(monkeypatch, stdout_tty,
+                                                                  stderr_tty, lines):
+    monkeypatch.setattr(sys, "stdout", _Stream(stdout_tty))
+    monkeypatch.setattr(sys, "stderr", _Stream(stderr_tty))
+    assert isinstance(progress_bars(), ProgressLines) == lines
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
