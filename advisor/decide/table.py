@@ -14,8 +14,8 @@ from typing import Any
 from advisor.decide.comparison import compare
 from advisor.decide.floor import behind_note, slowdown_note, unreachable
 from advisor.decide.thresholds import Thresholds
+from advisor.decide.transfer_row import kv_row, p2p_reason, slow_text
 from advisor.rundata.evidence import Evidence
-from advisor.rundata.fmt import fmt_ms
 from advisor.rundata.recommendation import Comparison, Recommendation
 from advisor.rundata.recommendation import DecisionRow as Row
 
@@ -35,7 +35,7 @@ DISAGGREGATE = ("disaggregate", "disaggregate-bidirectional")
 
 def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     slo, col, dis = ev.slo, ev.collocated, ev.disaggregated
-    wl, kv = ev.workload, ev.kv_transfer
+    wl = ev.workload
     rows = []
     p99 = col.p99_itl_ms
     rows.append(
@@ -81,22 +81,7 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
             {"ttft_slo_ms": slo.ttft_ms, "binding_above_ms": ttft_limit},
         )
     )
-    mean = kv.mean_ms if kv else None
-    kv_limit = min(t.kv_slow_ms, t.kv_slow_ttft_share * slo.ttft_ms)
-    rows.append(
-        Row(
-            "kv_transfer_slow",
-            "KV transfer is slow",
-            "fix-transfer",
-            mean is not None and mean >= kv_limit,
-            {"kv_transfer_mean_ms": mean, "emulated": kv.emulated if kv else None},
-            {
-                "kv_slow_ms": t.kv_slow_ms,
-                "kv_slow_ttft_share": t.kv_slow_ttft_share,
-                "slow_at_ms": kv_limit,
-            },
-        )
-    )
+    rows.append(kv_row(ev, t))
     cv, sensitive = wl.burstiness_cv, wl.latency_sensitive
     rows.append(
         Row(
@@ -207,9 +192,10 @@ def recommend(ev: Evidence, t: Thresholds = Thresholds()) -> Recommendation:
             decided, rule = _by_rule(fired, split)
             why.append(rule)
         action = decided
-    warning = _history_warning(ev.workload)
-    if warning is not None:
-        why.append(warning)
+    kv = next((r for r in rows if r.id == "kv_transfer_slow"), None)
+    for note in (_history_warning(ev.workload), p2p_reason(ev, kv) if kv else None):
+        if note is not None:
+            why.append(note)
     if not blocked:
         action = _slowed(ev, t, comparison, action, why)
     front = next((r for r in rows if r.id == "frontend_cpu_heavy"), None)
@@ -228,9 +214,8 @@ def _blocked(reason: str, fired: dict[str, Row]) -> tuple[str, list[str]]:
     (the guide: fix that before anything else)."""
     if "kv_transfer_slow" not in fired:
         return "measure-first", [reason]
-    slow = fired["kv_transfer_slow"].evidence["kv_transfer_mean_ms"]
-    return "fix-transfer", [reason, f"the KV transfer is slow ({fmt_ms(slow)} per transfer): "
-                                    "fix it before anything else, then measure again"]
+    return "fix-transfer", [reason, f"{slow_text(fired['kv_transfer_slow'])}: fix it before "
+                                    "anything else, then measure again"]
 
 
 def _measured(ev: Evidence, t: Thresholds, fired: dict[str, Row], split: str,

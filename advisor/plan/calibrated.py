@@ -14,11 +14,11 @@ from advisor.goodput.placements import Placement, counts
 from advisor.measure.stats import DEFAULT_SLO
 from advisor.output import console
 from advisor.plan import runs
-from advisor.plan.hardware import Link
 from advisor.plan.loadfit import fit_to_runs, instances, requests_of
 from advisor.plan.options import PlanOptions
 from advisor.plan.steptime import FittedStep, fit
 from advisor.plan.system import EngineSpec
+from advisor.probe.links import Link
 from advisor.probe.shapes import DTYPE_BYTES, shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import RunDataError, manifest

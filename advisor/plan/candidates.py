@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.plan.hardware import GPU, LINKS, Link
+from advisor.plan.hardware import GPU
 from advisor.plan.steptime import RooflineStep
 from advisor.plan.system import EngineSpec, System
+from advisor.probe.links import LINKS, Link
 from advisor.probe.shapes import ModelShape
 
 MEMORY_USE = 0.9  # vLLM's default gpu_memory_utilization

@@ -13,9 +13,9 @@ from advisor.errors import UsageError
 from advisor.goodput.outcomes import COLLAPSE
 from advisor.goodput.placements import counts
 from advisor.measure.stats import latency
-from advisor.plan.hardware import Link
 from advisor.plan.simulate import simulate
 from advisor.plan.system import EngineSpec, SimRequest, System
+from advisor.probe.links import Link
 from advisor.rundata.evidence import wake_text
 
 PROXY_MS = 3.0  # the bundled P/D's extra HTTP leg and proxy hop per request (assumed)

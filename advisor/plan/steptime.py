@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from advisor.plan.hardware import GPU, Link
+from advisor.plan.hardware import GPU
+from advisor.probe.links import Link
 from advisor.probe.shapes import ModelShape
 from advisor.rundata.evidence import Calibration
 

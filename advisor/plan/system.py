@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.plan.hardware import Link
+from advisor.probe.links import Link
 
 
 @dataclass(frozen=True)

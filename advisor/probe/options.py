@@ -15,7 +15,8 @@ class ProbeOptions:
     """What `advisor probe` checks, and how."""
 
     as_json: bool = option(False, "print JSON", "--json")
-    p2p_from: str | None = option(None, "parse a saved `nvidia-smi topo -p2p r` output")
+    p2p_matrix: str | None = option(None, "a saved `nvidia-smi topo -p2p r` output (or topo "
+                                          "-m, or both in one file) instead of the live one")
     link_mb: int = option(64, "payload size for the link measurements (MB)")
     transfer_check: str | None = option(None, "URL of a disaggregated deployment to check")
     metrics_urls: tuple[str, ...] = option((), "its decoders' /metrics (default URL/metrics)",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 from rich.console import Console
 
@@ -45,21 +44,12 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     gpus, note = hardware.inventory()
     result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view(),
                   cpu=hardware.cpu_view())
-    if opts.p2p_from:
-        path = Path(opts.p2p_from)
-        if not path.is_file():
-            raise UsageError(f"--p2p-from {path}: no such file")
-        result["p2p"] = p2p.parse(path.read_text(errors="replace")).to_json()
-        result["p2p_source"] = str(path)
-    elif gpus:
-        matrix = p2p.query()
-        result["p2p"], result["p2p_source"] = (
-            (matrix.to_json(), "nvidia-smi") if matrix else (None, None)
-        )
+    if opts.p2p_matrix or gpus:
+        matrix, source = p2p.read(opts.p2p_matrix)
+        result["p2p"], result["p2p_source"] = (matrix.to_json() if matrix else None), source
     result["wakeup"] = probe_wakeup(opts.wakeup_idle_s)
     cores = host_core_sharing()
     result["core_sharing"] = cores.to_json() if cores else None
-
     result["links"] = api.host_links(opts.link_mb << 20)
     n = result["torch"]["device_count"]
     result["links"]["gpu_pairs"] = api.gpu_links(n) if n > 1 else []

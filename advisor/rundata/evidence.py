@@ -78,6 +78,41 @@ class KVTransferEvidence:
 
 
 @dataclass(frozen=True)
+class P2PPair:
+    """One prefiller-decoder GPU pair a placement's KV crosses, and its P2P status
+    (advisor.probe.p2p.CODES; ` over PATH` where topo -m gave the path)."""
+
+    prefill_gpu: int
+    decode_gpu: int
+    status: str
+
+
+@dataclass(frozen=True)
+class P2PEvidence:
+    """`nvidia-smi topo -p2p r` where the placements ran: every GPU pair's status, the
+    pairs the disaggregated placement's P->D transfers use (empty where its GPUs are not
+    known: a deployment by URL), and what a prompt's KV costs staged through the host."""
+
+    source: str  # the file or command it came from
+    gpus: list[str]
+    status: list[list[str]]
+    used: list[P2PPair]
+    p2p_pairs: list[list[int]]  # [a, b] GPU pairs with P2P both ways
+    placed: str  # how the placement's GPUs were chosen
+    paths: list[list[str]] | None = None  # topo -m's path codes, where given
+    # the workload's mean prompt's KV, and its time staged through the host (no P2P)
+    kv_mb: float | None = None
+    host_staged_gbps: float | None = None
+    host_staged_ms: float | None = None
+    host_staged_source: str | None = None
+
+    @property
+    def lacking(self) -> list[P2PPair]:
+        """The used pairs without P2P."""
+        return [p for p in self.used if not p.status.startswith("OK")]
+
+
+@dataclass(frozen=True)
 class WorkloadEvidence:
     """What the workload was like at the judged rate: prompts, concurrency, burstiness."""
 
@@ -231,6 +266,7 @@ class Evidence:
     simulated: str | None = None  # predicted, not measured: by what (advisor plan)
     render_split: PlacementEvidence | None = None  # engines behind a separate render tier
     search_stopped: str | None = None  # what ended the search short of parting the intervals
+    p2p: P2PEvidence | None = None  # the GPUs' P2P matrix, where one was read
 
     def to_json(self) -> dict:
         return to_json(self)

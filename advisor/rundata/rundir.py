@@ -21,8 +21,9 @@ from advisor.rundata.files import RunDataError, read_json_object, write_atomic, 
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RESULT, RunResult
 
-# 1: before the manifest said its format (the same files); 2: the manifest says "format".
-FORMAT = 2
+# 1: before the manifest said its format (the same files); 2: the manifest says "format";
+# 3: evidence.json carries `p2p` (the GPUs' P2P matrix and the pairs a placement uses).
+FORMAT = 3
 MANIFEST, EVIDENCE, RECOMMENDATION, SUMMARY = ("manifest.json", "evidence.json",
                                                "recommendation.json", "summary.csv")
 

@@ -17,6 +17,7 @@ from advisor.plan.options import PlanOptions
 from advisor.plan.plan import run_plan
 from advisor.plan.steptime import FittedStep, Step, prefill_step
 from advisor.plan.system import EngineSpec, System
+from advisor.probe.links import Link
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import (
     Calibration,
@@ -166,7 +167,7 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
     shape = shape_of("small")
     engine = EngineSpec(TRUTH, 10**6, jitter=jitter)
     kv = shape.kv_bytes
-    link = hardware.Link("measured", 0.5, 0.0, 0.0, "test")
+    link = Link("measured", 0.5, 0.0, 0.0, "test")
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
     slos = {"ttft": 2000.0, "itl": 100.0}
     mixed = scaled(engine, collocated_prefill, 1.0)

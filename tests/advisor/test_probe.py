@@ -120,8 +120,8 @@ def test_inventory_parser():
 @pytest.mark.integration
 @pytest.mark.slow  # every check on this machine (torch, links, matmul rates), 6-9 s
 def test_probe_json_on_this_machine(tmp_path):
-    out = advisor("probe", "--json", "--link-mb", "8", "--p2p-from", str(FIX / "p2p_2gpu_ansi.txt"),
-                  "--wakeup-idle-s", "0.05")
+    out = advisor("probe", "--json", "--link-mb", "8", "--p2p-matrix",
+                  str(FIX / "p2p_2gpu_ansi.txt"), "--wakeup-idle-s", "0.05")
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     w = r["wakeup"]

@@ -9,12 +9,13 @@ from advisor.plan import hardware
 from advisor.plan.simulate import simulate
 from advisor.plan.steptime import FittedStep, RooflineStep, Step, fit, prefill_step
 from advisor.plan.system import EngineSpec, SimRequest, System
+from advisor.probe.links import Link
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import Calibration
 
 FLAT = FittedStep(prefill_base_ms=10.0, prefill_ms_per_token=0.1, decode_base_ms=5.0,
                   decode_ms_per_token=1.0, ms_per_pair=0.0, source="test")
-LINK = hardware.Link("test", 1.0, 0.0, 0.0, "test")  # 1 GB/s, nothing else
+LINK = Link("test", 1.0, 0.0, 0.0, "test")  # 1 GB/s, nothing else
 
 
 def engine(step=FLAT, kv_tokens=10**6, budget=2048, chunked=True) -> EngineSpec:
@@ -137,7 +138,7 @@ def test_a_run_of_decode_steps_across_a_kink_in_the_step_model_keeps_each_steps_
 
 def test_tensor_parallel_steps_pay_two_all_reduces_a_layer_on_their_fabric():
     shape, g = shape_of("qwen2.5-7b"), hardware.gpu("L40S")
-    fabric = hardware.Link("fabric", 10.0, 0.01, 0.0, "test")  # 10 GB/s, 10 us
+    fabric = Link("fabric", 10.0, 0.01, 0.0, "test")  # 10 GB/s, 10 us
     one, two = RooflineStep(shape, g), RooflineStep(shape, g, tp=2, fabric=fabric)
     for s in (Step(decodes=1), prefill_step(1000)):
         tokens = s.decodes + s.prefill_tokens

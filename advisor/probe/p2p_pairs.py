@@ -1,0 +1,109 @@
+"""Where a disaggregated placement's instances go on a P2P matrix, and what the evidence
+says of it: each prefiller-decoder pair on GPUs that read each other directly wherever the
+matrix has such pairs, and what a pair without P2P costs a prompt's KV (staged through the
+host, at the planner's host-staged rate)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from advisor.errors import UsageError
+from advisor.probe.kvsize import kv_size
+from advisor.probe.links import HOST_STAGED
+from advisor.probe.p2p import P2PMatrix
+from advisor.rundata.evidence import P2PEvidence, P2PPair
+
+SEARCH_LIMIT = 200_000  # GPU orders tried; past it the best found so far stands
+
+
+@dataclass(frozen=True)
+class GpuPlacement:
+    """Each prefiller's and decoder's GPUs (its tensor-parallel ranks), the P->D GPU pairs
+    their KV crosses (rank k of a prefiller to rank k of each decoder) with their status,
+    and how they were chosen."""
+
+    prefill: list[list[int]]
+    decode: list[list[int]]
+    pairs: list[P2PPair]
+    how: str
+
+    @property
+    def gpus(self) -> list[int]:
+        """Every instance's GPUs: prefillers first, then decoders."""
+        return [g for inst in self.prefill + self.decode for g in inst]
+
+
+def place(matrix: P2PMatrix | None, gpus: list[int], prefill: int, decode: int,
+          tp: int = 1) -> GpuPlacement:
+    """`prefill` + `decode` instances of `tp` GPUs each on `gpus`: in order without a
+    matrix; with one, on the order whose P->D pairs have the most P2P (of equals, the
+    first in order). ValueError when there are too few GPUs or one is not in the matrix."""
+    need = (prefill + decode) * tp
+    if need > len(gpus):
+        raise ValueError(f"{prefill}P{decode}D needs {need} GPUs; {len(gpus)} given")
+    if matrix is None:
+        return _split(gpus[:need], prefill, decode, tp, None, "in order (no P2P matrix)")
+    outside = [g for g in gpus if not 0 <= g < len(matrix.gpus)]
+    if outside:
+        raise ValueError(f"GPU {outside[0]} is not in the P2P matrix ({len(matrix.gpus)} GPUs)")
+    best, best_score = None, -1
+    most = prefill * decode * tp
+    for order in itertools.islice(itertools.permutations(gpus, need), SEARCH_LIMIT):
+        score = sum(matrix.ok(p, d) for p, d in _pair_gpus(list(order), prefill, decode, tp))
+        if score > best_score:
+            best, best_score = list(order), score
+            if score == most:
+                break
+    assert best is not None
+    how = ("every P->D pair on GPUs with P2P" if best_score == most else
+           f"{best_score} of {most} P->D GPU pairs with P2P, the most this matrix allows"
+           if best_score else "no GPU pair here has P2P: KV stages through the host")
+    return _split(best, prefill, decode, tp, matrix, how)
+
+
+def _pair_gpus(order: list[int], prefill: int, decode: int, tp: int) -> list[tuple[int, int]]:
+    pre = [order[i * tp:(i + 1) * tp] for i in range(prefill)]
+    dec = [order[(prefill + i) * tp:(prefill + i + 1) * tp] for i in range(decode)]
+    return [(p[k], d[k]) for p in pre for d in dec for k in range(tp)]
+
+
+def _split(order: list[int], prefill: int, decode: int, tp: int, matrix: P2PMatrix | None,
+           how: str) -> GpuPlacement:
+    pairs = [P2PPair(p, d, matrix.label(p, d) if matrix else "unknown")
+             for p, d in _pair_gpus(order, prefill, decode, tp)]
+    return GpuPlacement([order[i * tp:(i + 1) * tp] for i in range(prefill)],
+                        [order[(prefill + i) * tp:(prefill + i + 1) * tp]
+                         for i in range(decode)], pairs, how)
+
+
+def evidence(matrix: P2PMatrix, source: str, placed: GpuPlacement | None,
+             model: str | None, prompt_tokens: float | None,
+             dtype: str = "bfloat16") -> P2PEvidence:
+    """The matrix as evidence: the pairs `placed` uses (none known: a deployment whose GPUs
+    are its own), and a mean prompt's KV staged through the host where a pair, or every
+    pair, lacks P2P (model and prompt known)."""
+    ok = [[a, b] for a, b in matrix.ok_pairs()]
+    kv_mb = staged_ms = None
+    lacking = (any(not p.status.startswith("OK") for p in placed.pairs) if placed
+               else len(matrix.gpus) > 1 and not ok)
+    if lacking and model and prompt_tokens:
+        try:
+            nbytes = kv_size(model, round(prompt_tokens), dtype).total_bytes
+        except UsageError:
+            nbytes = None
+        if nbytes is not None:
+            kv_mb, staged_ms = nbytes / 1e6, HOST_STAGED.seconds(nbytes) * 1000
+    return P2PEvidence(
+        source=source, gpus=matrix.gpus, status=matrix.status,
+        used=placed.pairs if placed else [], p2p_pairs=ok,
+        placed=placed.how if placed else "unknown: the deployment's GPUs are its own",
+        paths=matrix.paths, kv_mb=kv_mb,
+        host_staged_gbps=HOST_STAGED.gbps if kv_mb is not None else None,
+        host_staged_ms=staged_ms,
+        host_staged_source=HOST_STAGED.source if kv_mb is not None else None)
+
+
+def pairs_text(pairs: list[list[int]]) -> str:
+    """`GPU0-GPU2, GPU1-GPU3`, or `none`."""
+    return ", ".join(f"GPU{a}-GPU{b}" for a, b in pairs) or "none"
