@@ -94,9 +94,9 @@ class P2PEvidence:
     known: a deployment by URL), and what a prompt's KV costs staged through the host."""
 
     source: str  # the file or command it came from
-    gpus: list[str]
-    status: list[list[str]]
-    used: list[P2PPair]
+    gpus: list[str]  # GPU0, GPU1, ...
+    status: list[list[str]]  # status[i][j]: can GPU i read from GPU j (OK, NS, CNS, ...)
+    used: list[P2PPair]  # the disaggregated placement's P->D GPU pairs
     p2p_pairs: list[list[int]]  # [a, b] GPU pairs with P2P both ways
     placed: str  # how the placement's GPUs were chosen
     paths: list[list[str]] | None = None  # topo -m's path codes, where given
