@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from advisor.errors import UsageError
+from advisor.probe.p2p import P2PMatrix
+from advisor.probe.p2p_pairs import GpuPlacement, evidence, place
+from advisor.rundata.evidence import P2PEvidence
 from engine.api import Topology, load_model_config
 
 _DISAGG = re.compile(r"^(\d+)p(\d+)d$")
@@ -21,6 +24,7 @@ class Placement:
     metrics: tuple[str, ...] = ()  # its instances' /metrics, as given
     cmd: str | None = None  # a shell command that starts the deployment at `url`
     bidirectional: bool = False  # P/D whose prefillers reuse a conversation's earlier turns
+    on_gpus: GpuPlacement | None = None  # bundled P/D on CUDA: its instances' GPUs
 
     @property
     def flag(self) -> str:
@@ -92,3 +96,36 @@ def parse_topologies(opts) -> list[Placement]:
         except ValueError as e:
             raise UsageError(f"--topologies {p.name.replace('-', ':', 1)}: {e}") from None
     return sorted(out, key=lambda p: p.kind != "collocated")
+
+
+def on_p2p(placements: list[Placement], matrix: P2PMatrix | None) -> list[Placement]:
+    """The placements with each bundled P/D on CUDA put on the GPUs whose pairs have P2P
+    (advisor.probe.p2p_pairs.place); the rest as they are. UsageError where the matrix has
+    too few GPUs for one."""
+    if matrix is None:
+        return placements
+    out = []
+    for p in placements:
+        t = p.topology
+        if t is None or t.mode != "disagg" or not t.device.startswith("cuda"):
+            out.append(p)
+            continue
+        try:
+            placed = place(matrix, list(range(len(matrix.gpus))), t.prefill, t.decode)
+        except ValueError as e:
+            raise UsageError(f"--topologies {p.name.replace('-', ':', 1)}: {e}") from None
+        out.append(replace(p, topology=replace(t, gpus=tuple(placed.gpus)), on_gpus=placed))
+    return out
+
+
+def p2p_evidence(placements: list[Placement], probe: dict, model: str | None,
+                 prompt_tokens: float | None, dtype: str) -> P2PEvidence | None:
+    """evidence.json's p2p: the matrix a sweep's manifest recorded, with the pairs its
+    disaggregated placement used (unknown for a deployment at a URL); None without one."""
+    if not probe.get("p2p"):
+        return None
+    dis = [p for p in placements if p.kind == "disagg"]
+    dis.sort(key=lambda p: p.bidirectional)  # the plain P/D the advice compares first
+    return evidence(P2PMatrix.from_json(probe["p2p"]), probe.get("p2p_source") or "nvidia-smi",
+                    dis[0].on_gpus if dis else None, model, prompt_tokens,
+                    dtype if dtype in ("float32", "bfloat16", "float16") else "bfloat16")

@@ -55,6 +55,9 @@ class SweepOptions:
     connector: str = option("shm", f"disagg KV connector: {', '.join(CONNECTORS)}")
     link_emulation: str | None = option(None, "make each KV transfer as slow as a link: 1.3s, "
                                               "800ms or 1GBps (marked as emulated)")
+    p2p_matrix: str | None = option(None, "a saved `nvidia-smi topo -p2p r` (or topo -m) "
+                                          "output of the GPUs' host (default: nvidia-smi's "
+                                          "here, where it runs)")
     collocated_url: str | None = option(None, "measure an existing collocated deployment")
     disagg_url: str | None = option(None, "measure an existing disaggregated deployment")
     collocated_metrics: tuple[str, ...] = option(

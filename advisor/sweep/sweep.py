@@ -13,12 +13,13 @@ from advisor.decide import deploy
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
 from advisor.goodput.evidence import build_evidence, write_summary
-from advisor.goodput.placements import Placement
+from advisor.goodput.placements import Placement, on_p2p, p2p_evidence
 from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.stats import DEFAULT_SLO, parse_percentiles
 from advisor.output import console
 from advisor.output.progress import progress_bars
+from advisor.probe.p2p import P2PMatrix
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult
@@ -54,8 +55,9 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
     run_dir, opts = (resume, opts) if resume else _created(opts, argv)
     print(f"run directory: {run_dir} (resume an interrupted sweep with --resume {run_dir})",
           flush=True)
-    placements = opts.validate()
     manifest = run_dir.read_manifest()
+    matrix = (manifest.get("probe") or {}).get("p2p")
+    placements = on_p2p(opts.validate(), P2PMatrix.from_json(matrix) if matrix else None)
     with progress_bars() as bars, contextlib.ExitStack() as kept:
         sweep = Sweep(_state(opts, run_dir, manifest), run_dir,
                       TimeBudget(opts.budget_s()), KeptDeployments(kept), bars,
@@ -89,6 +91,11 @@ def _decide(state: SweepState, placements: list[Placement], run_dir: RunDir,
     `report`) the reports, written; the advice printed."""
     evidence = build_evidence(state.opts, placements, state.done, state.grid or [], run_dir,
                               state.calibration, state.prompt_tokens, stopped)
+    manifest = run_dir.read_manifest()
+    ran = (manifest.get("dtype") or {}).get("ran") or state.opts.dtype
+    evidence = dataclasses.replace(evidence, p2p=p2p_evidence(
+        placements, manifest.get("probe") or {}, state.opts.model,
+        evidence.workload.mean_prompt_tokens, ran))
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
     rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, evidence, state.opts.model))

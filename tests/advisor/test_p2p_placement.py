@@ -9,6 +9,7 @@ import pytest
 
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
+from advisor.goodput.placements import on_p2p, p2p_evidence, parse_topologies
 from advisor.probe import p2p
 from advisor.probe.kvsize import kv_size
 from advisor.probe.links import HOST_STAGED
@@ -20,6 +21,7 @@ from advisor.rundata.evidence import (
     SloEvidence,
     WorkloadEvidence,
 )
+from advisor.sweep.options import SweepOptions
 
 pytestmark = pytest.mark.unit
 
@@ -138,3 +140,22 @@ def test_a_deployment_whose_gpus_are_unknown_is_judged_by_the_whole_matrix():
     some = evidence(matrix("p2p_4gpu_pairs.txt"), "x", None, "qwen2.5-7b", 8192)
     assert some.kv_mb is None and some.p2p_pairs == [[0, 2], [1, 3]]
     assert not any("P2P matrix" in r for r in recommend(_evidence(some, None)).reasons)
+
+
+def test_a_sweep_puts_its_cuda_pd_on_p2p_pairs_and_its_evidence_says_which():
+    m = matrix("p2p_4gpu_pairs.txt")
+    opts = SweepOptions(model="tiny", device="cuda", topologies="collocated:2,disagg:1p1d")
+    placed = on_p2p(parse_topologies(opts), m)
+    (col,) = [p for p in placed if p.kind == "collocated"]
+    (dis,) = [p for p in placed if p.kind == "disagg"]
+    assert col.topology.gpus is None and dis.topology.gpus == (0, 2)
+    env: dict = {}
+    assert dis.topology.instance_device(1, env) == "cuda:0" and env["CUDA_VISIBLE_DEVICES"] == "2"
+    probe = {"p2p": m.to_json(), "p2p_source": "topo.txt"}
+    ev = p2p_evidence(placed, probe, "tiny", 500, "float32")
+    assert [(p.prefill_gpu, p.decode_gpu, p.status) for p in ev.used] == [(0, 2, "OK")]
+    assert ev.source == "topo.txt" and ev.placed == "every P->D pair on GPUs with P2P"
+    url = SweepOptions(disagg_url="http://127.0.0.1:9", collocated_url="http://127.0.0.1:8")
+    by_url = p2p_evidence(on_p2p(parse_topologies(url), m), probe, None, 500, "auto")
+    assert by_url.used == [] and by_url.placed.startswith("unknown")
+    assert p2p_evidence(placed, {"p2p": None}, "tiny", 500, "float32") is None
