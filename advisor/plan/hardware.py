@@ -49,7 +49,8 @@ def gpu(name: str) -> GPU:
 
 def link(spec: str | None, p2p: bool, on: GPU) -> Link:
     """The KV link: a name in LINKS, a rate ('25GBps', '100Gbps'), or the GPUs' own fabric
-    when none is given. Without P2P, a PCIe path between GPUs stages through the host."""
+    when none is given. Without P2P, a path between GPUs (PCIe or NVLink) stages through
+    the host; RDMA and TCP links do not use it."""
     name = (spec or on.fabric).lower()
     if name in LINKS:
         lk = LINKS[name]
@@ -60,6 +61,6 @@ def link(spec: str | None, p2p: bool, on: GPU) -> Link:
             raise ValueError(f"--link {spec!r}: expected one of {', '.join(LINKS)} or a rate "
                              "such as 25GBps or 100Gbps") from None
         lk = Link(spec, rate / 1e9, 0.01, 1.0, f"given: {spec}")
-    if not p2p and name.startswith("pcie"):
+    if not p2p and (name.startswith("pcie") or name == "nvlink"):
         return HOST_STAGED
     return lk

@@ -14,11 +14,11 @@ from workloads.presets import PRESETS
 DEFAULT_MODEL = "qwen2.5-7b"
 
 
-def _yes_no(text: str | None) -> bool:
-    """--p2p yes|no (None: yes); UsageError otherwise."""
-    if text not in (None, "yes", "no"):
-        raise UsageError(f"--p2p must be yes or no, not {text!r}")
-    return text != "no"
+def _p2p(text: str | None) -> str:
+    """--p2p auto|yes|no (None: auto); UsageError otherwise."""
+    if text not in (None, "auto", "yes", "no"):
+        raise UsageError(f"--p2p must be auto, yes or no, not {text!r}")
+    return text or "auto"
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,10 @@ class PlanOptions:
     gpus: int = option(2, "how many of them")
     link: str | None = option(None, "KV link: pcie4, pcie5, nvlink, rdma-100g, rdma-400g, "
                                     "tcp-25g or a rate such as 25GBps (default: the GPUs')")
-    p2p: bool = option(True, "GPU peer-to-peer copies work (nvidia-smi topo -p2p r): yes or no "
-                             "(default: yes)", parse=_yes_no)
+    p2p: str = option("auto", "GPU peer-to-peer copies work: auto (from --p2p-matrix or "
+                              "nvidia-smi, else assumed yes), yes or no", parse=_p2p)
+    p2p_matrix: str | None = option(None, "a saved `nvidia-smi topo -p2p r` (or topo -m) output "
+                                          "of the GPUs planned for (with --p2p auto)")
     workload: str = option("long-prompt", f"workload preset: {', '.join(PRESETS)}")
     slo: tuple[str, ...] = option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)",
                                   words=True)

@@ -24,6 +24,10 @@ from advisor.plan import candidates as cands
 from advisor.plan import hardware, runs
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.steptime import Step, prefill_step
+from advisor.probe import p2p, p2p_pairs
+from advisor.probe.links import HOST_STAGED, Link
+from advisor.probe.p2p import P2PMatrix
+from advisor.probe.p2p_pairs import GpuPlacement, place
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import manifest
@@ -38,9 +42,23 @@ RATES = 10  # grid points when no --rates are given
 class _Setup:
     shape: object
     gpu: hardware.GPU
-    link: hardware.Link
+    link: Link  # with P2P as --p2p says (auto without a matrix: assumed)
     spec: object
     candidates: list
+    matrix: P2PMatrix | None = None  # --p2p auto: what decides each P/D's link
+    p2p_source: str | None = None  # the matrix's file or command
+    p2p_said: str = ""  # where P2P came from, or that it was assumed
+
+    def link_for(self, c) -> tuple[Link, GpuPlacement | None]:
+        """Candidate `c`'s KV link, and its GPUs on the matrix (disaggregated, with one; any
+        of the matrix's GPUs): the GPUs' own fabric where every P->D pair it is placed on
+        has P2P, else host-staged."""
+        if self.matrix is None or c.kind != "disagg":
+            return self.link, None
+        placed = place(self.matrix, list(range(len(self.matrix.gpus))), c.prefill, c.decode,
+                       c.tp)
+        ok = all(p.status.startswith("OK") for p in placed.pairs)
+        return (self.link if ok else HOST_STAGED), placed
 
 
 def _setup(o: PlanOptions) -> _Setup:
@@ -58,10 +76,14 @@ def _setup(o: PlanOptions) -> _Setup:
         raise UsageError(f"--model: {e}") from None
     try:
         g = hardware.gpu(o.gpu)
-        lk = hardware.link(o.link, o.p2p, g)
         spec = preset_spec(o.workload)
     except ValueError as e:
         raise UsageError(str(e) if str(e).startswith("--") else f"--workload: {e}") from None
+    matrix, source, said = _p2p(o)
+    try:
+        lk = hardware.link(o.link, o.p2p != "no", g)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if spec.turns > 1:
         raise UsageError(f"--workload {o.workload}: multi-turn workloads are not simulated "
                          "(turn k's prompt depends on turn k-1's reply); measure them")
@@ -69,13 +91,33 @@ def _setup(o: PlanOptions) -> _Setup:
         found = cands.candidates(shape, g, o.gpus, o.dtype)
     except ValueError as e:
         raise UsageError(f"--model {o.model} on --gpus {o.gpus} --gpu {o.gpu}: {e}") from None
-    return _Setup(shape, g, lk, spec, found)
+    return _Setup(shape, g, lk, spec, found, matrix, source, said)
+
+
+def _p2p(o: PlanOptions) -> tuple[P2PMatrix | None, str | None, str]:
+    """--p2p auto: the matrix of --p2p-matrix, else nvidia-smi's here, else none (P2P
+    assumed); yes / no as given. With where P2P came from, said for the label."""
+    if o.p2p != "auto":
+        if o.p2p_matrix:
+            raise UsageError(f"--p2p {o.p2p} and --p2p-matrix: give one (--p2p auto reads "
+                             "the matrix)")
+        return None, None, f"P2P {o.p2p} (--p2p {o.p2p})"
+    matrix, source = p2p.read(o.p2p_matrix)
+    if matrix is None:
+        return None, None, ("P2P assumed (no matrix: give --p2p-matrix FILE, or plan where "
+                            "nvidia-smi runs)")
+    if len(matrix.gpus) < o.gpus:
+        raise UsageError(f"--p2p-matrix {source}: {len(matrix.gpus)} GPUs, but --gpus {o.gpus}")
+    return matrix, source, f"P2P from {source} (P and D placed on pairs with it)"
 
 
 def label(s: _Setup) -> str:
     p2p = "" if s.link.name != "host-staged" else " (no P2P)"
+    staged = (f", host-staged ({HOST_STAGED.source}) for a P/D placed on a pair without it"
+              if s.matrix is not None else "")
     return (f"simulated by advisor plan: {s.shape.name} on {s.gpu.name}, KV over "
-            f"{s.link.name}{p2p} ({s.link.source}); step times from the GPU's datasheet")
+            f"{s.link.name}{p2p} ({s.link.source}){staged}; {s.p2p_said}; step times from "
+            "the GPU's datasheet")
 
 
 def unloaded(s: _Setup, o: PlanOptions) -> Calibration:
@@ -133,7 +175,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     with progress_bars() as bars:
         task = bars.add_task("simulating", total=len(placements) * len(rates))
         for c, p in zip(s.candidates, placements):
-            system = cands.system(c, s.shape, s.gpu, s.link, o.dtype, o.max_num_batched_tokens)
+            system = cands.system(c, s.shape, s.gpu, s.link_for(c)[0], o.dtype,
+                                  o.max_num_batched_tokens)
             for rate in rates:
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
                 reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
@@ -146,10 +189,17 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     ranking = _ranking(s, placements, done)
     shown = _best(placements, ranking)
     dis = next((p for p in shown if p.kind == "disagg"), None)
-    kv = runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(o.dtype),
-                          s.link.name) if dis else None
+    kv = p2p_ev = None
+    if dis:
+        c = next(c for c in s.candidates if c.name == dis.name)
+        lk, placed = s.link_for(c)
+        kv = runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(o.dtype),
+                              lk.name)
+        if s.matrix is not None:
+            p2p_ev = p2p_pairs.evidence(s.matrix, s.p2p_source or "nvidia-smi", placed,
+                                        o.model, prompt, o.dtype)
     planned = runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
-                          o.model, tp=s.candidates[0].tp, ranking=ranking)
+                          o.model, tp=s.candidates[0].tp, ranking=ranking, p2p=p2p_ev)
     if o.as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))
     else:

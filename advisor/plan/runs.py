@@ -22,7 +22,12 @@ from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.transfer import verdict
 from advisor.plan.simulate import Outcome, simulate
 from advisor.plan.system import SimRequest, System
-from advisor.rundata.evidence import Calibration, FrontendEvidence, KVTransferEvidence
+from advisor.rundata.evidence import (
+    Calibration,
+    FrontendEvidence,
+    KVTransferEvidence,
+    P2PEvidence,
+)
 from advisor.rundata.recommendation import PlacementRank, Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
@@ -95,7 +100,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
            done: dict[str, list[RateOutcome]], grid: list[float], calibration: Calibration,
            prompt: float, kv: KVTransferEvidence | None, label: str, model: str, tp: int = 1,
            ranking: list[PlacementRank] | None = None,
-           compare: list[dict] | None = None) -> Planned:
+           compare: list[dict] | None = None, p2p: P2PEvidence | None = None) -> Planned:
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
     commands (and a plan's `ranking` or a replay's `compare`), summary.csv and (with
     `opts.report`) the report, written to `run_dir`."""
@@ -105,7 +110,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
     front = FrontendEvidence(placement=shown[0].name,
                              undecided="simulated: the front end's CPU is not modelled")
-    ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label)
+    ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label, p2p=p2p)
     run_dir.write_evidence(ev)
     rec = recommend(ev)
     rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, ev, model, tp=tp),

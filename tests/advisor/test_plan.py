@@ -14,7 +14,7 @@ from advisor.plan import candidates, hardware, runs
 from advisor.plan.calibrated import run_calibrated
 from advisor.plan.loadfit import PROXY_MS, scaled
 from advisor.plan.options import PlanOptions
-from advisor.plan.plan import run_plan
+from advisor.plan.plan import _setup, label, run_plan
 from advisor.plan.steptime import FittedStep, Step, prefill_step
 from advisor.plan.system import EngineSpec, System
 from advisor.probe.links import Link
@@ -31,6 +31,7 @@ from advisor.rundata.rundir import RunDir
 from tests.cli import advisor, advisor_here
 from workloads.presets import preset_spec
 
+FIX = Path(__file__).parent / "fixtures"
 GUIDE = {"model": "qwen2.5-7b", "gpu": "l40s", "gpus": 2, "link": "pcie4",
          "workload": "long-prompt", "rates": (0.2, 0.4, 0.6, 1.0, 2.0), "num_prompts": 300}
 
@@ -57,10 +58,30 @@ def test_links_name_their_source_and_no_p2p_stages_through_the_host():
         hardware.link("pcie9", True, g)
 
 
+def test_p2p_auto_reads_the_matrix_and_places_each_pd_on_a_pair_with_p2p():
+    none = _setup(PlanOptions(**GUIDE, p2p_matrix=str(FIX / "p2p_2gpu_ansi.txt")))
+    (pd,) = [c for c in none.candidates if c.kind == "disagg"]
+    link, placed = none.link_for(pd)
+    assert link.name == "host-staged" and placed.pairs[0].status == "CNS"
+    assert "P2P from " in label(none) and "host-staged" in label(none)
+    # two GPUs planned on a host of four whose GPU0-GPU1 lack P2P: 1P1D on 0 and 2
+    pairs = _setup(PlanOptions(**GUIDE, p2p_matrix=str(FIX / "p2p_4gpu_pairs.txt")))
+    (pd,) = [c for c in pairs.candidates if c.kind == "disagg"]
+    link, placed = pairs.link_for(pd)
+    assert link.name == "pcie4" and placed.gpus == [0, 2]
+    # eight on two switches: every split has P->D pairs across them
+    wide = _setup(PlanOptions(**{**GUIDE, "gpus": 8},
+                              p2p_matrix=str(FIX / "p2p_and_topo_8gpu.txt")))
+    assert {wide.link_for(c)[0].name for c in wide.candidates if c.kind == "disagg"} \
+        == {"host-staged"}
+    assumed = _setup(PlanOptions(**GUIDE))  # no matrix here, no nvidia-smi
+    assert assumed.matrix is None and "P2P assumed" in label(assumed)
+
+
 @pytest.fixture(scope="module")
 def guide_no_p2p(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan")
-    return run_plan(PlanOptions(**GUIDE, p2p=False, out=str(out))).to_json(), out
+    return run_plan(PlanOptions(**GUIDE, p2p="no", out=str(out))).to_json(), out
 
 
 def _series(out, name: str) -> dict:
@@ -89,11 +110,26 @@ def test_the_guides_l40s_case_without_p2p_is_fix_the_transfer(guide_no_p2p):
 
 @pytest.mark.slow  # a plan with its report, ~10 s
 def test_with_p2p_the_same_case_is_disaggregate(tmp_path):
-    rec = run_plan(PlanOptions(**GUIDE, p2p=True, out=str(tmp_path))).to_json()
+    rec = run_plan(PlanOptions(**GUIDE, p2p="yes", out=str(tmp_path))).to_json()
     assert rec["action"] == "disaggregate"
     assert rec["ranking"][0]["placement"] == "disagg-1p1d"
     assert rec["reasons"][0].startswith("simulated: disaggregated sustains")
     assert "--kv-transfer-config" in json.dumps(rec["deploy"])
+
+
+@pytest.mark.slow  # a plan, ~5 s
+def test_a_matrix_without_p2p_plans_as_no_p2p_and_the_advice_names_the_pair(tmp_path):
+    o = PlanOptions(**GUIDE, p2p_matrix=str(FIX / "p2p_2gpu_ansi.txt"), out=str(tmp_path),
+                    report=False)
+    rec = run_plan(o).to_json()
+    assert rec["action"] == "fix-transfer"
+    said = " ".join(rec["reasons"])
+    assert "GPU0->GPU1 (CNS: chipset not supported) lack P2P" in said
+    assert "it explains the slow transfer" in said and "GPU pairs with P2P: none" in said
+    (run_dir,) = tmp_path.iterdir()
+    p2p = json.loads((run_dir / "evidence.json").read_text())["p2p"]
+    assert p2p["used"] == [{"prefill_gpu": 0, "decode_gpu": 1, "status": "CNS"}]
+    assert 450 < p2p["kv_mb"] < 480 and p2p["source"].endswith("p2p_2gpu_ansi.txt")
 
 
 @pytest.mark.slow  # the L40S plan above
@@ -111,7 +147,9 @@ BAD = [
     (["--gpu", "v100"], "--gpu 'v100': expected one of l40s"),
     (["--link", "carrier-pigeon"], "--link 'carrier-pigeon'"),
     (["--model", "llama-3.1-70b"], "GB missing"),
-    (["--p2p", "maybe"], "--p2p must be yes or no"),
+    (["--p2p", "maybe"], "--p2p must be auto, yes or no"),
+    (["--p2p", "yes", "--p2p-matrix", "topo.txt"], "--p2p yes and --p2p-matrix: give one"),
+    (["--gpus", "4", "--p2p-matrix", str(FIX / "p2p_2gpu_ansi.txt")], "2 GPUs, but --gpus 4"),
     (["--workload", "chat-multiturn"], "multi-turn workloads are not simulated"),
     (["--gpus", "0"], "advisor: error: --gpus must be >= 1, not 0\n"),  # that flag alone
     (["--slo", "ttft:soon", "itl:50"], "--slo item 'ttft:soon': 'soon' is not a number"),
