@@ -5,6 +5,7 @@ the engines cut short ends in an error event, never a clean [DONE] alone."""
 import json
 import urllib.request
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -89,3 +90,38 @@ def test_a_passthrough_stream_that_breaks_ends_in_an_error_event(render):
     assert json.loads(got[0])["choices"][0]["text"] == "a"
     err = json.loads(got[1])["error"]
     assert err["code"] == 502 and err["message"].startswith("the engines failed mid-stream"), err
+
+
+def test_render_servers_and_engines_are_taken_in_turn(render):
+    """Two render servers and two engines, each engine's answer marked: four chats alternate
+    between the engines and use both render servers, each answer derendered whole."""
+    seen = {"engine": [], "render": []}
+
+    def engine_app(mark: int) -> web.Application:
+        async def generate(request):
+            seen["engine"].append(mark)
+            return web.json_response({"request_id": "g", "token_ids": [40 + mark],
+                                      "finish_reason": "length"})
+        app = web.Application()
+        app.add_routes([web.post("/inference/v1/generate", generate)])
+        return app
+
+    async def counted(request):  # a second render server: the first one, counted
+        seen["render"].append(request.path)
+        body = await request.read()
+        async with aiohttp.ClientSession() as s, s.post(
+                render + request.path, data=body,
+                headers={"Content-Type": "application/json"}) as r:
+            return web.Response(body=await r.read(), status=r.status,
+                                content_type="application/json")
+
+    proxy = web.Application()
+    proxy.add_routes([web.post("/v1/chat/completions/render", counted),
+                      web.post("/v1/chat/completions/derender", counted)])
+    with running_app(engine_app(0)) as e0, running_app(engine_app(1)) as e1, \
+            running_app(proxy) as r1, running_app(RenderFront([render, r1], [e0, e1]).app) as url:
+        outs = [post(url, CHAT, "/v1/chat/completions") for _ in range(4)]
+    assert [s for s, _ in outs] == [200] * 4
+    assert seen["engine"] == [0, 1, 0, 1]
+    assert [o["choices"][0]["token_ids"] for _, o in outs] == [[40], [41], [40], [41]]
+    assert len(seen["render"]) == 4  # half of the 8 render and derender calls
