@@ -196,6 +196,7 @@ class EngineConfig:
     decoder_kv_ttl: float = 480.0  # vLLM's default lease for a decoder's kept KV
     decoder_kv_blocks: int | None = None  # budget of kept blocks; None: a quarter of the pool
     num_threads: int | None = None  # CPU only; None keeps torch's default
+    max_model_len: int | None = None  # context (prompt + output); None: the model's own
     model_config: ModelConfig | None = field(default=None, compare=False)
 
     def validate(self) -> None:
@@ -210,6 +211,8 @@ class EngineConfig:
             raise ValueError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError("num_kv_blocks must be positive")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError("max_model_len must be positive")
 
     @property
     def model_shape(self) -> ModelConfig:

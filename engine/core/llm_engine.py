@@ -60,6 +60,11 @@ class LLMEngine:
     def __init__(self, config: EngineConfig, runner: Executor):
         self.config = config.resolved()
         self.model_config = self.config.model_shape
+        own = self.model_config.max_position_embeddings
+        if (self.config.max_model_len or 0) > own:
+            raise ValueError(f"max_model_len {self.config.max_model_len} exceeds the model's "
+                             f"context of {own} tokens")
+        self.max_model_len = self.config.max_model_len or own
         self.runner = runner
         self.block_manager = BlockManager(self.runner.num_blocks, self.config.block_size,
                                           self.config.enable_prefix_caching)
@@ -88,7 +93,7 @@ class LLMEngine:
             raise ValueError(f"prompt token id {bad[0]!r} is outside the vocabulary [0, {vocab})")
         if any(not 0 <= t < vocab for t, _ in params.logit_bias):
             raise ValueError(f"logit_bias names a token id outside the vocabulary [0, {vocab})")
-        limit = self.model_config.max_position_embeddings
+        limit = self.max_model_len
         if n + params.max_tokens > limit:
             raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds "
                              f"the model's context of {limit} tokens")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import time
 import traceback
 import uuid
@@ -19,7 +20,7 @@ from engine.kv.source import KVSource
 from engine.model.runner import ModelRunner, resolve_config
 from engine.render.frontend import Frontend, FrontendConfig, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
-from engine.serve import conversations
+from engine.serve import conversations, vllm_args
 from engine.serve.async_engine import AsyncEngine
 from engine.serve.http_app import api_key_of, run_app
 from engine.serve.kv_legs import DecodeLegs
@@ -117,7 +118,7 @@ class EngineServer:
                         "id": self.model,
                         "object": "model",
                         "owned_by": "advisor",
-                        "max_model_len": self.engine.model_config.max_position_embeddings,
+                        "max_model_len": self.engine.max_model_len,
                     }
                 ],
             }
@@ -282,11 +283,12 @@ def _internal(e: Exception) -> RequestError:
 def main(argv: list[str] | None = None) -> None:
     a = parser().parse_args(argv)
     try:
+        vllm_args.apply(a, os.environ)
         emulation = parse_emulation(a.kv_link_emulation) if a.kv_link_emulation else None
         server = EngineServer(
             engine_config(a),
             a.connector,
-            kv_host=a.host,
+            kv_host=a.kv_host,
             kv_port=a.kv_port,
             link_emulation=emulation,
             frontend=frontend_config(a),

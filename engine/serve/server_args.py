@@ -8,6 +8,7 @@ from engine.core.config import DTYPES, EngineConfig
 from engine.kv import connectors
 from engine.render.frontend import add_frontend_args
 from engine.serve.http_app import add_api_key_flag
+from engine.serve.vllm_args import add_vllm_args
 
 PULL_HOSTS = ("127.0.0.1", "localhost", "::1")  # by default, prefillers on this host only
 
@@ -24,7 +25,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--kv-port", type=int, default=0, help="side-channel port of a prefill instance"
     )
-    ap.add_argument("--connector", default="shm", choices=connectors.NAMES)
+    ap.add_argument("--connector", default=None, choices=connectors.NAMES,
+                    help="default: --kv-transfer-config's kv_connector, else shm")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="auto: bfloat16 where it is fast here, else float32 (float16 on old GPUs)")
@@ -48,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--kv-pull-hosts", nargs="+", default=list(PULL_HOSTS),
                     help="decode: the hosts whose side channels it may pull KV from")
     add_frontend_args(ap)
+    add_vllm_args(ap)
     add_api_key_flag(ap)
     return ap
 
@@ -67,4 +70,6 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
         kv_load_failure_policy=a.kv_load_failure_policy,
         keep_conversations=a.keep_conversations,
         decoder_kv_ttl=a.decoder_kv_ttl,
+        enable_prefix_caching=a.enable_prefix_caching,
+        max_model_len=a.max_model_len,
     )

@@ -49,3 +49,13 @@ def test_cuda_device_without_cuda_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="CUDA is not available"):
         make_llm(device="cuda:0")
+
+
+def test_max_model_len_caps_the_context_and_cannot_pass_the_models():
+    llm = make_llm(max_model_len=64)
+    with pytest.raises(ValueError, match="exceeds the model's context of 64 tokens"):
+        llm.generate([[1] * 60], SamplingParams(max_tokens=8))
+    assert len(llm.generate([[1] * 56], SamplingParams(max_tokens=8, ignore_eos=True))[0]
+               .token_ids) == 8
+    with pytest.raises(ValueError, match="max_model_len 4096 exceeds the model's context"):
+        make_llm(max_model_len=4096)  # tiny's own is 2048
