@@ -10,10 +10,6 @@ a model without loading torch.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
 
 # name here -> (module, name there)
 _EXPORTS = {
@@ -47,7 +43,9 @@ _EXPORTS = {
     "launch": ("engine.serve.launch", "launch"),
     "supervise": ("engine.serve.supervise", "supervise"),
     "LaunchError": ("engine.serve.processes", "LaunchError"),
+    "serve_proxy": ("engine.serve.proxy", "serve"),
 }
+
 
 def __dir__() -> list[str]:
     return sorted(_EXPORTS)

@@ -30,7 +30,7 @@ ADVISOR_LAYERS = (
     {"probe"},
     {"decide", "goodput"},  # the advice; what runs say of each placement's goodput
     {"sweep", "plan"},  # measured and simulated, side by side
-    {"serve", "testing"},
+    {"serve", "proxy", "testing"},
     {"cli"},
 )
 # NOTE: the planner, the advice and the CLI's start too: `advisor plan` and every bad-flag

@@ -1,10 +1,12 @@
-"""`advisor serve` and `advisor bench`: the bundled engine standalone, and any endpoint measured."""
+"""`advisor serve`, `advisor proxy` and `advisor bench`: the bundled engine standalone, the
+P/D proxy in front of any instances, and any endpoint measured."""
 
 from __future__ import annotations
 
 from advisor.cli.app import user_errors
 from advisor.cli.params import options_command
 from advisor.measure.bench_options import BenchOptions
+from advisor.proxy.proxy import ProxyOptions
 from advisor.serve import ServeOptions
 
 
@@ -15,6 +17,15 @@ def serve(opts: ServeOptions) -> None:
 
     with user_errors():
         run_serve(opts)
+
+
+@options_command(ProxyOptions)
+def proxy(opts: ProxyOptions) -> None:
+    """Run the P/D proxy in front of prefill and decode instances (vLLM's or ours), until ^C."""
+    from advisor.proxy.proxy import run_proxy
+
+    with user_errors():
+        run_proxy(opts)
 
 
 @options_command(BenchOptions)

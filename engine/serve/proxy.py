@@ -6,14 +6,24 @@ next decoder, streamed back as it comes. collocated: each request goes whole to
 the next replica. Upstream failures become OpenAI-style errors, never a hang. A tier
 that is down is served around: with no live prefiller the decoder prefills itself,
 with no live decoder a prefiller decodes too (the FALLBACK header says so).
+
+Bidirectional (a conversation's next turn reuses the KV its decoder kept) speaks both
+protocols: the bundled engine's (the decoder names the kept turn in a response header,
+the prefiller pulls it as `reuse`) and vLLM's (the decoder's last chunk carries its
+kv_transfer_params, sent to the next turn's prefiller with do_remote_decode, as vLLM's
+examples/disaggregated/disaggregated_serving/disagg_proxy_multiturn.py does).
+
+    python -m engine.serve.proxy --prefill URL ... --decode URL ... [--bidirectional]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import urllib.parse
 import uuid
 from collections import OrderedDict
 
@@ -23,7 +33,7 @@ from aiohttp import web
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import KEPT_HEADER, add_api_key_flag, api_key_of, run_app
 from engine.serve.liveness import Liveness, UpstreamDown
-from engine.serve.sse import error_event, relay
+from engine.serve.sse import EventTail, error_event, relay
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
@@ -32,6 +42,7 @@ PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
 FALLBACK = "X-Advisor-Fallback"
 CONVERSATION = "X-Conversation-Id"
 KEPT_MAX = 100_000  # conversations whose kept turn the proxy remembers
+STREAMING = web.RequestKey("streaming", web.StreamResponse)  # a response already under way
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 
 
@@ -45,9 +56,10 @@ class Proxy:
     def __init__(self, decode_urls: list[str], prefill_urls: list[str] | None = None,
                  bidirectional: bool = False):
         self.prefill_urls, self.decode_urls = prefill_urls or [], decode_urls
-        # bidirectional KV: conversation -> where its decoder kept the last turn
+        # bidirectional KV: conversation -> where its decoder kept the last turn, and in
+        # whose protocol ("engine" or "vllm")
         self.bidirectional = bidirectional
-        self._kept: OrderedDict[str, dict] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[str, dict]] = OrderedDict()
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.session: aiohttp.ClientSession | None = None
@@ -107,6 +119,7 @@ class Proxy:
         except RequestError as e:
             return web.json_response(e.body(), status=e.status, headers=headers)
         cid = _conversation(body, request.headers)
+        body.pop("conversation_id", None)  # the proxy's, as in vLLM's: never the engines'
         if cid:
             headers[CONVERSATION] = cid
         if self._prefill is not None:
@@ -129,7 +142,7 @@ class Proxy:
             except aiohttp.ClientOSError:
                 self.liveness.refused(base)
             except UpstreamDown as e:
-                resp = request.get("streaming")
+                resp = request.get(STREAMING)
                 if resp is not None:
                     await resp.write(error_event(f"decode instance failed mid-stream: {e}"))
                     return resp
@@ -158,7 +171,12 @@ class Proxy:
         leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS),
                    return_token_ids=True)
         if self.bidirectional and cid in self._kept:  # pull the last turn back, reuse it
-            leg["kv_transfer_params"]["reuse"] = self._kept.pop(cid)
+            style, kept = self._kept.pop(cid)
+            if style == "vllm":
+                leg["kv_transfer_params"] = {**kept, "do_remote_decode": True,
+                                             "do_remote_prefill": False}
+            else:
+                leg["kv_transfer_params"]["reuse"] = kept
         if "max_completion_tokens" in leg:
             leg["max_completion_tokens"] = 1
         if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
@@ -184,13 +202,18 @@ class Proxy:
             raise  # nothing listens there (or it is dying): the caller tries another instance
         except (TimeoutError, aiohttp.ClientError) as e:
             return _err(f"decode instance unreachable: {e}", 502)
+        cid = headers.get(CONVERSATION) if self.bidirectional else None
         async with upstream:
-            self._remember_kept(headers.get(CONVERSATION), upstream.headers.get(KEPT_HEADER))
+            kept = upstream.headers.get(KEPT_HEADER) if cid else None
+            self._remember_kept(cid, kept)
+            cid = None if kept else cid  # the bundled engine's header said it all
             if not body.get("stream") or upstream.status != 200:
                 try:
                     data = await upstream.read()
                 except (TimeoutError, aiohttp.ClientError) as e:
                     return _err(f"decode instance failed: {e}", 502)
+                if cid and upstream.status == 200 and b"kv_transfer_params" in data:
+                    self._remember_vllm(cid, _loads(data), url)
                 return web.Response(
                     body=data,
                     status=upstream.status,
@@ -199,22 +222,41 @@ class Proxy:
                 )
             resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
             await resp.prepare(request)
-            request["streaming"] = resp  # headers are out: a failure is an error event now
-            await relay(upstream, resp, "decode instance")
+            request[STREAMING] = resp  # headers are out: a failure is an error event now
+            tail = EventTail(b"kv_transfer_params") if cid else None
+            await relay(upstream, resp, "decode instance", tail)
+            if tail is not None and cid:
+                self._remember_vllm(cid, tail.found, url)
             return resp
 
-
     def _remember_kept(self, cid: str | None, kept: str | None) -> None:
-        """Where the decoder kept this conversation's turn (its response header)."""
-        if not (self.bidirectional and cid and kept):
+        """Where the bundled engine's decoder kept this conversation's turn (its header)."""
+        if cid and kept:
+            self._remember(cid, "engine", _loads(kept.encode()))
+
+    def _remember_vllm(self, cid: str, answer: dict | None, url: str) -> None:
+        """Where vLLM's decoder kept this turn: the kv_transfer_params of its answer (or of
+        its stream's last chunk), with the decoder's host as the proxy reaches it."""
+        params = (answer or {}).get("kv_transfer_params")
+        if isinstance(params, dict) and params.get("remote_block_ids"):
+            host = urllib.parse.urlsplit(url).hostname
+            self._remember(cid, "vllm", {**params, "remote_host": host})
+
+    def _remember(self, cid: str, style: str, params) -> None:
+        if not isinstance(params, dict):
             return
-        try:
-            self._kept[cid] = json.loads(kept)
-        except ValueError:
-            return
+        self._kept[cid] = (style, params)
         self._kept.move_to_end(cid)
         while len(self._kept) > KEPT_MAX:
             self._kept.popitem(last=False)
+
+
+def _loads(data: bytes) -> dict | None:
+    try:
+        out = json.loads(data)
+    except ValueError:
+        return None
+    return out if isinstance(out, dict) else None
 
 
 def _conversation(body: dict, headers) -> str | None:
@@ -236,6 +278,15 @@ def _handed_over(prefilled: dict) -> dict | None:
     return params
 
 
+def serve(decode: list[str], prefill: list[str] | None = None, bidirectional: bool = False,
+          host: str = "127.0.0.1", port: int = 8192, api_key: str | None = None) -> None:
+    """Run the proxy in front of `prefill` and `decode` instances (only `decode`: a
+    round-robin front over replicas) until interrupted or sent SIGTERM."""
+    proxy = Proxy(decode, prefill, bidirectional)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_app(proxy.app, host, port, "proxy", api_key))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="P/D proxy (with --prefill) or round-robin front.")
     ap.add_argument("--host", default="127.0.0.1")
@@ -247,13 +298,8 @@ def main(argv: list[str] | None = None) -> None:
                     "decoder and compute only the new tokens")
     add_api_key_flag(ap)
     a = ap.parse_args(argv)
-    try:
-        proxy = Proxy(a.decode, a.prefill, a.bidirectional)
-        asyncio.run(run_app(proxy.app, a.host, a.port, "proxy", api_key_of(a)))
-    except KeyboardInterrupt:
-        pass
+    serve(a.decode, a.prefill, a.bidirectional, a.host, a.port, api_key_of(a))
 
 
 if __name__ == "__main__":
     main()
-

@@ -4,7 +4,7 @@ by `data: [DONE]`; writing one event, and reading a stream's."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 
@@ -25,14 +25,38 @@ def error_event(message: str) -> bytes:
     return event(error_body(message, "upstream_error", 502))
 
 
-async def relay(upstream: aiohttp.ClientResponse, resp, who: str) -> None:
-    """`upstream`'s body into `resp` (prepared: its headers are out) as it comes; a failure
-    on the way is written as an error event naming `who`."""
+async def relay(upstream: aiohttp.ClientResponse, resp, who: str,
+                peek: Callable[[bytes], None] | None = None) -> None:
+    """`upstream`'s body into `resp` (prepared: its headers are out) as it comes, each
+    piece shown to `peek` too; a failure on the way is written as an error event naming
+    `who`."""
     try:
         async for chunk in upstream.content.iter_any():
             await resp.write(chunk)
+            if peek is not None:
+                peek(chunk)
     except (TimeoutError, aiohttp.ClientError) as e:
         await resp.write(error_event(f"{who} failed mid-stream: {e}"))
+
+
+class EventTail:
+    """Fed a stream's bytes piece by piece, keeps the last `data:` event holding `needle`
+    (parsed), without parsing the others: how a proxy finds what a server says in its
+    final chunk while relaying the rest untouched."""
+
+    def __init__(self, needle: bytes):
+        self.needle, self.found = needle, None
+        self._buf = b""
+
+    def __call__(self, piece: bytes) -> None:
+        self._buf += piece
+        *events, self._buf = self._buf.split(b"\n\n")
+        for ev in events:
+            if self.needle in ev and ev.startswith(b"data:"):
+                try:
+                    self.found = json.loads(ev[5:])
+                except ValueError:
+                    continue
 
 
 class DataEvents:
