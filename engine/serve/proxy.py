@@ -41,6 +41,7 @@ PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
 # NOTE: set on a response served around a down tier (decoder-prefills, prefiller-decodes)
 FALLBACK = "X-Advisor-Fallback"
 CONVERSATION = "X-Conversation-Id"
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
 KEPT_MAX = 100_000  # conversations whose kept turn the proxy remembers
 STREAMING = web.RequestKey("streaming", web.StreamResponse)  # a response already under way
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
@@ -236,10 +237,13 @@ class Proxy:
 
     def _remember_vllm(self, cid: str, answer: dict | None, url: str) -> None:
         """Where vLLM's decoder kept this turn: the kv_transfer_params of its answer (or of
-        its stream's last chunk), with the decoder's host as the proxy reaches it."""
+        its stream's last chunk). Its side-channel host as it says it, unless that is
+        loopback (vLLM's default): then the decoder's host as the proxy reaches it."""
         params = (answer or {}).get("kv_transfer_params")
         if isinstance(params, dict) and params.get("remote_block_ids"):
-            host = urllib.parse.urlsplit(url).hostname
+            host = params.get("remote_host")
+            if not isinstance(host, str) or host in LOOPBACK:
+                host = urllib.parse.urlsplit(url).hostname
             self._remember(cid, "vllm", {**params, "remote_host": host})
 
     def _remember(self, cid: str, style: str, params) -> None:

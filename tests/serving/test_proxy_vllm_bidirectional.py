@@ -1,7 +1,8 @@
 """The project's proxy speaks vLLM's bidirectional protocol in front of vLLM instances: the
 decoder's answer (or its stream's last chunk) carries its kv_transfer_params, and the next
 turn of the same conversation sends them to the prefiller with do_remote_decode, the
-decoder's host as the proxy reaches it; conversation_id never reaches the instances.
+decoder's side-channel host (the proxy's view of the decoder where that is loopback);
+conversation_id never reaches the instances.
 vLLM's prefiller and decoder are played by two small apps that record what they get."""
 
 import json
@@ -23,7 +24,7 @@ P_HANDED = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_
             "remote_host": "127.0.0.1", "remote_port": 5600, "tp_size": 1}
 
 
-def vllm_instances(seen: dict) -> tuple[web.Application, web.Application]:
+def vllm_instances(seen: dict, kept: dict = D_KEPT) -> tuple[web.Application, web.Application]:
     async def prefill(request):
         seen["prefill"].append(await request.json())
         return web.json_response({"choices": [{"message": {"content": "x"}}],
@@ -34,12 +35,12 @@ def vllm_instances(seen: dict) -> tuple[web.Application, web.Application]:
         seen["decode"].append(body)
         if not body.get("stream"):
             return web.json_response({"choices": [{"message": {"content": "hello"}}],
-                                      "kv_transfer_params": D_KEPT})
+                                      "kv_transfer_params": kept})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for chunk in ({"choices": [{"delta": {"content": "hel"}}]},
                       {"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}],
-                       "kv_transfer_params": D_KEPT}):
+                       "kv_transfer_params": kept}):
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         return resp
@@ -65,9 +66,10 @@ def chat(url: str, cid: str | None, stream: bool) -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_the_next_turn_sends_the_decoders_kept_blocks_to_the_prefiller(stream):
+@pytest.mark.parametrize("said,reached", [("10.9.9.9", "10.9.9.9"), ("localhost", "127.0.0.1")])
+def test_the_next_turn_sends_the_decoders_kept_blocks_to_the_prefiller(stream, said, reached):
     seen = {"prefill": [], "decode": []}
-    p_app, d_app = vllm_instances(seen)
+    p_app, d_app = vllm_instances(seen, {**D_KEPT, "remote_host": said})
     with running_app(p_app) as p, running_app(d_app) as d, \
             running_app(Proxy([d], [p], bidirectional=True).app) as url:
         chat(url, "conv-1", stream)  # turn 1: nothing kept yet
@@ -76,7 +78,7 @@ def test_the_next_turn_sends_the_decoders_kept_blocks_to_the_prefiller(stream):
         chat(url, None, stream)  # no conversation: plain P/D
     first, second, other, plain = (b["kv_transfer_params"] for b in seen["prefill"])
     assert first == {**PREFILL_KV_PARAMS} and other == first and plain == first
-    assert second == {**D_KEPT, "remote_host": "127.0.0.1", "do_remote_decode": True,
+    assert second == {**D_KEPT, "remote_host": reached, "do_remote_decode": True,
                       "do_remote_prefill": False}
     # the decoder got the prefill's handover; nobody got conversation_id
     assert all(b["kv_transfer_params"]["remote_engine_id"] == "prefill-engine"
