@@ -28,6 +28,7 @@ ADVISOR_LAYERS = (
     {"output"},  # the console, the reports built from run data
     {"measure"},
     {"probe"},
+    {"deploy"},  # the advice as commands and manifests
     {"decide", "goodput"},  # the advice; what runs say of each placement's goodput
     {"sweep", "plan"},  # measured and simulated, side by side
     {"serve", "proxy", "testing"},

@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from advisor.cli.app import app, fail, user_errors
+from advisor.cli.params import options_command
+from advisor.deploy.run import DeployOptions
 
 
 @app.command()
@@ -40,17 +42,12 @@ def recommend(
         run_recommend(run_dir or evidence, json_out, threshold or [])
 
 
-@app.command()
-def deploy(
-    run_dir: str = typer.Argument(..., help="a finished sweep's run directory"),
-    gpus: str = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: 0..N-1)"),
-    format: str = typer.Option("sh", "--format", help="sh or json"),
-    model: str = typer.Option(None, help="the model vLLM serves (default: the sweep's)"),
-    ucx_devices: str = typer.Option(None, help="RDMA devices, one per P/D instance in turn, "
-                                               "e.g. mlx5_0:1,mlx5_1:1 (UCX_NET_DEVICES)"),
-) -> None:
-    """Print the vLLM commands that run the measured placements (the advice marked)."""
-    from advisor.decide.recommend import run_deploy
+@options_command(DeployOptions)
+def deploy(opts: DeployOptions,
+           run_dir: str = typer.Argument(..., help="a finished sweep's or plan's run directory")
+           ) -> None:
+    """Print the vLLM commands (or Kubernetes manifests) that run the advice."""
+    from advisor.deploy.run import run_deploy
 
     with user_errors():
-        run_deploy(run_dir, gpus, format, model, ucx_devices)
+        run_deploy(run_dir, opts)

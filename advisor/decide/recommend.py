@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from advisor.decide import deploy
 from advisor.decide.table import Thresholds, recommend
+from advisor.deploy.advice import from_evidence
 from advisor.errors import UsageError
 from advisor.output import console
 from advisor.rundata import evidence
-from advisor.rundata.recommendation import Deployment, Recommendation
+from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
 
 
@@ -44,7 +44,7 @@ def run_recommend(source: str, as_json: bool = False, overrides: Sequence[str] =
         run_dir = RunDir.existing(source)
         ev = run_dir.read_evidence()
         rec = recommend(ev, thresholds)
-        rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, ev, _model_of(run_dir)))
+        rec = dataclasses.replace(rec, deploy=from_evidence(rec, ev, _model_of(run_dir)))
         run_dir.write_recommendation(rec)
     else:
         rec = recommend(evidence.load(source), thresholds)
@@ -57,28 +57,3 @@ def run_recommend(source: str, as_json: bool = False, overrides: Sequence[str] =
 
 def _model_of(run_dir: RunDir) -> str | None:
     return (run_dir.read_manifest().get("config") or {}).get("model")
-
-
-def run_deploy(source: str, gpus: str | None = None, fmt: str = "sh",
-               model: str | None = None, ucx_devices: str | None = None) -> Deployment:
-    """Print the vLLM commands for a finished sweep's placements (the recommended one
-    marked) as a shell script or JSON; UsageError naming the bad flag."""
-    if fmt not in ("sh", "json"):
-        raise UsageError(f"--format must be sh or json, not {fmt!r}")
-    try:
-        ids = [int(g) for g in gpus.split(",")] if gpus else None
-    except ValueError:
-        raise UsageError(f"--gpus {gpus!r}: expected GPU indices such as 0,1") from None
-    run_dir = RunDir.existing(source)
-    ev = run_dir.read_evidence()
-    rec = run_dir.read_recommendation()
-    # a plan's placements may need tensor parallelism (its manifest says how much)
-    planned = (run_dir.read_manifest().get("plan") or {}).get("candidates") or [{}]
-    try:
-        out = deploy.from_evidence(rec, ev, model or _model_of(run_dir), ids,
-                                   ucx_devices.split(",") if ucx_devices else None,
-                                   planned[0].get("tp", 1))
-    except ValueError as e:
-        raise UsageError(f"--gpus: {e}") from None
-    print(json.dumps(out.to_json(), indent=2) if fmt == "json" else deploy.as_shell(out), end="")
-    return out

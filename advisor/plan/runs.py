@@ -11,8 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from advisor.decide import deploy
 from advisor.decide.table import recommend
+from advisor.deploy.advice import Where, from_evidence
 from advisor.goodput.outcomes import Outcome as RateOutcome
 from advisor.goodput.outcomes import outcome_of
 from advisor.goodput.placements import Placement
@@ -113,7 +113,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label, p2p=p2p)
     run_dir.write_evidence(ev)
     rec = recommend(ev)
-    rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, ev, model, tp=tp),
+    rec = dataclasses.replace(rec, deploy=from_evidence(rec, ev, model, Where(tp=tp)),
                               ranking=ranking, compare=compare)
     run_dir.write_recommendation(rec)
     write_summary(run_dir, every, done)

@@ -154,9 +154,19 @@ def from_hf_dict(d: dict, name: str) -> ModelShape:
     return from_config(config_from_hf_dict(d, name))
 
 
+# presets that mimic a published model: the name vLLM loads it by
+HF_NAMES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+            "qwen3-0.6b": "Qwen/Qwen3-0.6B", "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+            "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+            "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+            "qwen3-next-80b-a3b": "Qwen/Qwen3-Next-80B-A3B-Instruct"}
+_PRESET_OF = {hf: preset for preset, hf in HF_NAMES.items()}
+
+
 def shape_of(model: str) -> ModelShape:
-    """A preset (the engine's or a shape-only one) or a local directory / config.json.
-    ValueError naming what is wrong."""
+    """A preset (the engine's or a shape-only one), the published name a preset mimics
+    (HF_NAMES), or a local directory / config.json. ValueError naming what is wrong."""
+    model = _PRESET_OF.get(model, model)
     if model in PRESETS:
         return from_config(PRESETS[model])
     if model in SHAPE_ONLY:

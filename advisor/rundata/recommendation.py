@@ -45,15 +45,24 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Command:
-    """One process to start: its environment and argv."""
+    """One process to start: its environment and argv, and the host it runs on (None: the
+    one host, unnamed)."""
 
-    role: str  # collocated | prefill | decode | proxy | render | engine
+    role: str  # collocated | prefill | decode | proxy | render | engine | front
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    host: str | None = None
 
     def shell(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         return (env + " " if env else "") + shlex.join(self.argv)
+
+    def to_json(self) -> dict:
+        """As written: `host` only where one is named."""
+        out = asdict(self)
+        if self.host is None:
+            del out["host"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,7 @@ class Deployment:
 
     def to_json(self) -> dict:
         out = asdict(self)
-        out["plans"] = [{"placement": p.placement, "commands": [asdict(c) for c in p.commands],
+        out["plans"] = [{"placement": p.placement, "commands": [c.to_json() for c in p.commands],
                          "shell": p.shell, "notes": p.notes} for p in self.plans]
         return out
 

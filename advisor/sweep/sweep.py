@@ -9,8 +9,8 @@ import dataclasses
 from functools import partial
 from pathlib import Path
 
-from advisor.decide import deploy
 from advisor.decide.table import recommend
+from advisor.deploy.advice import from_evidence
 from advisor.errors import UsageError
 from advisor.goodput.evidence import build_evidence, write_summary
 from advisor.goodput.placements import Placement, on_p2p, p2p_evidence
@@ -98,7 +98,7 @@ def _decide(state: SweepState, placements: list[Placement], run_dir: RunDir,
         evidence.workload.mean_prompt_tokens, ran))
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
-    rec = dataclasses.replace(rec, deploy=deploy.from_evidence(rec, evidence, state.opts.model))
+    rec = dataclasses.replace(rec, deploy=from_evidence(rec, evidence, state.opts.model))
     run_dir.write_recommendation(rec)
     write_summary(run_dir, placements, state.done)
     if report:
