@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.measure.prom import kv_blocks_in_use, scrape_text
 from engine.core.config import EngineConfig
@@ -79,3 +80,11 @@ def post_stream(url: str, body: dict, path: str) -> list[dict]:
 def blocks_in_use(instance: str) -> float:
     """KV blocks an engine instance (base URL) has in use, from its /metrics."""
     return kv_blocks_in_use(scrape_text([instance + "/metrics"]))
+
+
+def counter(url: str, name: str) -> float:
+    """A Prometheus counter's total (every sample of `name`_total) at `url`/metrics."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name + "_total")

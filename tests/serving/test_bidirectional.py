@@ -7,12 +7,12 @@ import time
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine.core.sequence import SamplingParams
 from engine.llm import LLM
 from engine.serve.launch import Topology, launch
 from tests.engine.helpers import random_prompts
+from tests.serving.helpers import counter
 
 pytestmark = pytest.mark.integration
 
@@ -24,13 +24,6 @@ def _post(url: str, body: dict, cid: str, path="/v1/completions") -> dict:
                                  {"Content-Type": "application/json", "X-Conversation-Id": cid})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
-
-
-def _counter(instance: str, name: str) -> float:
-    with urllib.request.urlopen(instance + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name + "_total")
 
 
 def conversation(url: str | LLM, cid: str, seed: int = 0, edit_turn: int | None = None):
@@ -70,10 +63,10 @@ def test_turns_after_the_first_compute_only_their_new_tokens(reference, connecto
     with launch(topo) as d:
         pre = d.instance_urls["prefill"][0]
         outs = conversation(d.url, "c1")
-        computed = _counter(pre, "engine:prefill_tokens_computed")
-        reused = _counter(pre, "engine:prefill_tokens_reused")
+        computed = counter(pre, "engine:prefill_tokens_computed")
+        reused = counter(pre, "engine:prefill_tokens_reused")
         edited = conversation(d.url, "c2", edit_turn=3)
-        mismatch = _counter(pre, "engine:kv_reuse_mismatch_tokens")
+        mismatch = counter(pre, "engine:kv_reuse_mismatch_tokens")
     assert outs == reference[0] and edited == reference[1]
     first_prompt = outs[0][1]
     # turn 1: the whole prompt; turns 2..N: the reply's last token (sampled, never computed
@@ -88,7 +81,7 @@ def test_plain_pd_recomputes_every_turn_with_the_same_output(reference):
     with launch(Topology(mode="disagg", model="tiny", dtype="float32")) as d:
         pre = d.instance_urls["prefill"][0]
         outs = conversation(d.url, "c1")
-        computed = _counter(pre, "engine:prefill_tokens_computed")
+        computed = counter(pre, "engine:prefill_tokens_computed")
     assert outs == reference[0]
     assert computed > outs[0][1] + (TURNS - 1) * (1 + NEW)  # more than bidirectional's
 
@@ -139,7 +132,7 @@ def _chat_on(topo: Topology, template: str | None) -> tuple[list[str], float]:
     with launch(topo) as d:
         replies = chat(d.url, "c1")
         pre = d.instance_urls.get("prefill")
-        return replies, _counter(pre[0], "engine:kv_reuse_mismatch_tokens") if pre else 0.0
+        return replies, counter(pre[0], "engine:kv_reuse_mismatch_tokens") if pre else 0.0
 
 
 @pytest.mark.slow  # three or four deployments per template, six chat turns each

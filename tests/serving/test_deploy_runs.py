@@ -4,18 +4,15 @@ bidirectional P/D with the project's proxy, every printed line started as printe
 the flags it shares). The answers are token-identical to a collocated server's, and in the
 bidirectional deployment turn 3's prefill computes only its new tokens."""
 
-import json
 import os
 import re
 import shlex
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.rundata.evidence import Evidence, PlacementEvidence, SloEvidence, WorkloadEvidence
 from advisor.rundata.recommendation import Recommendation
@@ -23,6 +20,7 @@ from advisor.rundata.rundir import RunDir
 from engine.serve.processes import free_port, wait_healthy
 from tests.cli import advisor
 from tests.engine.helpers import random_prompts
+from tests.serving.helpers import counter, post
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # four servers, ~10-20 s a case
 
@@ -86,20 +84,6 @@ def _as_run(argv: list[str]) -> list[str]:
     raise AssertionError(f"an unexpected command was printed: {argv}")
 
 
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
-
-
-def _counter(url: str, name: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name + "_total")
-
-
 def _conversation(url: str, cid: str | None) -> list[tuple[list[int], int]]:
     """TURNS completion turns, each prompt the last one, its reply and NEW tokens; every
     turn's output and prompt length."""
@@ -108,7 +92,9 @@ def _conversation(url: str, cid: str | None) -> list[tuple[list[int], int]]:
     for k in range(TURNS):
         body = {"model": "tiny", "prompt": prompt, "max_tokens": OUT, "temperature": 0,
                 "ignore_eos": True, **({"conversation_id": cid} if cid else {})}
-        ids = _post(url, body)["choices"][0]["token_ids"]
+        status, answer = post(url, body)
+        assert status == 200, answer
+        ids = answer["choices"][0]["token_ids"]
         outs.append((ids, len(prompt)))
         prompt = prompt + ids + news[k]
     return outs
@@ -138,10 +124,10 @@ def test_the_printed_pd_commands_run_and_answer_as_collocated(tmp_path, action):
         wait_healthy(collocated, procs[-1], 120)
         proxy, prefiller = f"http://127.0.0.1:{base + 192}", f"http://127.0.0.1:{base + 100}"
         first = _conversation(proxy, "c1")
-        before = {n: _counter(prefiller, n) for n in ("engine:prefill_tokens_computed",
+        before = {n: counter(prefiller, n) for n in ("engine:prefill_tokens_computed",
                                                       "engine:prefill_tokens_reused")}
         third = _conversation(proxy, "c2")[2]
-        after = {n: _counter(prefiller, n) - v for n, v in before.items()}
+        after = {n: counter(prefiller, n) - v for n, v in before.items()}
         reference = _conversation(collocated, None)
     finally:
         for p in procs:
