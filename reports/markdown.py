@@ -60,4 +60,17 @@ def render(data: Report, figures: list[Figure]) -> str:
     if data.cores_note:
         lines += ["", _cell(data.cores_note)]
     lines += ["", "## Setup", ""] + [f"- **{k}**: {_cell(v)}" for k, v in data.setup]
+    if data.p2p:
+        lines += _p2p(data.p2p)
     return "\n".join(lines) + "\n"
+
+
+def _p2p(p2p) -> list[str]:
+    """The P2P read matrix as a table, then the pairs the placement used."""
+    lines = ["", "### P2P read matrix" + (f" ({p2p.source})" if p2p.source else ""), "",
+             "| | " + " | ".join(p2p.gpus) + " |", "|" + "---|" * (len(p2p.gpus) + 1)]
+    lines += ["| " + g + " | " + " | ".join(row) + " |" for g, row in zip(p2p.gpus, p2p.status)]
+    if p2p.used or p2p.placed:
+        lines += ["", f"P->D pairs used: {', '.join(p2p.used) or 'unknown'}"
+                  + (f" ({p2p.placed})" if p2p.placed else "")]
+    return lines

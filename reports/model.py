@@ -102,8 +102,14 @@ class TableRow:
 
 @dataclass(frozen=True)
 class P2P:
+    """The GPUs' P2P read matrix, and what a placement made of it: the P->D pairs its KV
+    crosses (`GPU0->GPU2 OK`) and how they were chosen, where known."""
+
     gpus: list[str]
     status: list[list[str]]
+    source: str | None = None
+    used: list[str] = field(default_factory=list)
+    placed: str | None = None
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def load(path: str | Path) -> Report:
 def _report(data: _Read) -> Report:
     cfg = (data.manifest or {}).get("config") or {}
     title = f"{cfg.get('workload', 'workload')} on {cfg.get('model', 'a model')}"
-    p2p = ((data.manifest or {}).get("probe") or {}).get("p2p")
+    p2p = _p2p(data)
     columns, rows = table(data)
     kv_ms, kv_share = _kv_transfers(data.runs)
     return Report(
@@ -104,8 +104,20 @@ def _report(data: _Read) -> Report:
         advice=_advice(data.recommendation), problems=data.problems, emulated=data.emulated,
         created=(data.manifest or {}).get("created"), columns=columns, rows=rows,
         cores_note=cores_note(data), setup=setup(data),
-        p2p=model.P2P(p2p["gpus"], p2p["status"]) if p2p else None,
+        p2p=p2p,
         kv_transfer_ms=kv_ms, kv_transfer_share=kv_share, timeline_rate=_timeline_rate(data))
+
+
+def _p2p(data: _Read) -> model.P2P | None:
+    """The P2P matrix the evidence carries, with the pairs the placement used; else the one
+    the manifest's probe recorded (run directories from before the evidence had it)."""
+    ev = data.evidence.p2p if data.evidence else None
+    if ev is not None:
+        return model.P2P(ev.gpus, ev.status, ev.source,
+                         [f"GPU{p.prefill_gpu}->GPU{p.decode_gpu} {p.status}" for p in ev.used],
+                         ev.placed)
+    probe = ((data.manifest or {}).get("probe") or {}).get("p2p")
+    return model.P2P(probe["gpus"], probe["status"]) if probe else None
 
 
 def _series(data: _Read) -> list[model.Series]:

@@ -117,10 +117,9 @@ def test_with_p2p_the_same_case_is_disaggregate(tmp_path):
     assert "--kv-transfer-config" in json.dumps(rec["deploy"])
 
 
-@pytest.mark.slow  # a plan, ~5 s
+@pytest.mark.slow  # a plan with its report, ~8 s
 def test_a_matrix_without_p2p_plans_as_no_p2p_and_the_advice_names_the_pair(tmp_path):
-    o = PlanOptions(**GUIDE, p2p_matrix=str(FIX / "p2p_2gpu_ansi.txt"), out=str(tmp_path),
-                    report=False)
+    o = PlanOptions(**GUIDE, p2p_matrix=str(FIX / "p2p_2gpu_ansi.txt"), out=str(tmp_path))
     rec = run_plan(o).to_json()
     assert rec["action"] == "fix-transfer"
     said = " ".join(rec["reasons"])
@@ -130,6 +129,10 @@ def test_a_matrix_without_p2p_plans_as_no_p2p_and_the_advice_names_the_pair(tmp_
     p2p = json.loads((run_dir / "evidence.json").read_text())["p2p"]
     assert p2p["used"] == [{"prefill_gpu": 0, "decode_gpu": 1, "status": "CNS"}]
     assert 450 < p2p["kv_mb"] < 480 and p2p["source"].endswith("p2p_2gpu_ansi.txt")
+    md = (run_dir / "report.md").read_text()  # the report shows the matrix and the pair
+    assert "### P2P read matrix" in md and "| GPU0 | X | CNS |" in md
+    assert "P->D pairs used: GPU0->GPU1 CNS (no GPU pair here has P2P" in md
+    assert "GPU0-&gt;GPU1 CNS" in (run_dir / "report.html").read_text()
 
 
 @pytest.mark.slow  # the L40S plan above
