@@ -162,8 +162,8 @@ def _kv(opts, run_dir: RunDir, dis, outcomes: list[Outcome]) -> KVTransferEviden
     return KVTransferEvidence(
         mean_ms=v["mean_ms"], p90_ms=v["p90_ms"], gbps=v["gbps"], transfers=t.count,
         bytes_per_token=per_token, connector=opts.connector if opts.bundled else None,
-        p2p=("see manifest probe" if opts.device.startswith("cuda") or not opts.bundled
-             else "n/a: no GPU"),
+        p2p=("no P2P matrix read (no nvidia-smi here): --p2p-matrix FILE gives one"
+             if opts.device.startswith("cuda") or not opts.bundled else "n/a: no GPU"),
         emulated=dis.emulated, failures=t.failures, expired=t.expired,
         overhead_ms=v["overhead_ms"], link=v["link"], verdict=v["verdict"])
 

@@ -104,6 +104,13 @@ def evidence(matrix: P2PMatrix, source: str, placed: GpuPlacement | None,
         host_staged_source=HOST_STAGED.source if kv_mb is not None else None)
 
 
+def summary(ev: P2PEvidence) -> str:
+    """One line: the P->D pairs used and their status, or that they are unknown."""
+    used = ", ".join(f"GPU{p.prefill_gpu}->GPU{p.decode_gpu} {p.status}" for p in ev.used)
+    return (f"{used} ({ev.source})" if used else
+            f"pairs used unknown; with P2P here: {pairs_text(ev.p2p_pairs)} ({ev.source})")
+
+
 def pairs_text(pairs: list[list[int]]) -> str:
     """`GPU0-GPU2, GPU1-GPU3`, or `none`."""
     return ", ".join(f"GPU{a}-GPU{b}" for a, b in pairs) or "none"

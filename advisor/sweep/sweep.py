@@ -19,6 +19,7 @@ from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.measure.stats import DEFAULT_SLO, parse_percentiles
 from advisor.output import console
 from advisor.output.progress import progress_bars
+from advisor.probe import p2p_pairs
 from advisor.probe.p2p import P2PMatrix
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.evidence import Calibration
@@ -93,9 +94,12 @@ def _decide(state: SweepState, placements: list[Placement], run_dir: RunDir,
                               state.calibration, state.prompt_tokens, stopped)
     manifest = run_dir.read_manifest()
     ran = (manifest.get("dtype") or {}).get("ran") or state.opts.dtype
-    evidence = dataclasses.replace(evidence, p2p=p2p_evidence(
-        placements, manifest.get("probe") or {}, state.opts.model,
-        evidence.workload.mean_prompt_tokens, ran))
+    p2p = p2p_evidence(placements, manifest.get("probe") or {}, state.opts.model,
+                       evidence.workload.mean_prompt_tokens, ran)
+    kv = evidence.kv_transfer
+    if p2p is not None and kv is not None:
+        kv = dataclasses.replace(kv, p2p=p2p_pairs.summary(p2p))
+    evidence = dataclasses.replace(evidence, p2p=p2p, kv_transfer=kv)
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
     rec = dataclasses.replace(rec, deploy=from_evidence(rec, evidence, state.opts.model))

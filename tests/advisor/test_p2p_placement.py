@@ -13,7 +13,7 @@ from advisor.goodput.placements import on_p2p, p2p_evidence, parse_topologies
 from advisor.probe import p2p
 from advisor.probe.kvsize import kv_size
 from advisor.probe.links import HOST_STAGED
-from advisor.probe.p2p_pairs import evidence, place
+from advisor.probe.p2p_pairs import evidence, place, summary
 from advisor.rundata.evidence import (
     Evidence,
     KVTransferEvidence,
@@ -158,4 +158,6 @@ def test_a_sweep_puts_its_cuda_pd_on_p2p_pairs_and_its_evidence_says_which():
     url = SweepOptions(disagg_url="http://127.0.0.1:9", collocated_url="http://127.0.0.1:8")
     by_url = p2p_evidence(on_p2p(parse_topologies(url), m), probe, None, 500, "auto")
     assert by_url.used == [] and by_url.placed.startswith("unknown")
+    assert summary(ev) == "GPU0->GPU2 OK (topo.txt)"  # kv_transfer.p2p says it in a line
+    assert summary(by_url) == "pairs used unknown; with P2P here: GPU0-GPU2, GPU1-GPU3 (topo.txt)"
     assert p2p_evidence(placed, {"p2p": None}, "tiny", 500, "float32") is None
