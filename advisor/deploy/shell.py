@@ -7,7 +7,7 @@ from advisor.rundata.recommendation import Deployment
 
 
 def as_shell(deploy: Deployment) -> str:
-    """The script; `# NOTE:` lines say what it assumes."""
+    """The script, with what it assumes as comment lines."""
     lines = [f"# {deploy.model} on GPUs {','.join(map(str, deploy.gpus))}"]
     lines += [f"# NOTE: {n}" for n in deploy.notes]
     for plan in deploy.plans:
