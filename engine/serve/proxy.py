@@ -1,19 +1,13 @@
 """The front door of a topology: vLLM's P/D proxy protocol, or round-robin over replicas.
 
-disagg: prefill leg (non-streaming, max_tokens=1, do_remote_decode) to the next
-prefiller, then the original request plus the returned kv_transfer_params to the
-next decoder, streamed back as it comes. collocated: each request goes whole to
-the next replica. Upstream failures become OpenAI-style errors, never a hang. A tier
-that is down is served around: with no live prefiller the decoder prefills itself,
-with no live decoder a prefiller decodes too (the FALLBACK header says so).
-
-Bidirectional (a conversation's next turn reuses the KV its decoder kept) speaks both
-protocols: the bundled engine's (the decoder names the kept turn in a response header,
-the prefiller pulls it as `reuse`) and vLLM's (the decoder's last chunk carries its
-kv_transfer_params, sent to the next turn's prefiller with do_remote_decode, as vLLM's
-examples/disaggregated/disaggregated_serving/disagg_proxy_multiturn.py does).
-
-    python -m engine.serve.proxy --prefill URL ... --decode URL ... [--bidirectional]
+disagg: prefill leg (non-streaming, max_tokens=1, do_remote_decode) to the next prefiller,
+then the request with the returned kv_transfer_params to the next decoder, streamed back as
+it comes. collocated: each request whole to the next replica. Upstream failures become
+OpenAI-style errors, never a hang; a tier that is down is served around (the FALLBACK
+header says so). Bidirectional transfer speaks the bundled engine's protocol (a header
+names the decoder's kept turn) and vLLM's (its decoder's last chunk carries
+kv_transfer_params for the next turn's prefiller, as vLLM's disagg_proxy_multiturn.py
+does). `advisor proxy` runs it.
 """
 
 from __future__ import annotations
