@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -89,13 +90,43 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# a flag or config key whose value is a secret: --api-key, --hf-token, client_secret, ...
+# (a name ending in the word, so that max_num_batched_tokens is none)
+_SECRET = re.compile(r"(^|[-_])(key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def redacted_argv(argv: list[str]) -> list[str]:
+    """`argv` with the value of every secret flag (`--api-key K`, `--api-key=K`) replaced."""
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            out.append(REDACTED)
+            hide = False
+        elif a.startswith("-") and _SECRET.search(a.split("=", 1)[0].lstrip("-")):
+            if "=" in a:
+                out.append(a.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                out.append(a)
+                hide = True
+        else:
+            out.append(a)
+    return out
+
+
+def redacted_config(config: dict) -> dict:
+    """`config` with every secret-named key's value (where set) replaced."""
+    return {k: (REDACTED if v is not None and _SECRET.search(k) else v)
+            for k, v in config.items()}
+
+
 def manifest(seed: int, config: dict, argv: list[str] | None = None) -> dict:
-    """Versions, host, config, seed and command line of a run."""
+    """Versions, host, config, seed and command line of a run, secrets redacted."""
     return {
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": argv if argv is not None else sys.argv,
+        "command": redacted_argv(list(argv if argv is not None else sys.argv)),
         "seed": seed,
-        "config": config,
+        "config": redacted_config(config),
         "versions": {"python": platform.python_version(), "advisor": _version("advisor"),
                      "git_commit": _git_commit(),
                      **{d: _version(d) for d in ("torch", "numpy", "aiohttp", "pandas")}},
