@@ -15,7 +15,7 @@ def sweep_command(opts: SweepOptions, resume: str | None = None, report: bool = 
         opts = merged(opts, opts.config)
     run_dir = None
     if resume:  # a resumed sweep takes its run directory's options
-        run_dir, opts = resumed(resume, opts.api_key)
+        run_dir, opts = resumed(resume, opts)
     else:
         opts.check()
     from advisor.sweep.sweep import run_sweep  # NOTE: loads torch: bad flags answer first

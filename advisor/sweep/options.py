@@ -215,9 +215,11 @@ def collocated_instances(opts: SweepOptions) -> int:
     return tops[0].replicas if tops else 1
 
 
-def resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:
+def resumed(resume: str, given: SweepOptions) -> tuple[RunDir, SweepOptions]:
     """The run directory of an interrupted sweep and the options it ran with; RunDataError
-    names a missing or damaged one."""
+    names a missing or damaged one. Nothing read from it is run or trusted with a secret:
+    the commands that start its deployments come from the command line (`given`) alone,
+    and with an API key so do the URLs it is sent to; UsageError names a missing one."""
     try:
         run_dir = RunDir.existing(resume)
     except RunDataError as e:
@@ -230,6 +232,17 @@ def resumed(resume: str, api_key: str | None) -> tuple[RunDir, SweepOptions]:
     names = {f.name for f in fields(SweepOptions)}
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in names}
     opts = SweepOptions(**config)
+    for kind in ("collocated", "disagg"):
+        cmd, url = f"{kind}_cmd", f"{kind}_url"
+        if getattr(opts, cmd) and not getattr(given, cmd):
+            raise UsageError(f"--resume: this sweep started its deployment with --{kind}-cmd; "
+                             f"give --{kind}-cmd again (a run directory's commands are never "
+                             "run)")
+        if getattr(opts, url) and given.api_key and not getattr(given, url):
+            raise UsageError(f"--resume with an API key: give --{kind}-url again (the key "
+                             "goes only to URLs named on the command line)")
+        opts = replace(opts, **{cmd: getattr(given, cmd),
+                                url: getattr(given, url) or getattr(opts, url)})
     ran = (manifest.get("dtype") or {}).get("ran", opts.dtype)  # as the interrupted sweep ran
     return run_dir, replace(opts, dtype=ran, model=opts.model_to_run(),
-                            slo=opts.slo or DEFAULT_SLO, api_key=api_key)
+                            slo=opts.slo or DEFAULT_SLO, api_key=given.api_key)
