@@ -166,7 +166,7 @@ class Scheduler:
         if req.remote_decode:
             return FinishReason.REMOTE_DECODE
         p = req.params
-        if token in p.stop_token_ids or (not p.ignore_eos and token == self.eos_token_id):
+        if token in p.stop_set or (not p.ignore_eos and token == self.eos_token_id):
             return FinishReason.STOP
         if len(req.output_token_ids) >= p.max_tokens:
             return FinishReason.LENGTH

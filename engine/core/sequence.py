@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 SAMPLING_EPS = 1e-5  # a temperature below this is greedy (as vLLM): dividing by it overflows
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)  # what a torch.Generator can be seeded with
+MAX_STOP_TOKEN_IDS = 256  # per request: each generated token is checked against them
+MAX_LOGIT_BIAS = 1024  # per request: the sampler adds each to the logits every step
 
 
 @dataclass(frozen=True)
@@ -25,10 +27,13 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), OpenAI's
+    stop_set: frozenset[int] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "logit_bias", tuple(tuple(b) for b in self.logit_bias))
+        # NOTE: a set, so that the stop check per generated token is O(1) however many ids
+        object.__setattr__(self, "stop_set", frozenset(self.stop_token_ids))
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""
@@ -42,6 +47,12 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
             raise ValueError(f"seed must be a 64-bit signed integer, got {self.seed}")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"stop_token_ids holds at most {MAX_STOP_TOKEN_IDS} ids, got "
+                             f"{len(self.stop_token_ids)}")
+        if len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise ValueError(f"logit_bias holds at most {MAX_LOGIT_BIAS} entries, got "
+                             f"{len(self.logit_bias)}")
 
     @property
     def greedy(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.core.sequence import SamplingParams
+from engine.core.sequence import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplingParams
 
 
 class RequestError(ValueError):
@@ -141,6 +141,8 @@ def _tools(body: dict) -> tuple[list[dict] | None, str | dict]:
 
 def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
     bias = _typed(body, "logit_bias", (dict,), {}, what="an object of token id -> bias")
+    if len(bias) > MAX_LOGIT_BIAS:
+        raise RequestError(f"'logit_bias' holds at most {MAX_LOGIT_BIAS} entries", "logit_bias")
     out = []
     for k, v in bias.items():
         if (
@@ -217,6 +219,9 @@ def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
     prompt = "" if chat else _prompt(body)
     max_key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
     stop_ids = _typed(body, "stop_token_ids", (list,), [], what="a list of integers")
+    if len(stop_ids) > MAX_STOP_TOKEN_IDS:
+        raise RequestError(f"'stop_token_ids' holds at most {MAX_STOP_TOKEN_IDS} ids",
+                           "stop_token_ids")
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
         raise RequestError("'stop_token_ids' must be a list of integers", "stop_token_ids")
     top_k = _typed(body, "top_k", (int,), 0, lambda v: v >= -1, "an integer >= -1")
