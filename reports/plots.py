@@ -15,6 +15,9 @@ from matplotlib.collections import LineCollection
 
 from reports.model import Report, Series
 
+# NOTE: labels are run data, drawn as plain text: a name with $ in it is no mathtext formula
+matplotlib.rcParams["text.parse_math"] = False
+
 COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c",
           "render-split": "#9467bd"}
 

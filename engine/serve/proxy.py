@@ -82,8 +82,8 @@ class Proxy:
         await self.session.close()
 
     async def health(self, _req) -> web.Response:
-        return web.json_response({"status": "ok", "prefill": self.prefill_urls,
-                                  "decode": self.decode_urls})
+        """Up: nothing more (it is open without the key; the instances stay unnamed)."""
+        return web.json_response({"status": "ok"})
 
     async def models(self, _req) -> web.Response:
         try:

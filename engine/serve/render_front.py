@@ -80,8 +80,8 @@ class RenderFront:
         await self.session.close()
 
     async def health(self, _req) -> web.Response:
-        return web.json_response({"status": "ok", "role": "render-front",
-                                  "render": self.render_urls, "engine": self.engine_urls})
+        """Up: nothing more (it is open without the key; the upstreams stay unnamed)."""
+        return web.json_response({"status": "ok"})
 
     async def models(self, _req) -> web.Response:
         try:
