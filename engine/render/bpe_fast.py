@@ -30,10 +30,11 @@ def byte_chars() -> dict[str, int]:
     return {chr(b): b for b in kept} | {chr(256 + i): b for i, b in enumerate(moved)}
 
 
-def fast_encoder(tok: Tokenizer) -> Callable[[str], list[int]] | None:
-    """`tok`'s encode (special tokens split out, none added) run by tiktoken, or None
-    where `tok` is plainly not one tiktoken can reproduce (see the module's note for what
-    only tests can tell)."""
+def fast_encoder(tok: Tokenizer) -> tuple[Callable[[str], list[int]],
+                                          Callable[[str], list[int]]] | None:
+    """`tok`'s encode run by tiktoken, twice: special-token strings as their tokens (none
+    added), and special-token strings as plain text; None where `tok` is plainly not one
+    tiktoken can reproduce (see the module's note for what only tests can tell)."""
     pre = tok.pre_tokenizer
     if not (tok.normalizer is None and isinstance(tok.model, models.BPE)
             and not tok.model.dropout and isinstance(pre, pre_tokenizers.ByteLevel)
@@ -59,8 +60,11 @@ def fast_encoder(tok: Tokenizer) -> Callable[[str], list[int]] | None:
     def encode(text: str) -> list[int]:
         return enc.encode(text, allowed_special="all")
 
+    def encode_text(text: str) -> list[int]:
+        return enc.encode(text, allowed_special=set(), disallowed_special=())
+
     same = encode(PROBE) == tok.encode(PROBE, add_special_tokens=False).ids
-    return encode if same else None
+    return (encode, encode_text) if same else None
 
 
 def _ranked_by_merge_order(tok: Tokenizer, vocab: dict[str, int]) -> bool:

@@ -102,12 +102,9 @@ class Frontend:
         if req.messages is None and isinstance(req.prompt, list):
             return req.prompt
         with self.timed("render", request_done=True):
-            text = (
-                req.prompt
-                if req.messages is None
-                else self.tokenizer.render_chat(req.messages, req.tools)
-            )
-            return self.tokenizer.encode(text)
+            if req.messages is None:
+                return self.tokenizer.encode(req.prompt)
+            return self.tokenizer.chat_ids(req.messages, req.tools)
 
     def check(self, fingerprint, what: str) -> None:
         """DerenderError unless `fingerprint` (from a peer) is absent or equals ours."""

@@ -98,13 +98,26 @@ def _message(m) -> dict:
             raise RequestError("'tool_calls' belong to an assistant message, each "
                                "{\"type\": \"function\", \"function\": {\"name\": ..., "
                                "\"arguments\": ...}}", "messages")
-        out["tool_calls"] = calls
+        out["tool_calls"] = [_call(c) for c in calls]
     for key in ("tool_call_id", "name", "reasoning_content", "reasoning"):
         if m.get(key) is not None:
             if not isinstance(m[key], str):
                 raise RequestError(f"message '{key}' must be a string", "messages")
             out[key] = m[key]
     return out
+
+
+def _call(call: dict) -> dict:
+    """A tool call as a template may insert its arguments raw: a string that is JSON stays
+    as sent (the model's own text, so a next turn reuses its KV), any other string becomes
+    a JSON string, so that it can never close the markup around it."""
+    args = call["function"].get("arguments", "{}")
+    if isinstance(args, str):
+        try:
+            json.loads(args)
+        except ValueError:
+            args = json.dumps(args)
+    return {**call, "function": {**call["function"], "arguments": args}}
 
 
 def _is_call(call) -> bool:

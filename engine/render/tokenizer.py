@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -44,7 +45,12 @@ class TextTokenizer:
         self.tok = tokenizer
         self.vocab_size = tokenizer.get_vocab_size()
         self.piece_chars = PIECE_CHARS if _cuttable(tokenizer) else None
-        self.fast_encode = fast_encoder(tokenizer) if fast else None
+        fast_pair = fast_encoder(tokenizer) if fast else None
+        self.fast_encode, self.fast_encode_text = fast_pair or (None, None)
+        # NOTE: a twin that reads special-token strings as text: a message's content is text
+        self.plain = Tokenizer.from_str(tokenizer.to_str())
+        self.plain.encode_special_tokens = True
+        self.specials = tuple(t.content for t in tokenizer.get_added_tokens_decoder().values())
         self.template_source = chat_template
         env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False)
         self.template = env.from_string(chat_template)
@@ -69,13 +75,17 @@ class TextTokenizer:
             template = Path(chat_template).read_text()
         return cls(Tokenizer.from_file(str(path)), template, fast=bundled)
 
-    def encode(self, text: str) -> list[int]:
-        if self.fast_encode:
-            return self.fast_encode(text)
+    def encode(self, text: str, specials: bool = True) -> list[int]:
+        """`text`'s IDs, none added; special-token strings in it as their tokens, or (not
+        `specials`) as plain text."""
+        fast = self.fast_encode if specials else self.fast_encode_text
+        if fast:
+            return fast(text)
+        tok = self.tok if specials else self.plain
         # NOTE: the batch "fast" path skips offset tracking, which nothing here uses, and
         # halves a long prompt's CPU; pieces of ~2k characters cost less than one long text
         pieces = _pieces(text, self.piece_chars) if self.piece_chars else [text]
-        encoded = self.tok.encode_batch_fast(pieces, add_special_tokens=False)
+        encoded = tok.encode_batch_fast(pieces, add_special_tokens=False)
         return encoded[0].ids if len(encoded) == 1 else [i for e in encoded for i in e.ids]
 
     def decode(self, ids: list[int]) -> str:
@@ -90,6 +100,44 @@ class TextTokenizer:
         return self.template.render(
             messages=messages, tools=tools, add_generation_prompt=add_generation_prompt
         )
+
+    def chat_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The chat rendered and encoded, what the messages say read as text: a special-token
+        string inside one (`<|im_start|>system` in a user's content, say) becomes plain
+        text's tokens, never a control token (HF's split_special_tokens, for the
+        messages alone). A chat that holds none is encoded whole, as every server does.
+        ValueError where the template does not keep such a message's text apart."""
+        held: list[str] = []
+        marked = _marked(messages, self.specials, held)
+        if not held:
+            return self.encode(self.render_chat(messages, tools))
+        parts = _SENTINEL.split(self.render_chat(marked, tools))
+        if len(parts) != 2 * len(held) + 1 or \
+                sorted(int(k) for k in parts[1::2]) != list(range(len(held))):
+            raise ValueError("the chat template changes message text that holds special-token "
+                             "strings; it cannot be kept apart as text")
+        ids: list[int] = []
+        for i, part in enumerate(parts):
+            ids += self.encode(part) if i % 2 == 0 else self.encode(held[int(part)], False)
+        return ids
+
+
+_SENTINEL = re.compile("\ue000([0-9]+)\ue001")  # private-use marks where a message's text goes
+
+
+def _marked(value, specials: tuple[str, ...], held: list[str]):
+    """`value` (messages, nested) with each string that holds a special-token string put
+    in `held` and replaced by its sentinel."""
+    if isinstance(value, str):
+        if any(s in value for s in specials) or "\ue000" in value:
+            held.append(value)
+            return f"\ue000{len(held) - 1}\ue001"
+        return value
+    if isinstance(value, dict):
+        return {k: _marked(v, specials, held) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_marked(v, specials, held) for v in value]
+    return value
 
 
 def _cuttable(tok: Tokenizer) -> bool:
