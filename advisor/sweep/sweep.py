@@ -143,6 +143,8 @@ class Sweep(Steps):
         self.widen_slo = widen_slo  # the default SLO may be widened to fit this machine
         self.pcts = parse_percentiles(state.opts.percentiles)
         self.contexts: dict[str, int | None] = {}  # front URL -> its max_model_len
+        # a bundled instance's URL -> the key its deployment's instances require
+        self.keys: dict[str, str | None] = {}
 
     def deploy(self, p: Placement, stack: contextlib.ExitStack) -> Urls:
         """(front URL, every instance's /metrics, one instance's URL) of `p`, started (or,
@@ -155,6 +157,7 @@ class Sweep(Steps):
             return p.url, metric_urls(p), p.url
         dep = stack.enter_context(launch(p.topology))
         instances = [u for us in dep.instance_urls.values() for u in us]
+        self.keys.update(dict.fromkeys(instances, dep.instance_key))
         self._warm_up(dep.url)
         return dep.url, [u + "/metrics" for u in instances], (dep.instance_urls.get("both")
                                                                 or [dep.url])[0]
@@ -202,9 +205,10 @@ class Sweep(Steps):
         """Where requests go; the model as given for a deployment (nothing is asked), else
         the first the server lists (the bundled engine's served name)."""
         opts = self.state.opts
-        model = served_model(url, None if opts.bundled else opts.model, opts.api_key)
+        key = self.keys.get(url, opts.api_key)  # an instance of ours: its deployment's key
+        model = served_model(url, None if opts.bundled else opts.model, key)
         return Endpoint(url, model, path=CHAT if chat else COMPLETIONS, ignore_eos=True,
-                        timeout_s=REQUEST_TIMEOUT_S, api_key=opts.api_key)
+                        timeout_s=REQUEST_TIMEOUT_S, api_key=key)
 
     def _warm_up(self, url: str) -> None:
         """Two requests one at a time (first-call costs), with prompts no measured run uses:

@@ -1,7 +1,8 @@
 """A stand-in for vLLM's toy P/D proxy (`tests/v1/kv_connector/nixl_integration/
 toy_proxy_server.py` in vLLM's repository), written from its documented behaviour: no
 `/v1/models`, no `/metrics`; a prefill leg with `max_tokens: 1` and a remote decode asked
-for, then the decoder's stream relayed, labelled `application/json`.
+for, then the decoder's stream relayed, labelled `application/json`; `Authorization: Bearer
+$OPENAI_API_KEY` on both legs where that is set, as vLLM's proxies send it.
 
     python -m advisor.testing.toy_proxy --port 8192 --prefiller-ports 8100 --decoder-ports 8200"""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import uuid
 
 import aiohttp
@@ -20,10 +22,12 @@ ASK_REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False,
                      "remote_port": None}
 
 
-def make_app(prefillers: list[str], decoders: list[str]) -> web.Application:
-    """The proxy over `prefillers` and `decoders` (base URLs)."""
+def make_app(prefillers: list[str], decoders: list[str],
+             api_key: str | None = None) -> web.Application:
+    """The proxy over `prefillers` and `decoders` (base URLs), sending `api_key` to both."""
     app = web.Application(client_max_size=64 << 20)
     next_p, next_d = itertools.cycle(prefillers), itertools.cycle(decoders)
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     async def session(_app):
         app[SESSION] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
@@ -41,14 +45,14 @@ def make_app(prefillers: list[str], decoders: list[str]) -> web.Application:
         if "max_completion_tokens" in leg:
             leg["max_completion_tokens"] = 1
         async with app[SESSION].post(next(next_p) + path, json=leg,
-                                       headers={"X-Request-Id": rid}) as r:
+                                       headers={"X-Request-Id": rid, **auth}) as r:
             r.raise_for_status()
             returned = (await r.json()).get("kv_transfer_params")
         if returned:
             body["kv_transfer_params"] = returned
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         async with app[SESSION].post(next(next_d) + path, json=body,
-                                       headers={"X-Request-Id": rid}) as r:
+                                       headers={"X-Request-Id": rid, **auth}) as r:
             r.raise_for_status()
             await resp.prepare(req)
             async for chunk in r.content.iter_any():
@@ -83,7 +87,8 @@ def main() -> None:
     ap.add_argument("--decoder-ports", type=int, nargs="+", default=[8200])
     a = ap.parse_args()
     web.run_app(make_app([f"http://{a.prefiller_host}:{p}" for p in a.prefiller_ports],
-                         [f"http://{a.decoder_host}:{p}" for p in a.decoder_ports]),
+                         [f"http://{a.decoder_host}:{p}" for p in a.decoder_ports],
+                         os.environ.get("OPENAI_API_KEY")),
                 host=a.host, port=a.port, print=None)
 
 

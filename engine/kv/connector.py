@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import torch
 
+from engine.core import deployment
 from engine.core.kv_layout import KVLayout
 from engine.kv import frame
 from engine.kv.buffers import BufferPool
@@ -95,7 +96,8 @@ def release(params: dict) -> None:
     try:
         with connect(params) as sock:
             sock.sendall(frame.encode({"op": "release", "request_id": params["remote_request_id"],
-                                       "token": params.get("remote_request_token")}))
+                                       "token": params.get("remote_request_token"),
+                                       **deployment.admission()}))
             frame.read(sock)
     except (OSError, frame.FrameError):
         pass  # the lease frees them anyway
@@ -138,7 +140,7 @@ class KVConnector(ABC):
         with connect(params) as sock:
             sock.sendall(frame.encode({"op": "pull", "request_id": rid, "mode": self.name,
                                        "token": params.get("remote_request_token"),
-                                       "from": have}))
+                                       "from": have, **deployment.admission()}))
             header = frame.read(sock)
             if "error" in header:
                 raise frame.FrameError(f"prefill side refused the pull: {header['error']}")

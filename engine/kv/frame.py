@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 import zlib
 
 from engine.core.config import DTYPE_BYTES
@@ -18,6 +19,7 @@ MAGIC = b"AKV1"
 VERSION = 1
 MAX_HEADER_BYTES = 16 << 20  # token ids of a long prompt fit easily
 MAX_PAYLOAD_BYTES = 64 << 30
+MAX_BLOCK_SIZE = 1024  # tokens per block of a remote cache (vLLM's largest is 256)
 _PREFIX = struct.Struct("!4sHI")
 _CRC = struct.Struct("!I")
 
@@ -36,12 +38,23 @@ def encode(header: dict) -> bytes:
     return _PREFIX.pack(MAGIC, VERSION, len(body)) + body + _CRC.pack(zlib.crc32(body))
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    """Exactly n bytes. Memory grows with what arrives, never with what a peer announces:
-    a length prefix alone must not make us allocate it."""
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """Exactly n bytes, by `deadline` (time.monotonic()) where one is given. Memory grows
+    with what arrives, never with what a peer announces: a length prefix alone must not
+    make us allocate it."""
     buf = bytearray()
     while len(buf) < n:
-        piece = sock.recv(min(n - len(buf), 1 << 20))
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FrameError(f"too slow: {len(buf)} of {n} bytes by the deadline")
+            sock.settimeout(left)
+        try:
+            piece = sock.recv(min(n - len(buf), 1 << 20))
+        except TimeoutError:
+            if deadline is None:
+                raise
+            raise FrameError(f"too slow: {len(buf)} of {n} bytes by the deadline") from None
         if not piece:
             raise FrameError(f"connection closed after {len(buf)} of {n} bytes")
         buf += piece
@@ -72,17 +85,19 @@ def send_views(sock: socket.socket, views: list[memoryview]) -> None:
             views[i] = views[i][sent:]
 
 
-def read(sock: socket.socket, max_bytes: int = MAX_HEADER_BYTES) -> dict:
-    """Read one header frame of at most `max_bytes`; raise FrameError on any inconsistency."""
-    magic, version, length = _PREFIX.unpack(recv_exact(sock, _PREFIX.size))
+def read(sock: socket.socket, max_bytes: int = MAX_HEADER_BYTES,
+         deadline: float | None = None) -> dict:
+    """Read one header frame of at most `max_bytes`, whole by `deadline` (time.monotonic())
+    where one is given; raise FrameError on any inconsistency."""
+    magic, version, length = _PREFIX.unpack(recv_exact(sock, _PREFIX.size, deadline))
     if magic != MAGIC:  # NOTE: never echo what answered: the pull must not scan ports
         raise FrameError("the peer is not a KV side channel (bad magic)")
     if version != VERSION:
         raise FrameError(f"unsupported frame version {version}")
     if length > max_bytes:
         raise FrameError(f"header of {length} bytes exceeds the limit")
-    body = recv_exact(sock, length)
-    (crc,) = _CRC.unpack(recv_exact(sock, _CRC.size))
+    body = recv_exact(sock, length, deadline)
+    (crc,) = _CRC.unpack(recv_exact(sock, _CRC.size, deadline))
     if zlib.crc32(body) != crc:
         raise FrameError("header checksum mismatch")
     try:
@@ -127,6 +142,8 @@ def check_block_header(header: dict, shape: tuple[int, ...]) -> tuple[list[int],
             and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in cache_shape)):
         raise FrameError("header lacks the remote cache's shape")
     blocks, bs = cache_shape[2], cache_shape[3]
+    if bs > MAX_BLOCK_SIZE:  # NOTE: the buffer a pull takes is whole blocks of it
+        raise FrameError(f"block size {bs} exceeds {MAX_BLOCK_SIZE}")
     if (tuple(cache_shape[:2]) != shape[:2] or tuple(cache_shape[4:]) != shape[3:]
             or not isinstance(ids, list) or len(ids) != -(-shape[2] // bs)
             or not all(isinstance(b, int) and 0 <= b < blocks for b in ids)):

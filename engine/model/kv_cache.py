@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import secrets
 from multiprocessing import shared_memory
 
 import torch
+
+from engine.core import deployment
 
 # Names of the shared-memory caches this process created (a reader in the same
 # process must leave their resource-tracker registration alone).
@@ -30,6 +33,13 @@ def gather_blocks(data: torch.Tensor, block_ids: list[int], num_tokens: int,
     return padded.view(L, two, -1, *data.shape[-2:])[:, :, :num_tokens]
 
 
+def segment_name() -> str:
+    """A fresh shared-memory segment name, under the deployment's prefix inside one (a
+    decoder of the deployment maps no other: engine.core.deployment)."""
+    secret = deployment.current()
+    return (deployment.segment_prefix(secret) if secret else "adv") + secrets.token_hex(8)
+
+
 class KVCache:
     """All layers' K and V in fixed-size blocks.
 
@@ -50,7 +60,8 @@ class KVCache:
                 raise ValueError("a shared-memory KV cache must live on the CPU")
             numel = math.prod(shape)
             self._segment = shared_memory.SharedMemory(
-                create=True, size=numel * torch.empty((), dtype=dtype).element_size())
+                name=segment_name(), create=True,
+                size=numel * torch.empty((), dtype=dtype).element_size())
             LOCAL_SEGMENTS.add(self._segment.name)
             # NOTE: fresh shared-memory pages read as zeros, like torch.zeros below
             self.data = torch.frombuffer(self._segment.buf, dtype=dtype, count=numel).view(shape)

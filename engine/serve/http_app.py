@@ -13,6 +13,7 @@ import socket
 
 from aiohttp import web
 
+from engine.core import deployment
 from engine.core.config import API_KEY_ENV
 from engine.render.protocol import error_body
 
@@ -91,3 +92,24 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
         await stopped.wait()
     finally:
         await runner.cleanup()
+
+
+def health(request: web.Request, **body) -> web.Response:
+    """/health: `body` with status ok; asked `?proof=NONCE` inside a deployment, also the
+    proof that this process holds its secret (engine.core.deployment)."""
+    secret, nonce = deployment.current(), request.query.get("proof")
+    proof = {"proof": deployment.proof(secret, nonce)} if secret and nonce else {}
+    return web.json_response({"status": "ok", **body, **proof})
+
+
+def server_key(args: argparse.Namespace, internal: bool = True) -> str | None:
+    """The key a server requires: the user's API key (flag or environment), else, for a
+    process that serves only its deployment (`internal`), the deployment's instance key."""
+    secret = deployment.current()
+    return api_key_of(args) or (deployment.instance_key(secret) if internal and secret
+                                else None)
+
+
+def upstream_headers() -> dict[str, str]:
+    """What this process, a front, sends its deployment's instances (none outside one)."""
+    return deployment.upstream_headers(deployment.current())

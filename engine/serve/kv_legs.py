@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from engine.core import deployment
 from engine.core.llm_engine import RequestOutput
 from engine.kv import connector
 from engine.kv.connector import KVConnector
@@ -19,17 +20,26 @@ class DecodeLegs:
     that fails is answered, and when the prefiller's blocks go."""
 
     def __init__(self, kv_connector: KVConnector, runner, metrics: EngineMetrics,
-                 pull_hosts: tuple[str, ...], failure_policy: str):
+                 pull_hosts: tuple[str, ...], failure_policy: str,
+                 deployment_secret: bytes | None = None):
         self.connector, self.runner, self.metrics = kv_connector, runner, metrics
         self.pull_hosts = pull_hosts  # the side channels a decoder may pull from
         self.failure_policy = failure_policy  # "fail": a failed pull fails the request
+        self.secret = deployment_secret  # inside a deployment: pull only what it signed
+
+    def _trusted(self, kv: dict) -> None:
+        """ValueError unless `kv` may be pulled: well formed, from a host allowed, and
+        inside a deployment signed by it (a client cannot name where KV comes from)."""
+        connector.check_params(kv, self.pull_hosts)
+        if self.secret is not None and not deployment.verify(self.secret, kv):
+            raise ValueError("they are not signed by this deployment (or expired)")
 
     async def pull(self, kv: dict, prompt: list[int]):
         """The KV that `kv` (kv_transfer_params) names for `prompt`, pulled; None where the
         policy recomputes after a failed pull. Raises RequestError for parameters that
         name another host or request, or a failed pull under the "fail" policy."""
         try:
-            connector.check_params(kv, self.pull_hosts)
+            self._trusted(kv)
         except ValueError as e:
             raise RequestError(f"kv_transfer_params: {e}", "kv_transfer_params") from None
         try:
@@ -56,7 +66,7 @@ class DecodeLegs:
         if not isinstance(kv, dict) or not connector.can_pull(kv):
             return
         try:
-            connector.check_params(kv, self.pull_hosts)
+            self._trusted(kv)
         except ValueError:
             return
         release_soon(kv)

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from engine.core import deployment
 from engine.core.config import API_KEY_ENV, DTYPES
 from engine.serve.processes import free_port, spawn, stop, wait_healthy
 
@@ -52,6 +53,10 @@ class Topology:
     frontend_args: tuple[str, ...] = ()
     # NOTE: a secret: only the front checks it, handed over in its environment, never argv
     api_key: str | None = field(default=None, repr=False)
+    # the deployment's own secret (engine.core.deployment; None: drawn at launch), and
+    # whether its front serves only other processes of it (render-split's engines)
+    secret: str | None = field(default=None, repr=False)
+    internal: bool = False
 
     @property
     def num_instances(self) -> int:
@@ -113,6 +118,12 @@ class Deployment:
     url: str
     instance_urls: dict[str, list[str]]
     children: list[Child] = field(default_factory=list)
+    secret: str | None = field(default=None, repr=False)  # its processes' shared secret
+
+    @property
+    def instance_key(self) -> str | None:
+        """The bearer key its instances' HTTP ports require (None: they require none)."""
+        return deployment.instance_key(bytes.fromhex(self.secret)) if self.secret else None
 
     @property
     def processes(self) -> list[subprocess.Popen]:
@@ -157,18 +168,20 @@ def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
     the tier and the front are children too, so a supervisor restarts them as it does
     the engines. The render tier shares the engines' cores here; on a GPU host it would take
     CPU from the host's other work, which is what splitting it off elsewhere frees."""
-    inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None}
+    secret = t.secret or deployment.new()
+    inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None, "secret": secret,
+              "internal": True}
     with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines:
         tier = _module_child("render", "engine.serve.render_server", INTERNAL_HOST,
-                             free_port(INTERNAL_HOST), _internal_env(), _render_args(t))
+                             free_port(INTERNAL_HOST), _internal_env(secret), _render_args(t))
         front = _module_child("render front", "engine.serve.render_front", t.host,
-                              t.port or free_port(t.host), _front_env(t),
+                              t.port or free_port(t.host), _front_env(t, secret),
                               ["--render", tier.url, "--engine", engines.url])
         try:
             for child in (tier, front):
-                wait_healthy(child.url, child.start(), health_timeout)
+                wait_healthy(child.url, child.start(), health_timeout, bytes.fromhex(secret))
             yield Deployment(front.url, {**engines.instance_urls, "render": [tier.url]},
-                             [*engines.children, tier, front])
+                             [*engines.children, tier, front], secret)
         finally:
             stop([c.proc for c in (tier, front) if c.proc is not None])
 
@@ -178,13 +191,16 @@ def _render_args(t: Topology) -> list[str]:
     return ["--model", t.model, "--workers", str(t.render_workers), *t.frontend_args]
 
 
-def _internal_env() -> dict[str, str]:
-    """An instance's environment: this process's, without an API key (only the front checks)."""
-    return {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+def _internal_env(secret: str | None) -> dict[str, str]:
+    """An instance's environment: this process's, without an API key (only the front checks
+    one), with the deployment's secret (engine.core.deployment) where it has one."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (API_KEY_ENV, deployment.SECRET_ENV)}
+    return {**env, deployment.SECRET_ENV: secret} if secret else env
 
 
-def _front_env(t: Topology) -> dict[str, str]:
-    return {**_internal_env(), **({API_KEY_ENV: t.api_key} if t.api_key else {})}
+def _front_env(t: Topology, secret: str | None) -> dict[str, str]:
+    return {**_internal_env(secret), **({API_KEY_ENV: t.api_key} if t.api_key else {})}
 
 
 def _instance_args(t: Topology, role: str, port: int, device: str) -> list[str]:
@@ -215,10 +231,11 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
             t.host,
             health_timeout=health_timeout,
             port=t.port,
-            env=_front_env(t),
+            env=_front_env(t, None),  # a render tier alone is a front: no secret
         ) as url:
             yield Deployment(url, {"render": [url]})
         return
+    secret = t.secret or deployment.new()
     cores = list(t.cores or sorted(os.sched_getaffinity(0)))
     roles = (
         ["both"] * t.replicas
@@ -230,7 +247,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
     try:
         share = max(1, len(cores) // len(roles))
         for i, role in enumerate(roles):
-            env = _internal_env()
+            env = _internal_env(secret)
             mine = None
             device = t.instance_device(i, env)
             if device == "cpu":
@@ -243,7 +260,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
             children[-1].start()
             urls[role].append(url)
         for c in children:
-            wait_healthy(c.url, c.proc, health_timeout)
+            wait_healthy(c.url, c.proc, health_timeout, bytes.fromhex(secret))
         port = t.port or free_port(t.host)
         front = [
             "-m",
@@ -257,9 +274,10 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         ]
         if urls["prefill"]:
             front += ["--prefill", *urls["prefill"], *(["--bidirectional"] * t.bidirectional)]
+        front += ["--internal"] * t.internal
         url = f"http://{t.host}:{port}"
-        children.append(Child(f"front {url}", url, front, None, _front_env(t)))
-        wait_healthy(url, children[-1].start(), health_timeout)
-        yield Deployment(url, {k: v for k, v in urls.items() if v}, children)
+        children.append(Child(f"front {url}", url, front, None, _front_env(t, secret)))
+        wait_healthy(url, children[-1].start(), health_timeout, bytes.fromhex(secret))
+        yield Deployment(url, {k: v for k, v in urls.items() if v}, children, secret)
     finally:
         stop([c.proc for c in children if c.proc is not None])

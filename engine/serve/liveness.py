@@ -4,17 +4,22 @@ instance that has stopped (SIGSTOP, a hung host) or died, and none is sent to on
 One task asks every instance's /health each CHECK_EVERY_S. After MISSES failed checks in
 a row an instance is down: it is left out of the rotation (ejected), and the requests in
 flight to it are cancelled, marked, so their handlers answer 502 at once. It is back in
-the rotation at its first good answer. Nothing runs per request or per token chunk.
+the rotation at its first good answer. Nothing runs per request or per token chunk. Inside
+a deployment an answer is good only with the proof of holding its secret: a process that
+took a dead instance's port is never routed to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
+
+from engine.core import deployment
 
 CHECK_EVERY_S = 1.0
 CHECK_TIMEOUT_S = 2.0
@@ -29,8 +34,9 @@ class UpstreamDown(Exception):
 class Liveness:
     """The instances' health, over one aiohttp session (a getter: it starts later)."""
 
-    def __init__(self, session: Callable[[], aiohttp.ClientSession], urls: list[str]):
-        self._session, self.urls = session, list(dict.fromkeys(urls))
+    def __init__(self, session: Callable[[], aiohttp.ClientSession], urls: list[str],
+                 secret: bytes | None = None):
+        self._session, self.urls, self.secret = session, list(dict.fromkeys(urls)), secret
         self.down: set[str] = set()
         self._misses = dict.fromkeys(self.urls, 0)
         self._waiting: dict[str, set[asyncio.Task]] = {u: set() for u in self.urls}
@@ -111,9 +117,14 @@ class Liveness:
                         task.cancel()
 
     async def _alive(self, base_url: str) -> bool:
+        nonce = secrets.token_hex(8) if self.secret else None
         try:
             timeout = aiohttp.ClientTimeout(total=CHECK_TIMEOUT_S)
-            async with self._session().get(base_url + "/health", timeout=timeout) as r:
-                return r.status == 200
-        except (TimeoutError, aiohttp.ClientError):
+            async with self._session().get(base_url + "/health", timeout=timeout,
+                                           params={"proof": nonce} if nonce else None) as r:
+                if r.status != 200 or nonce is None:
+                    return r.status == 200
+                said = (await r.json(content_type=None)).get("proof")
+                return said == deployment.proof(self.secret, nonce)
+        except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
             return False

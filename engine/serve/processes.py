@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import http.client
+import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -17,6 +19,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+from engine.core import deployment
 
 _PR_SET_PDEATHSIG = 1
 
@@ -82,19 +86,29 @@ def log_tail(proc: subprocess.Popen, nbytes: int = 2000) -> str:
     return proc.log.read().decode(errors="replace")
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    """Return once `url`/health answers 200; LaunchError if `proc` exits or time runs out."""
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float,
+                 secret: bytes | None = None) -> None:
+    """Return once `url`/health answers 200 (inside a deployment, with the proof that only
+    one of its processes can give); LaunchError if `proc` exits, another process answers
+    at its port, or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LaunchError(f"instance {url} exited with code {proc.returncode}: "
                               f"{log_tail(proc)}")
+        nonce = secrets.token_hex(8)
+        asked = f"{url}/health?proof={nonce}" if secret else f"{url}/health"
         # NOTE: an HTTPException is something other than the child answering there, which
         # then fails to bind and exits, for the next pass to report
-        with contextlib.suppress(OSError, http.client.HTTPException), \
-                urllib.request.urlopen(url + "/health", timeout=1) as r:
-            if r.status == 200:
+        with contextlib.suppress(OSError, http.client.HTTPException, ValueError), \
+                urllib.request.urlopen(asked, timeout=1) as r:
+            if r.status == 200 and secret is None:
                 return
+            said = json.loads(r.read()).get("proof")
+            if r.status == 200 and said == deployment.proof(secret, nonce):
+                return
+            raise LaunchError(f"{url}: another process holds its port (it answered /health "
+                              "without this deployment's proof)")
         time.sleep(0.05)
     raise LaunchError(f"instance {url} not healthy after {timeout:.0f} s")
 

@@ -24,8 +24,16 @@ from collections import OrderedDict
 import aiohttp
 from aiohttp import web
 
+from engine.core import deployment
 from engine.render.protocol import RequestError, error_body, parse_json
-from engine.serve.http_app import KEPT_HEADER, add_api_key_flag, api_key_of, run_app
+from engine.serve.http_app import (
+    KEPT_HEADER,
+    add_api_key_flag,
+    health,
+    run_app,
+    server_key,
+    upstream_headers,
+)
 from engine.serve.liveness import Liveness, UpstreamDown
 from engine.serve.sse import EventTail, error_event, relay
 
@@ -58,7 +66,8 @@ class Proxy:
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.session: aiohttp.ClientSession | None = None
-        self.liveness = Liveness(lambda: self.session, self.prefill_urls + decode_urls)
+        self.liveness = Liveness(lambda: self.session, self.prefill_urls + decode_urls,
+                                 deployment.current())
         self.app = web.Application(client_max_size=64 << 20)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -73,7 +82,7 @@ class Proxy:
     async def _start(self, _app) -> None:
         # NOTE: no cap on upstream connections: streams whose clients stopped reading would
         # hold aiohttp's default 100 and leave every later request waiting
-        self.session = aiohttp.ClientSession(timeout=_TIMEOUT,
+        self.session = aiohttp.ClientSession(timeout=_TIMEOUT, headers=upstream_headers(),
                                              connector=aiohttp.TCPConnector(limit=0))
         self.liveness.start()
 
@@ -81,9 +90,9 @@ class Proxy:
         await self.liveness.close()
         await self.session.close()
 
-    async def health(self, _req) -> web.Response:
+    async def health(self, request: web.Request) -> web.Response:
         """Up: nothing more (it is open without the key; the instances stay unnamed)."""
-        return web.json_response({"status": "ok"})
+        return health(request)
 
     async def models(self, _req) -> web.Response:
         try:
@@ -294,9 +303,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bidirectional", action="store_true",
                     help="P/D: prefillers pull a conversation's earlier turns back from its "
                     "decoder and compute only the new tokens")
+    ap.add_argument("--internal", action="store_true",
+                    help="serve only the deployment's own processes: require its instance key")
     add_api_key_flag(ap)
     a = ap.parse_args(argv)
-    serve(a.decode, a.prefill, a.bidirectional, a.host, a.port, api_key_of(a))
+    serve(a.decode, a.prefill, a.bidirectional, a.host, a.port, server_key(a, a.internal))
 
 
 if __name__ == "__main__":

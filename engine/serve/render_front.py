@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from engine.render.protocol import RequestError, error_body, parse_json
-from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
+from engine.serve.http_app import add_api_key_flag, health, run_app, server_key, upstream_headers
 from engine.serve.sse import DONE, DataEvents, error_event, event, relay
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
@@ -73,15 +73,15 @@ class RenderFront:
         return next(self._engines)
 
     async def _start(self, _app) -> None:
-        self.session = aiohttp.ClientSession(timeout=_TIMEOUT,
+        self.session = aiohttp.ClientSession(timeout=_TIMEOUT, headers=upstream_headers(),
                                              connector=aiohttp.TCPConnector(limit=0))
 
     async def _stop(self, _app) -> None:
         await self.session.close()
 
-    async def health(self, _req) -> web.Response:
+    async def health(self, request: web.Request) -> web.Response:
         """Up: nothing more (it is open without the key; the upstreams stay unnamed)."""
-        return web.json_response({"status": "ok"})
+        return health(request)
 
     async def models(self, _req) -> web.Response:
         try:
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     try:
         front = RenderFront(a.render, a.engine)
-        asyncio.run(run_app(front.app, a.host, a.port, "render front", api_key_of(a)))
+        asyncio.run(run_app(front.app, a.host, a.port, "render front",
+                            server_key(a, internal=False)))
     except KeyboardInterrupt:
         pass
 

@@ -27,7 +27,7 @@ from engine.render.frontend import (
     frontend_config,
 )
 from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
-from engine.serve.http_app import add_api_key_flag, api_key_of, run_app
+from engine.serve.http_app import add_api_key_flag, health, run_app, server_key
 from engine.serve.metrics import frontend_registry
 from engine.serve.workers import Board, serve_workers
 
@@ -56,10 +56,9 @@ class RenderServer:
             web.post("/v1/chat/completions/derender", self.derender),
         ])
 
-    async def health(self, _req) -> web.Response:
+    async def health(self, request: web.Request) -> web.Response:
         worker = {"worker": self.worker, "pid": os.getpid()} if self.board else {}
-        return web.json_response({"status": "ok", "role": "render",
-                                  "fingerprint": self.frontend.fingerprint, **worker})
+        return health(request, role="render", fingerprint=self.frontend.fingerprint, **worker)
 
     async def models(self, _req) -> web.Response:
         return web.json_response({"object": "list", "data": [
@@ -239,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
         server = RenderServer(frontend_config(a), a.model, a.workers)
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.render_server: {e}") from None
-    key = api_key_of(a)
+    key = server_key(a)
 
     def run_worker(index: int, sock=None) -> None:
         server.worker = index

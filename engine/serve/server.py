@@ -12,6 +12,7 @@ import uuid
 
 from aiohttp import web
 
+from engine.core import deployment
 from engine.core.config import EngineConfig
 from engine.core.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.kv import connector, connectors
@@ -48,6 +49,7 @@ class EngineServer:
         frontend: FrontendConfig | None = None,
         pull_hosts: tuple[str, ...] = PULL_HOSTS,
     ):
+        self.deployment = deployment.current()  # None: a server started by hand
         self.connector = connectors.get(connector, link_emulation)
         self.pull_hosts = pull_hosts  # the side channels a decoder may pull from
         if connector == "cuda" and not config.device.startswith("cuda"):
@@ -69,11 +71,11 @@ class EngineServer:
         self.metrics.watch_pool(lambda: pool.num_free_blocks, pool.num_blocks,
                                 lambda: self.engine.held.expired_total)
         self.legs = DecodeLegs(self.connector, self.runner, self.metrics, pull_hosts,
-                               self.engine.config.kv_load_failure_policy)
+                               self.engine.config.kv_load_failure_policy, self.deployment)
         self.source = None
         if source:
             self.source = KVSource(self.engine.lend_kv, self._release, self.runner.cache,
-                                   self.runner.layout, kv_host, kv_port)
+                                   self.runner.layout, kv_host, kv_port, self.deployment)
         self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
         self.responder = Responder(self.frontend, self.model, self._held_kv_params)
         self.app = web.Application(client_max_size=64 << 20)
@@ -106,8 +108,14 @@ class EngineServer:
         self.aengine.submit(lambda: self.engine.release_kv(request_id))
 
     # ---- simple routes -------------------------------------------------------------------------
-    async def health(self, _req) -> web.Response:
-        return web.json_response({"status": "ok", "role": self.role})
+    async def health(self, request: web.Request) -> web.Response:
+        """Up; asked `?proof=NONCE` inside a deployment, also the proof of being one of its
+        instances (a process that took a dead instance's port cannot give it)."""
+        body = {"status": "ok", "role": self.role}
+        nonce = request.query.get("proof")
+        if nonce and self.deployment:
+            body["proof"] = deployment.proof(self.deployment, nonce)
+        return web.json_response(body)
 
     async def models(self, _req) -> web.Response:
         return web.json_response(
@@ -158,6 +166,9 @@ class EngineServer:
         kv = req.kv_transfer_params or {}
         pulled = reverse = None
         if self.role == "prefill" and isinstance(kv.get("reuse"), dict):  # an earlier turn's KV
+            if self.deployment and not deployment.verify(self.deployment, kv["reuse"]):
+                return _error(RequestError("kv_transfer_params.reuse is not signed by this "
+                                           "deployment", "kv_transfer_params"))
             reverse, mismatch = await conversations.pull_prefix(
                 self.connector, kv["reuse"], self.runner.layout, self.runner.device, prompt,
                 self.pull_hosts, self.engine.cached_prefix_len(prompt))
@@ -297,8 +308,9 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.server: {e}") from None
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}",
-                            api_key_of(a)))
+        key = api_key_of(a) or (deployment.instance_key(server.deployment)
+                                if server.deployment else None)
+        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}", key))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from engine.core import deployment
 from engine.serve.launch import Child, Deployment
 from engine.serve.processes import LaunchError, log_tail, wait_healthy
 
@@ -42,7 +43,7 @@ def _restart(child: Child) -> bool:
     """Start `child` again and wait until it is healthy; False when it failed to."""
     child.proc.log.close()
     try:
-        wait_healthy(child.url, child.start(), HEALTH_TIMEOUT_S)
+        wait_healthy(child.url, child.start(), HEALTH_TIMEOUT_S, deployment.current(child.env))
         return True
-    except LaunchError:
+    except LaunchError:  # NOTE: a port held by someone else is one: never routed to
         return False

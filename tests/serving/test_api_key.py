@@ -1,5 +1,6 @@
 """`--api-key` on the front: /v1/ and /inference/ need the bearer token, /health and
-/metrics do not, the internal instances never see it, and no process shows it in argv."""
+/metrics do not, the internal instances never see it (they want the deployment's own key
+instead, which only its processes hold), and no process shows either in argv."""
 
 import json
 import urllib.error
@@ -53,9 +54,13 @@ def test_the_front_wants_the_key_and_only_on_the_api(deployment):
     if "both" in d.instance_urls:
         assert call(d.url, path, KEY)[0] == 200
         (inner,) = d.instance_urls["both"]
-        assert call(inner, path, None)[0] == 200  # loopback-only instances: no key
+        for token in (None, KEY):  # the user's key opens the front, not the instances
+            assert call(inner, path, token)[0] == 401
+        assert call(inner, path, d.instance_key)[0] == 200
+        assert call(inner, "/health", None, data=None)[0] == 200
     for p in d.processes if d.children else []:
-        assert KEY not in Path(f"/proc/{p.pid}/cmdline").read_text()
+        argv = Path(f"/proc/{p.pid}/cmdline").read_text()
+        assert KEY not in argv and (d.secret is None or d.secret not in argv)
 
 
 def test_the_bench_client_sends_the_key(deployment):

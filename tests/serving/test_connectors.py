@@ -235,7 +235,7 @@ def test_the_side_channel_bounds_what_a_peer_can_make_it_hold(prefilled, monkeyp
 
     from engine.kv import source as source_mod
 
-    monkeypatch.setattr(source_mod, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(source_mod, "REQUEST_DEADLINE_S", 0.5)
     eng, source, rid = prefilled
     before = _rss_bytes()
     announce = struct.pack("!4sHI", frame.MAGIC, frame.VERSION, 16 << 20)
@@ -251,7 +251,7 @@ def test_the_side_channel_bounds_what_a_peer_can_make_it_hold(prefilled, monkeyp
         s.close()
     silent = socket.create_connection((source.host, source.port))
     silent.settimeout(5)
-    assert "timed out" in frame.read(silent)["error"]  # dropped after TIMEOUT_S, not held
+    assert "too slow" in frame.read(silent)["error"]  # dropped at its deadline, not held
     silent.close()
     # and it still serves a real pull
     got = connectors.get("tcp").pull(source.transfer_params(rid, []), eng.runner.layout)

@@ -29,7 +29,7 @@ def toy():
     """(toy proxy URL, prefiller URL, decoder URL) over a tiny 1P1D deployment."""
     with launch(Topology(mode="disagg", model="tiny", dtype="float32")) as d:
         pre, dec = d.instance_urls["prefill"][0], d.instance_urls["decode"][0]
-        with running_app(make_app([pre], [dec])) as url:
+        with running_app(make_app([pre], [dec], d.instance_key)) as url:
             yield url, pre, dec
 
 

@@ -15,6 +15,7 @@ from multiprocessing import resource_tracker, shared_memory
 
 import torch
 
+from engine.core import deployment
 from engine.core.config import DTYPE_BYTES
 from engine.kv import frame
 from engine.kv.connector import POOL, KVConnector
@@ -65,6 +66,9 @@ class ShmConnector(KVConnector):
         name = header.get("shm_name")
         if not isinstance(name, str):
             raise frame.FrameError("shm header lacks the shared cache's name")
+        secret = deployment.current()
+        if secret is not None and not name.startswith(deployment.segment_prefix(secret)):
+            raise frame.FrameError("the shared cache named is not one of this deployment's")
         ids, cache_shape = frame.check_block_header(header, shape)
         data = _map_cache(name, cache_shape, dtype)
         per_token = shape[0] * shape[1] * shape[3] * shape[4] * DTYPE_BYTES[dtype]
