@@ -8,6 +8,17 @@ from pathlib import Path
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPES = ("auto", *DTYPE_BYTES)  # what a user may ask for; auto is resolved before running
+BODY_BYTES_PER_TOKEN = 64  # a request body's bytes per context token at most: JSON, escapes
+BODY_FLOOR_BYTES = 1 << 20
+DEFAULT_BODY_BYTES = 64 << 20  # a front that does not know the model's context
+
+
+def max_body_bytes(context_tokens: int) -> int:
+    """The largest request body a model of `context_tokens` can need: one past it cannot
+    fit, and is refused (413) before it is read whole, let alone parsed."""
+    return max(BODY_FLOOR_BYTES, BODY_BYTES_PER_TOKEN * context_tokens)
+
+
 API_KEY_ENV = "ADVISOR_API_KEY"  # how the launcher hands a front its key (not argv: ps shows it)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,7 @@ class Frontend:
         self.fingerprint = h.hexdigest()[:16]
         # CPU seconds of this process's threads spent per stage, and requests per stage
         self.cpu_seconds = dict.fromkeys(STAGES, 0.0)
+        self._count_lock = threading.Lock()
         self.requests = dict.fromkeys(STAGES, 0)
 
     @property
@@ -94,8 +96,9 @@ class Frontend:
         try:
             yield
         finally:
-            self.cpu_seconds[stage] += time.thread_time() - start
-            self.requests[stage] += request_done
+            with self._count_lock:  # NOTE: large requests render on worker threads
+                self.cpu_seconds[stage] += time.thread_time() - start
+                self.requests[stage] += request_done
 
     def prompt_ids(self, req: ParsedRequest) -> list[int]:
         """The prompt's token IDs: a chat rendered and tokenized, text tokenized, IDs as given."""

@@ -14,8 +14,9 @@ import socket
 from aiohttp import web
 
 from engine.core import deployment
-from engine.core.config import API_KEY_ENV
+from engine.core.config import API_KEY_ENV, DEFAULT_BODY_BYTES
 from engine.render.protocol import error_body
+from engine.serve import connections
 
 # a decoder keeping a conversation's turn says where, as kv_transfer_params (JSON); only the
 # proxy reads it, and never passes it on to clients
@@ -66,22 +67,30 @@ async def json_errors(request: web.Request, handler):
         return web.json_response(body, status=e.status, headers=allow)
 
 
+def application(max_body: int = DEFAULT_BODY_BYTES, *middlewares) -> web.Application:
+    """An app whose every refusal, aiohttp's own included, is an OpenAI-style error body,
+    taking request bodies of up to `max_body` bytes (a larger one is a 413 before it is read
+    whole)."""
+    return web.Application(client_max_size=max_body, middlewares=[json_errors, *middlewares])
+
+
 async def run_app(app: web.Application, host: str, port: int, banner: str,
                   api_key: str | None = None, sock: socket.socket | None = None) -> None:
     """Serve `app` on host:port (or on `sock`, listening already) until cancelled or sent
     SIGTERM (behind `api_key` if given). Handlers are cancelled when their client
     disconnects, which is what aborts an abandoned request."""
-    app.middlewares.insert(0, json_errors)  # outermost: it sees every refusal
     if api_key:
         app.middlewares.append(require_api_key(api_key))
     # NOTE: a full collection over what torch and the model leave behind took ~150 ms, an ITL
     # spike to every request in flight, so the startup objects are frozen, as vLLM does
     gc.collect()
     gc.freeze()
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           keepalive_timeout=connections.IDLE_S)
     await runner.setup()
     site = web.SockSite(runner, sock) if sock else web.TCPSite(runner, host, port)
     await site.start()
+    watcher = asyncio.create_task(connections.watch(runner.server))
     print(f"{banner} ready on http://{host}:{sock.getsockname()[1] if sock else port}",
           flush=True)
     # NOTE: SIGTERM ends the server like Ctrl-C, so that the app's cleanup runs and a
@@ -91,6 +100,7 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     try:
         await stopped.wait()
     finally:
+        watcher.cancel()
         await runner.cleanup()
 
 

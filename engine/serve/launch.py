@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from engine.core import deployment
-from engine.core.config import API_KEY_ENV, DTYPES
+from engine.core.config import API_KEY_ENV, DTYPES, load_model_config, max_body_bytes
 from engine.serve.processes import free_port, spawn, stop, wait_healthy
 
 MODES = ("collocated", "disagg", "render", "render-split")
@@ -57,6 +57,11 @@ class Topology:
     # whether its front serves only other processes of it (render-split's engines)
     secret: str | None = field(default=None, repr=False)
     internal: bool = False
+
+    @property
+    def max_body(self) -> int:
+        """The largest request body its fronts take: what the model's context can need."""
+        return max_body_bytes(load_model_config(self.model).max_position_embeddings)
 
     @property
     def num_instances(self) -> int:
@@ -176,7 +181,8 @@ def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
                              free_port(INTERNAL_HOST), _internal_env(secret), _render_args(t))
         front = _module_child("render front", "engine.serve.render_front", t.host,
                               t.port or free_port(t.host), _front_env(t, secret),
-                              ["--render", tier.url, "--engine", engines.url])
+                              ["--render", tier.url, "--engine", engines.url,
+                               "--max-body-bytes", str(t.max_body)])
         try:
             for child in (tier, front):
                 wait_healthy(child.url, child.start(), health_timeout, bytes.fromhex(secret))
@@ -274,7 +280,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         ]
         if urls["prefill"]:
             front += ["--prefill", *urls["prefill"], *(["--bidirectional"] * t.bidirectional)]
-        front += ["--internal"] * t.internal
+        front += ["--internal"] * t.internal + ["--max-body-bytes", str(t.max_body)]
         url = f"http://{t.host}:{port}"
         children.append(Child(f"front {url}", url, front, None, _front_env(t, secret)))
         wait_healthy(url, children[-1].start(), health_timeout, bytes.fromhex(secret))

@@ -25,10 +25,12 @@ import aiohttp
 from aiohttp import web
 
 from engine.core import deployment
+from engine.core.config import DEFAULT_BODY_BYTES
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import (
     KEPT_HEADER,
     add_api_key_flag,
+    application,
     health,
     run_app,
     server_key,
@@ -57,7 +59,7 @@ class Proxy:
     """Round-robin over prefillers and decoders (disagg) or replicas (collocated)."""
 
     def __init__(self, decode_urls: list[str], prefill_urls: list[str] | None = None,
-                 bidirectional: bool = False):
+                 bidirectional: bool = False, max_body: int = DEFAULT_BODY_BYTES):
         self.prefill_urls, self.decode_urls = prefill_urls or [], decode_urls
         # bidirectional KV: conversation -> where its decoder kept the last turn, and in
         # whose protocol ("engine" or "vllm")
@@ -68,7 +70,7 @@ class Proxy:
         self.session: aiohttp.ClientSession | None = None
         self.liveness = Liveness(lambda: self.session, self.prefill_urls + decode_urls,
                                  deployment.current())
-        self.app = web.Application(client_max_size=64 << 20)
+        self.app = application(max_body)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
             web.get("/metrics", self.metrics),
@@ -193,11 +195,17 @@ class Proxy:
                     return web.Response(body=data, status=r.status, headers=headers,
                                         content_type="application/json")
                 return {**body, "kv_transfer_params": _handed_over(json.loads(data))}
-        except (TimeoutError, aiohttp.ClientError, ValueError, UpstreamDown) as e:
+        except TimeoutError as e:  # a prefiller that is slow (busy, a huge body) is not gone
+            return _err(f"prefill instance timed out: {e}", 502)
+        except (aiohttp.ClientConnectionError, UpstreamDown) as e:
+            # NOTE: the prefiller is gone (never reached, or dropped the connection): the
+            # request, idempotent, goes to the decoder; it is not resent on any other failure
             if isinstance(e, aiohttp.ClientConnectorError):
                 self.liveness.refused(base)
             headers[FALLBACK] = "decoder-prefills"
             return body
+        except (aiohttp.ClientError, ValueError) as e:
+            return _err(f"prefill instance failed: {type(e).__name__}: {e}", 502)
 
     async def _forward(self, request, url: str, body: dict, headers: dict) -> web.StreamResponse:
         try:
@@ -286,10 +294,11 @@ def _handed_over(prefilled: dict) -> dict | None:
 
 
 def serve(decode: list[str], prefill: list[str] | None = None, bidirectional: bool = False,
-          host: str = "127.0.0.1", port: int = 8192, api_key: str | None = None) -> None:
+          host: str = "127.0.0.1", port: int = 8192, api_key: str | None = None,
+          max_body: int = DEFAULT_BODY_BYTES) -> None:
     """Run the proxy in front of `prefill` and `decode` instances (only `decode`: a
     round-robin front over replicas) until interrupted or sent SIGTERM."""
-    proxy = Proxy(decode, prefill, bidirectional)
+    proxy = Proxy(decode, prefill, bidirectional, max_body)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_app(proxy.app, host, port, "proxy", api_key))
 
@@ -303,11 +312,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bidirectional", action="store_true",
                     help="P/D: prefillers pull a conversation's earlier turns back from its "
                     "decoder and compute only the new tokens")
+    ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_BODY_BYTES,
+                    help="a larger request body is a 413 before it is read whole")
     ap.add_argument("--internal", action="store_true",
                     help="serve only the deployment's own processes: require its instance key")
     add_api_key_flag(ap)
     a = ap.parse_args(argv)
-    serve(a.decode, a.prefill, a.bidirectional, a.host, a.port, server_key(a, a.internal))
+    serve(a.decode, a.prefill, a.bidirectional, a.host, a.port, server_key(a, a.internal),
+          a.max_body_bytes)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,16 @@ import json
 import aiohttp
 from aiohttp import web
 
+from engine.core.config import DEFAULT_BODY_BYTES
 from engine.render.protocol import RequestError, error_body, parse_json
-from engine.serve.http_app import add_api_key_flag, health, run_app, server_key, upstream_headers
+from engine.serve.http_app import (
+    add_api_key_flag,
+    application,
+    health,
+    run_app,
+    server_key,
+    upstream_headers,
+)
 from engine.serve.sse import DONE, DataEvents, error_event, event, relay
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
@@ -48,13 +56,14 @@ class RenderFront:
     their front) at `engine_urls`, each list taken in turn; a single URL stands for a
     list of one."""
 
-    def __init__(self, render_urls: str | list[str], engine_urls: str | list[str]):
+    def __init__(self, render_urls: str | list[str], engine_urls: str | list[str],
+                 max_body: int = DEFAULT_BODY_BYTES):
         self.render_urls = [u.rstrip("/") for u in _listed(render_urls)]
         self.engine_urls = [u.rstrip("/") for u in _listed(engine_urls)]
         self._renders, self._engines = (itertools.cycle(self.render_urls),
                                         itertools.cycle(self.engine_urls))
         self.session: aiohttp.ClientSession | None = None
-        self.app = web.Application(client_max_size=64 << 20)
+        self.app = application(max_body)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
             web.post("/v1/chat/completions", self.chat),
@@ -184,10 +193,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="the render servers' base URLs (taken in turn)")
     ap.add_argument("--engine", nargs="+", required=True,
                     help="the tokens-only engines' base URLs, or their front's (taken in turn)")
+    ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_BODY_BYTES,
+                    help="a larger request body is a 413 before it is read whole")
     add_api_key_flag(ap)
     a = ap.parse_args(argv)
     try:
-        front = RenderFront(a.render, a.engine)
+        front = RenderFront(a.render, a.engine, a.max_body_bytes)
         asyncio.run(run_app(front.app, a.host, a.port, "render front",
                             server_key(a, internal=False)))
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ import uuid
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from engine.core.config import DEFAULT_BODY_BYTES
 from engine.render.derender import DerenderError, StreamState
 from engine.render.frontend import (
     STAGES,
@@ -27,7 +28,7 @@ from engine.render.frontend import (
     frontend_config,
 )
 from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
-from engine.serve.http_app import add_api_key_flag, health, run_app, server_key
+from engine.serve.http_app import add_api_key_flag, application, health, run_app, server_key
 from engine.serve.metrics import frontend_registry
 from engine.serve.workers import Board, serve_workers
 
@@ -47,8 +48,8 @@ class RenderServer:
         else:
             self.registry = frontend_registry(_BoardTotals(self.board), served_model,
                                               process_cpu=lambda: self.board.total("process_s"))
-        self.app = web.Application(client_max_size=64 << 20,
-                                   middlewares=[self._publishing] if self.board else [])
+        self.app = application(DEFAULT_BODY_BYTES,
+                               *([self._publishing] if self.board else []))
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
             web.get("/metrics", self.prometheus),

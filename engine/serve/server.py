@@ -13,7 +13,7 @@ import uuid
 from aiohttp import web
 
 from engine.core import deployment
-from engine.core.config import EngineConfig
+from engine.core.config import EngineConfig, max_body_bytes
 from engine.core.llm_engine import KVImportError, LLMEngine, RequestOutput
 from engine.kv import connector, connectors
 from engine.kv.links import LinkEmulation, parse_emulation
@@ -23,12 +23,14 @@ from engine.render.frontend import Frontend, FrontendConfig, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve import conversations, vllm_args
 from engine.serve.async_engine import AsyncEngine
-from engine.serve.http_app import api_key_of, run_app
+from engine.serve.http_app import api_key_of, application, run_app
 from engine.serve.kv_legs import DecodeLegs
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
 from engine.serve.server_args import PULL_HOSTS, engine_config, parser
 from engine.serve.sse import DONE, event
+
+OFFLOAD_BYTES = 64 << 10  # a body past this is parsed and tokenized off the event loop
 
 
 def _error(e: RequestError) -> web.Response:
@@ -78,7 +80,7 @@ class EngineServer:
                                    self.runner.layout, kv_host, kv_port, self.deployment)
         self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
         self.responder = Responder(self.frontend, self.model, self._held_kv_params)
-        self.app = web.Application(client_max_size=64 << 20)
+        self.app = application(max_body_bytes(self.engine.max_model_len))
         self.app.add_routes(
             [
                 web.get("/health", self.health),
@@ -152,13 +154,16 @@ class EngineServer:
         arrival = time.monotonic()
         body = None
         try:
-            body = parse_json(await request.read())
+            raw = await request.read()
+            # NOTE: a large body is parsed and tokenized on a worker thread, so the event
+            # loop (and so /health, which liveness asks) keeps serving meanwhile
+            off_loop = len(raw) > OFFLOAD_BYTES
+            body = await asyncio.to_thread(parse_json, raw) if off_loop else parse_json(raw)
             if tokens_only:
                 self.frontend.check(body.get("fingerprint"), "this request")
                 body = tokens_request(body, self.model)
-            req = parse_request(body, chat, self.model)
-            prompt = self._handed_ids(req) or self.frontend.prompt_ids(req)
-            self.engine.validate(prompt, req.params)
+            req, prompt = (await asyncio.to_thread(self._checked, body, chat) if off_loop
+                           else self._checked(body, chat))
         except (RequestError, ValueError) as e:
             if self.role == "decode":
                 self.legs.refused(body)
@@ -210,6 +215,14 @@ class EngineServer:
             return await self._complete(ctx, first, stream)
         finally:  # NOTE: on every way out (a cancelled handler too) the prefiller's KV goes
             self.legs.done(ctx)
+
+    def _checked(self, body: dict, chat: bool):
+        """(parsed request, prompt IDs) of a request body, checked against the engine;
+        RequestError or ValueError naming what is wrong."""
+        req = parse_request(body, chat, self.model)
+        prompt = self._handed_ids(req) or self.frontend.prompt_ids(req)
+        self.engine.validate(prompt, req.params)
+        return req, prompt
 
     def _handed_ids(self, req) -> list[int] | None:
         """On a decoder: the prompt's token IDs that the proxy handed over from the prefill

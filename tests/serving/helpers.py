@@ -52,11 +52,12 @@ def running_app(app: web.Application):
         thread.join(10)
 
 
-def post(url: str, body, path: str = "/v1/completions", raw: bytes | None = None):
-    """POST JSON; return (status, parsed body)."""
+def post(url: str, body, path: str = "/v1/completions", raw: bytes | None = None,
+         headers: dict[str, str] | None = None):
+    """POST JSON (with any extra `headers`); return (status, parsed body)."""
     data = raw if raw is not None else json.dumps(body).encode()
     req = urllib.request.Request(
-        url + path, data=data, headers={"Content-Type": "application/json"}
+        url + path, data=data, headers={"Content-Type": "application/json", **(headers or {})}
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
@@ -65,10 +66,12 @@ def post(url: str, body, path: str = "/v1/completions", raw: bytes | None = None
         return e.code, json.loads(e.read())
 
 
-def post_stream(url: str, body: dict, path: str) -> list[dict]:
+def post_stream(url: str, body: dict, path: str,
+                headers: dict[str, str] | None = None) -> list[dict]:
     """POST a streaming request; return its server-sent event objects, in order."""
     req = urllib.request.Request(
-        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url + path, data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})}
     )
     with urllib.request.urlopen(req, timeout=30) as r:
         assert r.status == 200

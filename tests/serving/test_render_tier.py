@@ -57,14 +57,16 @@ def merged(deltas: list[dict]) -> dict:
     return message(out)
 
 
-def own_chat(engine_url: str, body: dict) -> tuple[dict, str, list[int]]:
+def own_chat(engine_url: str, body: dict,
+             headers: dict[str, str] | None = None) -> tuple[dict, str, list[int]]:
     """(message, finish_reason, token ids) from the engine's own chat endpoint."""
     if not body["stream"]:
-        status, r = post(engine_url, body, CHAT)
+        status, r = post(engine_url, body, CHAT, headers=headers)
         assert status == 200, r
         c = r["choices"][0]
         return c["message"], c["finish_reason"], c["token_ids"]
-    choices = [e["choices"][0] for e in post_stream(engine_url, body, CHAT) if e["choices"]]
+    choices = [e["choices"][0] for e in post_stream(engine_url, body, CHAT, headers)
+               if e["choices"]]
     return (merged([c["delta"] for c in choices]), choices[-1]["finish_reason"],
             [t for c in choices for t in c["token_ids"]])
 

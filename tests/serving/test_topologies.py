@@ -162,7 +162,8 @@ def test_chat_through_the_render_front_equals_an_engines_own_and_bad_input_is_a_
     for stream in (False, True):
         body = chat_body(11, stream, temperature=1.0, max_tokens=30,
                          logit_bias={str(t): 30 for t in pieces})
-        assert own_chat(d.url, body) == own_chat(d.instance_urls["both"][0], body)
+        inner = {"Authorization": f"Bearer {d.instance_key}"}  # instances trust the deployment
+        assert own_chat(d.url, body) == own_chat(d.instance_urls["both"][0], body, inner)
     for raw in (b"{not json", json.dumps({"model": "tiny", "messages": "hi"}).encode()):
         status, out = post(d.url, None, "/v1/chat/completions", raw=raw)
         assert status == 400 and out["error"]["code"] == 400, out
