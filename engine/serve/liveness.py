@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 
 from engine.core import deployment
+from engine.serve.recent import Recent
 
 CHECK_EVERY_S = 1.0
 CHECK_TIMEOUT_S = 2.0
-STICKY_MAX = 100_000  # conversations remembered per tier (least recently seen dropped)
+STICKY_TTL_S = 600.0  # a conversation idle longer may go anywhere: its cache is cold by then
+STICKY_BYTES = 16 << 20  # per tier, conversation IDs and their entries' overhead together
+STICKY_ENTRY_BYTES = 200
 MISSES = 2  # a stalled instance is given up on after about 1 + 2 x 2 = 5 s
 
 
@@ -43,7 +45,7 @@ class Liveness:
         self._given_up: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
         # per tier (its URLs): conversation -> the instance its turns go to, oldest first
-        self._sticky: dict[tuple[str, ...], OrderedDict[str, str]] = {}
+        self._sticky: dict[tuple[str, ...], Recent[str]] = {}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._watch())
@@ -68,15 +70,15 @@ class Liveness:
         turn. First turns still go round robin: no imbalance for single-turn traffic."""
         if not key:
             return self.pick(rotation, len(urls))
-        sticky = self._sticky.setdefault(tuple(urls), OrderedDict())
+        sticky = self._sticky.get(tuple(urls))
+        if sticky is None:
+            sticky = self._sticky[tuple(urls)] = Recent(
+                STICKY_TTL_S, STICKY_BYTES, lambda key, url: len(key) + STICKY_ENTRY_BYTES)
         url = sticky.get(key)
         if url is None or url in self.down:
             url = self.pick(rotation, len(urls))
         if url is not None:
-            sticky[key] = url
-            sticky.move_to_end(key)
-            while len(sticky) > STICKY_MAX:
-                sticky.popitem(last=False)
+            sticky.put(key, url)
         return url
 
     def refused(self, base_url: str) -> None:

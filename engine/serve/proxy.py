@@ -19,7 +19,6 @@ import itertools
 import json
 import urllib.parse
 import uuid
-from collections import OrderedDict
 
 import aiohttp
 from aiohttp import web
@@ -37,6 +36,7 @@ from engine.serve.http_app import (
     upstream_headers,
 )
 from engine.serve.liveness import Liveness, UpstreamDown
+from engine.serve.recent import Recent
 from engine.serve.sse import EventTail, error_event, relay
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
@@ -46,7 +46,10 @@ PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
 FALLBACK = "X-Advisor-Fallback"
 CONVERSATION = "X-Conversation-Id"
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
-KEPT_MAX = 100_000  # conversations whose kept turn the proxy remembers
+# NOTE: a decoder keeps a turn's KV 480 s by default (as vLLM does): later, the proxy's
+# note of where is worth nothing
+KEPT_TTL_S = 480.0
+KEPT_BYTES = 64 << 20  # the notes' JSON, all conversations together
 STREAMING = web.RequestKey("streaming", web.StreamResponse)  # a response already under way
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 
@@ -64,7 +67,8 @@ class Proxy:
         # bidirectional KV: conversation -> where its decoder kept the last turn, and in
         # whose protocol ("engine" or "vllm")
         self.bidirectional = bidirectional
-        self._kept: OrderedDict[str, tuple[str, dict]] = OrderedDict()
+        self._kept: Recent[tuple[str, str]] = Recent(
+            KEPT_TTL_S, KEPT_BYTES, lambda cid, kept: len(cid) + len(kept[1]))
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.session: aiohttp.ClientSession | None = None
@@ -176,8 +180,9 @@ class Proxy:
         leg = {k: v for k, v in body.items() if k != "stream_options"}
         leg.update(stream=False, max_tokens=1, kv_transfer_params=dict(PREFILL_KV_PARAMS),
                    return_token_ids=True)
-        if self.bidirectional and cid in self._kept:  # pull the last turn back, reuse it
-            style, kept = self._kept.pop(cid)
+        noted = self._kept.pop(cid) if self.bidirectional and cid else None
+        if noted is not None:  # pull the last turn back, reuse it
+            style, kept = noted[0], json.loads(noted[1])
             if style == "vllm":
                 leg["kv_transfer_params"] = {**kept, "do_remote_decode": True,
                                              "do_remote_prefill": False}
@@ -260,10 +265,7 @@ class Proxy:
     def _remember(self, cid: str, style: str, params) -> None:
         if not isinstance(params, dict):
             return
-        self._kept[cid] = (style, params)
-        self._kept.move_to_end(cid)
-        while len(self._kept) > KEPT_MAX:
-            self._kept.popitem(last=False)
+        self._kept.put(cid, (style, json.dumps(params)))
 
 
 def _loads(data: bytes) -> dict | None:

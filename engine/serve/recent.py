@@ -1,0 +1,67 @@
+"""What a front remembers per conversation, bounded in time and in bytes: clients choose
+conversation IDs (and how many), so nothing kept for them may grow with their number."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class Recent(Generic[V]):
+    """key -> value, the least recently put first out: an entry lives `ttl_s` seconds from
+    its last put, and entries cost `cost(key, value)` bytes of which `max_bytes` in all."""
+
+    def __init__(self, ttl_s: float, max_bytes: int,
+                 cost: Callable[[str, V], int] = lambda key, value: len(key),
+                 clock: Callable[[], float] = time.monotonic):
+        self.ttl_s, self.max_bytes, self._cost, self._clock = ttl_s, max_bytes, cost, clock
+        self._items: OrderedDict[str, tuple[float, int, V]] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: str) -> V | None:
+        """The value of `key` while it lives, else None."""
+        self._expire()
+        item = self._items.get(key)
+        return None if item is None else item[2]
+
+    def put(self, key: str, value: V) -> None:
+        """Remember `value` for `key` from now (the most recent); a value costing more than
+        `max_bytes` alone is not kept."""
+        self.pop(key)
+        cost = self._cost(key, value)
+        if cost > self.max_bytes:
+            return
+        self._items[key] = (self._clock() + self.ttl_s, cost, value)
+        self.bytes += cost
+        while self.bytes > self.max_bytes:
+            self._drop_oldest()
+        self._expire()
+
+    def pop(self, key: str) -> V | None:
+        """Forget `key`; its value while it lived, else None."""
+        item = self._items.pop(key, None)
+        if item is None:
+            return None
+        self.bytes -= item[1]
+        return item[2] if item[0] > self._clock() else None
+
+    def _expire(self) -> None:
+        # NOTE: every entry lives the same ttl_s from its last put, and a put moves it
+        # last, so the first entry is always the next to expire
+        now = self._clock()
+        while self._items and next(iter(self._items.values()))[0] <= now:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, (_, cost, _) = self._items.popitem(last=False)
+        self.bytes -= cost
