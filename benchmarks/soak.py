@@ -3,22 +3,27 @@
 Starts `advisor serve --mode disagg` (1 prefiller, 1 decoder, the proxy; `tiny` in
 float32 by default), sends Poisson traffic of well-formed requests (completions and chat,
 streaming and not) through the front, and meanwhile, in cycles of CYCLE_S:
-- every 5 s, a batch of hostile bodies (100k '[', deep nesting, a 2^64 seed, bytes);
+- every 5 s, a batch of hostile bodies (100k '[', deep nesting, a 2^64 seed, bytes) and
+  the requests of attacks.py (forged KV params, an instance port without its key, bodies
+  past the model's limit and just under it, lists past their limits);
+- all along, 200 sockets trickling at the prefiller's KV side channel and 100 connections
+  that never finish their headers at the front (attacks.py), reopened when closed;
 - at 10% of a cycle, a herd of streams that never read, held 15 s;
 - at 35%, the prefiller stopped (SIGSTOP) for 8 s (the decoder prefills meanwhile);
 - at 60%, the decoder stopped for 8 s (the prefiller decodes meanwhile);
-- once, at 85% of the first cycle, the decoder killed (SIGKILL): `advisor serve` restarts it.
+- once, at 85% of the first cycle, the decoder killed (SIGKILL), its port taken by a
+  squatter for 10 s (attacks.py): `advisor serve` restarts it once the port is free.
 With three cycles or more the first two are the warm-up. Then it waits for the KV pools to be full
 again, stops the deployment and prints: requests sent / answered / 5xx (those in flight
 on the decoder when it was stopped or killed counted apart: they end with an error event
 at once or within ~5 s), the longest any request took while an upstream was stopped or
 dead, leaked KV blocks, RSS and file descriptors per process (after warm-up to the end),
-and what is left behind (processes, /dev/shm segments).
+and what is left behind (processes, /dev/shm segments); what each attack got back.
 
-Goals (issue: hardening): 0 5xx to well-formed requests but those in flight on a decoder
-as it was stopped or killed; no request
-over 10 s on a stopped or dead upstream; 0 leaked blocks, processes, segments; RSS growth
-under 10% after warm-up.
+Goals: 0 5xx to well-formed requests but those in flight on a decoder as it was stopped or
+killed, every one served while the side channel is under siege; no request over 10 s on a
+stopped or dead upstream; nothing but health checks to the squatter; 0 leaked blocks,
+processes, segments; RSS growth under 10% after warm-up.
 
 Usage: python benchmarks/soak.py [--seconds 600] [--ci (60 s)] [--rate 3] [--model tiny]
 """
@@ -41,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+from attacks import Attacks, listening_ports
 
 from advisor.measure.prom import kv_blocks_in_use
 from engine.serve.processes import free_port
@@ -60,6 +66,7 @@ class Sent:
     end: float = 0.0
     status: int = 0
     error: str | None = None
+    fallback: str | None = None  # served around a down tier, not by P/D
 
 
 @dataclass
@@ -109,10 +116,10 @@ async def one_request(s: Soak, session: aiohttp.ClientSession, rng: random.Rando
     path = "/v1/chat/completions" if chat else "/v1/completions"
     try:
         async with session.post(s.url + path, json=body) as r:
-            rec.status = r.status
+            rec.status, rec.fallback = r.status, r.headers.get("X-Advisor-Fallback")
             text = (await r.read()).decode(errors="replace")
             if stream and r.status == 200 and ('"error"' in text or "[DONE]" not in text):
-                rec.error = "stream ended with an error event"
+                rec.error = f"stream ended with an error event: {text[-300:]!r}"
     except (TimeoutError, aiohttp.ClientError) as e:
         rec.error = repr(e)
     rec.end = time.monotonic()
@@ -202,7 +209,8 @@ def main() -> None:
                              stdout=log, stderr=log)
     serve.log = log
     try:
-        report = asyncio.run(soak(serve, f"http://127.0.0.1:{port}", a.rate, seconds))
+        report = asyncio.run(soak(serve, f"http://127.0.0.1:{port}", a.rate, seconds,
+                                  a.model))
     finally:
         serve.send_signal(signal.SIGINT)
         try:
@@ -217,11 +225,15 @@ def main() -> None:
         print(f"{k:<{width}}  {v}")
 
 
-async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -> dict:
+async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float,
+               model: str) -> dict:
     await wait_up(url, serve)
     kids = children(serve)
     urls = {role: role_of(pid)[1] for role, pid in kids.items()}
     s = Soak(url, rate)
+    pre_port = int(urls["prefill"].rsplit(":", 1)[1])
+    (side_port,) = listening_ports(kids["prefill"]) - {pre_port}
+    attacks = Attacks(url, urls["prefill"], side_port, model)
     t0 = time.monotonic()
     until = t0 + seconds
     cycles = max(1, int(seconds // CYCLE_S))
@@ -237,8 +249,10 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -
     async def baseline():
         base.update({role: sample(pid) for role, pid in children(serve).items()})
 
-    faults = [load(s, until), hostile(s, until), at(warm, baseline()),
-              at(kill_at, kill_and_rebase(s, serve, kids["decode"], urls["decode"], base))]
+    faults = [load(s, until), hostile(s, until), attacks.requests(until),
+              attacks.sieges(until), at(warm, baseline()),
+              at(kill_at, kill_and_rebase(s, serve, kids["decode"], urls["decode"], base,
+                                          attacks))]
     for c in range(cycles):
         start = t0 + c * cycle
         faults += [at(start + HERD_AT * cycle, herd(s)),
@@ -248,15 +262,18 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float) -
     kids_now = children(serve)
     end = {role: sample(pid) for role, pid in kids_now.items()}
     used = await pools_full([urls["prefill"], urls["decode"]])
-    return summary(s, base, end, used, [*kids.values(), kids_now["decode"]])
+    return {**summary(s, base, end, used, [*kids.values(), kids_now["decode"]]),
+            **attacks.lines()}
 
 
 async def kill_and_rebase(s: Soak, serve: subprocess.Popen, pid: int, url: str,
-                          base: dict) -> None:
-    """SIGKILL the decoder; once `advisor serve` has it back and it has served a while,
-    its new process's sample becomes its warm-up baseline."""
+                          base: dict, attacks: Attacks) -> None:
+    """SIGKILL the decoder, a squatter takes its port a while; once `advisor serve` has it
+    back and it has served a while, its new process's sample becomes its warm-up
+    baseline."""
     os.kill(pid, signal.SIGKILL)
-    s.events.append(("decoder killed", time.monotonic(), time.monotonic()))
+    t0 = time.monotonic()
+    await attacks.squat(int(url.rsplit(":", 1)[1]))
     async with aiohttp.ClientSession() as session:
         while True:
             await asyncio.sleep(0.5)
@@ -264,6 +281,7 @@ async def kill_and_rebase(s: Soak, serve: subprocess.Popen, pid: int, url: str,
                 async with session.get(url + "/health") as r:
                     if r.status == 200:
                         break
+    s.events.append(("decoder killed", t0, time.monotonic()))
     await asyncio.sleep(5)
     new = children(serve)["decode"]
     base["decode"] = sample(new)
@@ -292,8 +310,9 @@ def summary(s: Soak, base: dict, end: dict, used: dict, pids: list) -> dict:
     rest = [r for r in s.sent if r not in killed]
     bad = [r for r in rest if r.status >= 500 or r.error]
     windows = [(a, b) for k, a, b in s.events if k != "reader herd"]
-    during = [r.end - r.start for r in s.sent
-              if any(r.start <= b and r.end >= a for a, b in windows)]
+    overlaps = [any(r.start <= b and r.end >= a for a, b in windows) for r in s.sent]
+    during = [r.end - r.start for r, o in zip(s.sent, overlaps) if o]
+    calm = [r for r, o in zip(s.sent, overlaps) if not o]
     out = {
         "requests sent (well-formed)": len(s.sent),
         "answered 200": sum(r.status == 200 and not r.error for r in s.sent),
@@ -303,6 +322,10 @@ def summary(s: Soak, base: dict, end: dict, used: dict, pids: list) -> dict:
         "hostile bodies sent / answered 5xx":
             f"{len(s.hostile)} / {sum(st >= 500 for st in s.hostile)}",
         "longest request during a stop or kill (s)": f"{max(during, default=0):.2f}",
+        # NOTE: the side channel is under siege all along: a request outside the faults
+        # served without a fallback had its KV pulled past the hostile sockets
+        "outside faults: served by P/D / all":
+            f"{sum(r.status == 200 and not (r.fallback or r.error) for r in calm)} / {len(calm)}",
         "KV blocks leaked (prefill, decode)": " / ".join(f"{v:g}" for v in used.values()),
     }
     for role, (rss0, fd0) in base.items():

@@ -11,12 +11,16 @@ DTYPES = ("auto", *DTYPE_BYTES)  # what a user may ask for; auto is resolved bef
 BODY_BYTES_PER_TOKEN = 64  # a request body's bytes per context token at most: JSON, escapes
 BODY_FLOOR_BYTES = 1 << 20
 DEFAULT_BODY_BYTES = 64 << 20  # a front that does not know the model's context
+ID_BYTES_PER_TOKEN = 8  # a token ID in JSON, its comma included
+LEG_BYTES = 64 << 10  # what a front adds to a body it passes on, but the IDs
 
 
-def max_body_bytes(context_tokens: int) -> int:
+def max_body_bytes(context_tokens: int, passed_on: bool = False) -> int:
     """The largest request body a model of `context_tokens` can need: one past it cannot
-    fit, and is refused (413) before it is read whole, let alone parsed."""
-    return max(BODY_FLOOR_BYTES, BODY_BYTES_PER_TOKEN * context_tokens)
+    fit, and is refused (413) before it is read whole, let alone parsed. A body `passed_on`
+    by a front may carry more: the prompt's token IDs and the front's own fields."""
+    client = max(BODY_FLOOR_BYTES, BODY_BYTES_PER_TOKEN * context_tokens)
+    return client + (ID_BYTES_PER_TOKEN * context_tokens + LEG_BYTES if passed_on else 0)
 
 
 API_KEY_ENV = "ADVISOR_API_KEY"  # how the launcher hands a front its key (not argv: ps shows it)

@@ -2,10 +2,11 @@
 
 The launcher draws it and hands it to its children in their environment (never a command
 line, which `ps` shows, nor a file). From it come: the bearer key the front sends its
-instances (their HTTP ports refuse anyone without it), the proof a restarted instance
-gives of being ours before it gets traffic, the signature on the kv_transfer_params a
-prefiller (or a decoder keeping a turn) hands out, which a puller checks before it connects
-anywhere, the side channel's admission, and the prefix of its shared-memory segments.
+instances (their HTTP ports refuse anyone without it), the proof an instance gives of
+being ours (on /health before a restarted one gets traffic, and on every answer to its
+front), the signature on the kv_transfer_params a prefiller (or a decoder keeping a turn)
+hands out, which a puller checks before it connects anywhere, the side channel's
+admission, and the prefix of its shared-memory segments.
 A server started without one (by hand, or by vLLM-style commands) runs as before.
 """
 
@@ -74,9 +75,12 @@ def segment_prefix(secret: bytes) -> str:
     return "adv" + _mac(secret, "shm")[:12]
 
 
-def proof(secret: bytes, nonce: str) -> str:
-    """An instance's answer to `/health?proof=NONCE`: only one holding the secret can give it."""
-    return _mac(secret, "proof", nonce.encode())
+def proof(secret: bytes, nonce: str, port: int) -> str:
+    """What the process listening on `port` answers to `/health?proof=NONCE`, and puts on a
+    response to a request that carries NONCE: only one holding the secret can give it. It is
+    bound to the port, so that another of the deployment's processes, asked the same nonce,
+    gives nothing that a process squatting on `port` could pass on."""
+    return _mac(secret, "proof", f"{port}\0{nonce}".encode())
 
 
 def _signed_bytes(params: dict) -> bytes:

@@ -22,6 +22,9 @@ from engine.serve import connections
 # proxy reads it, and never passes it on to clients
 KEPT_HEADER = "X-Advisor-Kept-KV"
 PROTECTED = ("/v1/", "/inference/")  # /health and /metrics stay open, as in vLLM
+# inside a deployment, a front sends a nonce with each request to an instance, and the
+# instance answers with its proof of holding the secret (engine.core.deployment.proof)
+NONCE_HEADER, PROOF_HEADER = "X-Advisor-Nonce", "X-Advisor-Proof"
 
 
 def add_api_key_flag(ap: argparse.ArgumentParser) -> None:
@@ -71,7 +74,20 @@ def application(max_body: int = DEFAULT_BODY_BYTES, *middlewares) -> web.Applica
     """An app whose every refusal, aiohttp's own included, is an OpenAI-style error body,
     taking request bodies of up to `max_body` bytes (a larger one is a 413 before it is read
     whole)."""
-    return web.Application(client_max_size=max_body, middlewares=[json_errors, *middlewares])
+    app = web.Application(client_max_size=max_body, middlewares=[json_errors, *middlewares])
+    app.on_response_prepare.append(_prove)
+    return app
+
+
+def served_port(request: web.Request) -> int:
+    """The port this server took the request on (its socket's, never what a header says)."""
+    return request.transport.get_extra_info("sockname")[1] if request.transport else 0
+
+
+async def _prove(request: web.Request, response: web.StreamResponse) -> None:
+    secret, nonce = deployment.current(), request.headers.get(NONCE_HEADER)
+    if secret and nonce:
+        response.headers[PROOF_HEADER] = deployment.proof(secret, nonce, served_port(request))
 
 
 async def run_app(app: web.Application, host: str, port: int, banner: str,
@@ -108,7 +124,8 @@ def health(request: web.Request, **body) -> web.Response:
     """/health: `body` with status ok; asked `?proof=NONCE` inside a deployment, also the
     proof that this process holds its secret (engine.core.deployment)."""
     secret, nonce = deployment.current(), request.query.get("proof")
-    proof = {"proof": deployment.proof(secret, nonce)} if secret and nonce else {}
+    proof = {"proof": deployment.proof(secret, nonce, served_port(request))} \
+        if secret and nonce else {}
     return web.json_response({"status": "ok", **body, **proof})
 
 

@@ -6,39 +6,48 @@ a row an instance is down: it is left out of the rotation (ejected), and the req
 flight to it are cancelled, marked, so their handlers answer 502 at once. It is back in
 the rotation at its first good answer. Nothing runs per request or per token chunk. Inside
 a deployment an answer is good only with the proof of holding its secret: a process that
-took a dead instance's port is never routed to.
+took a dead instance's port is down at its first answer, and so is one whose answer to a
+request lacks the proof (the front checks every answer: `ours`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import secrets
-from collections.abc import AsyncIterator, Callable
+import urllib.parse
+from collections.abc import AsyncIterator
 
 import aiohttp
 
 from engine.core import deployment
+from engine.serve.http_app import NONCE_HEADER, PROOF_HEADER
 from engine.serve.recent import Recent
 
-CHECK_EVERY_S = 1.0
+CHECK_EVERY_S = 0.25
 CHECK_TIMEOUT_S = 2.0
 STICKY_TTL_S = 600.0  # a conversation idle longer may go anywhere: its cache is cold by then
 STICKY_BYTES = 16 << 20  # per tier, conversation IDs and their entries' overhead together
 STICKY_ENTRY_BYTES = 200
-MISSES = 2  # a stalled instance is given up on after about 1 + 2 x 2 = 5 s
+MISSES = 2  # a stalled instance is given up on after about 0.25 + 2 x 2 = 4.5 s
 
 
 class UpstreamDown(Exception):
     """The instance stopped answering /health while this request waited on it."""
 
 
-class Liveness:
-    """The instances' health, over one aiohttp session (a getter: it starts later)."""
+class Impostor(aiohttp.ClientConnectionError):
+    """What answered at an instance's URL could not prove being the deployment's (or did
+    not answer the proof's question): nothing more is sent on that connection."""
 
-    def __init__(self, session: Callable[[], aiohttp.ClientSession], urls: list[str],
-                 secret: bytes | None = None):
-        self._session, self.urls, self.secret = session, list(dict.fromkeys(urls)), secret
+
+class Liveness:
+    """The instances' health, asked over a session of its own (opened by `start`)."""
+
+    def __init__(self, urls: list[str], secret: bytes | None = None):
+        self.urls, self.secret = list(dict.fromkeys(urls)), secret
+        self._session: aiohttp.ClientSession | None = None
         self.down: set[str] = set()
         self._misses = dict.fromkeys(self.urls, 0)
         self._waiting: dict[str, set[asyncio.Task]] = {u: set() for u in self.urls}
@@ -48,13 +57,38 @@ class Liveness:
         self._sticky: dict[tuple[str, ...], Recent[str]] = {}
 
     def start(self) -> None:
+        self._session = aiohttp.ClientSession()
         self._task = asyncio.create_task(self._watch())
+
+    def trace(self) -> aiohttp.TraceConfig:
+        """For the front's session to its instances: inside a deployment, every new
+        connection to one of them is checked (/health with a proof, over another connection)
+        before a request goes on it, so that a process that took a dead instance's port
+        gets nothing, not even in the instant before the next check of every instance."""
+        config = aiohttp.TraceConfig()
+
+        async def request_start(_session, ctx, params) -> None:
+            ctx.base = f"{params.url.scheme}://{params.url.host}:{params.url.port}"
+
+        async def connection_made(_session, ctx, _params) -> None:
+            base = getattr(ctx, "base", None)
+            if self.secret is None or base not in self._misses:
+                return
+            if not await self._alive(base):  # not ours, or not answering: gone either way
+                self.lost(base)
+                raise Impostor(f"{base} did not prove being ours on a new connection")
+
+        config.on_request_start.append(request_start)
+        config.on_connection_create_end.append(connection_made)
+        return config
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._session is not None:
+            await self._session.close()
 
     def pick(self, rotation, count: int) -> str | None:
         """The next of `count` URLs from an itertools.cycle that is not down, or None."""
@@ -81,9 +115,26 @@ class Liveness:
             sticky.put(key, url)
         return url
 
-    def refused(self, base_url: str) -> None:
-        """A connection to `base_url` was refused: nothing listens there (a dead process, not
-        a stalled one), so it is down now, until its next good /health."""
+    def nonce(self) -> dict[str, str]:
+        """Headers for a request to an instance: a fresh nonce inside a deployment."""
+        return {NONCE_HEADER: secrets.token_hex(8)} if self.secret else {}
+
+    def ours(self, base_url: str, sent: dict[str, str], answer: aiohttp.ClientResponse) -> None:
+        """Raise Impostor (and take `base_url` out of the rotation) unless `answer` to a
+        request sent with headers `sent` carries the deployment's proof."""
+        nonce = sent.get(NONCE_HEADER)
+        if self.secret is None or nonce is None:
+            return
+        port = urllib.parse.urlsplit(base_url).port or 80
+        said = answer.headers.get(PROOF_HEADER, "")
+        if not hmac.compare_digest(said, deployment.proof(self.secret, nonce, port)):
+            self.lost(base_url)
+            raise Impostor(f"{base_url} answered without this deployment's proof")
+
+    def lost(self, base_url: str) -> None:
+        """A connection to `base_url` was refused (nothing listens there: a dead process, not
+        a stalled one), or what answered there is not ours: it is down now, until its next
+        good /health."""
         self._misses[base_url] = MISSES
         self.down.add(base_url)
 
@@ -110,6 +161,8 @@ class Liveness:
             alive = await asyncio.gather(*(self._alive(u) for u in self.urls))
             for url, ok in zip(self.urls, alive):
                 self._misses[url] = 0 if ok else self._misses[url] + 1
+                if ok is None:  # an impostor: no second chance
+                    self._misses[url] = MISSES
                 if ok:
                     self.down.discard(url)
                 elif self._misses[url] >= MISSES:
@@ -118,15 +171,18 @@ class Liveness:
                         self._given_up.add(task)
                         task.cancel()
 
-    async def _alive(self, base_url: str) -> bool:
+    async def _alive(self, base_url: str) -> bool | None:
+        """Whether `base_url` answers /health (None: it answers, without the proof)."""
         nonce = secrets.token_hex(8) if self.secret else None
         try:
             timeout = aiohttp.ClientTimeout(total=CHECK_TIMEOUT_S)
-            async with self._session().get(base_url + "/health", timeout=timeout,
+            assert self._session is not None, "start() first"
+            async with self._session.get(base_url + "/health", timeout=timeout,
                                            params={"proof": nonce} if nonce else None) as r:
                 if r.status != 200 or nonce is None:
                     return r.status == 200
                 said = (await r.json(content_type=None)).get("proof")
-                return said == deployment.proof(self.secret, nonce)
+                port = urllib.parse.urlsplit(base_url).port or 80
+                return said == deployment.proof(self.secret, nonce, port) or None
         except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
             return False

@@ -35,7 +35,7 @@ from engine.serve.http_app import (
     server_key,
     upstream_headers,
 )
-from engine.serve.liveness import Liveness, UpstreamDown
+from engine.serve.liveness import Impostor, Liveness, UpstreamDown
 from engine.serve.recent import Recent
 from engine.serve.sse import EventTail, error_event, relay
 
@@ -72,8 +72,7 @@ class Proxy:
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.session: aiohttp.ClientSession | None = None
-        self.liveness = Liveness(lambda: self.session, self.prefill_urls + decode_urls,
-                                 deployment.current())
+        self.liveness = Liveness(self.prefill_urls + decode_urls, deployment.current())
         self.app = application(max_body)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -89,7 +88,8 @@ class Proxy:
         # NOTE: no cap on upstream connections: streams whose clients stopped reading would
         # hold aiohttp's default 100 and leave every later request waiting
         self.session = aiohttp.ClientSession(timeout=_TIMEOUT, headers=upstream_headers(),
-                                             connector=aiohttp.TCPConnector(limit=0))
+                                             connector=aiohttp.TCPConnector(limit=0),
+                                             trace_configs=[self.liveness.trace()])
         self.liveness.start()
 
     async def _stop(self, _app) -> None:
@@ -148,9 +148,11 @@ class Proxy:
                 return _err("no instance is up to decode", 503)
             try:
                 async with self.liveness.guard(base):
-                    return await self._forward(request, base + path, leg, leg_headers)
+                    return await self._forward(request, base, path, leg, leg_headers)
             except aiohttp.ClientOSError:
-                self.liveness.refused(base)
+                self.liveness.lost(base)
+            except Impostor:
+                pass  # out of the rotation already: the next try goes elsewhere
             except UpstreamDown as e:
                 resp = request.get(STREAMING)
                 if resp is not None:
@@ -192,9 +194,11 @@ class Proxy:
             leg["max_completion_tokens"] = 1
         if isinstance(leg.get("sampling_params"), dict):  # tokens-only requests nest them
             leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
+        sent = {**headers, **self.liveness.nonce()}
         try:
             async with self.liveness.guard(base), self.session.post(
-                    base + path, json=leg, headers=headers) as r:
+                    base + path, json=leg, headers=sent) as r:
+                self.liveness.ours(base, sent, r)
                 data = await r.read()
                 if r.status != 200:
                     return web.Response(body=data, status=r.status, headers=headers,
@@ -202,25 +206,28 @@ class Proxy:
                 return {**body, "kv_transfer_params": _handed_over(json.loads(data))}
         except TimeoutError as e:  # a prefiller that is slow (busy, a huge body) is not gone
             return _err(f"prefill instance timed out: {e}", 502)
-        except (aiohttp.ClientConnectionError, UpstreamDown) as e:
-            # NOTE: the prefiller is gone (never reached, or dropped the connection): the
-            # request, idempotent, goes to the decoder; it is not resent on any other failure
+        except (aiohttp.ClientConnectionError, UpstreamDown, Impostor) as e:
+            # NOTE: the prefiller is gone (never reached, dropped the connection, or not
+            # ours): the request, idempotent, goes to the decoder; on no other failure
             if isinstance(e, aiohttp.ClientConnectorError):
-                self.liveness.refused(base)
+                self.liveness.lost(base)
             headers[FALLBACK] = "decoder-prefills"
             return body
         except (aiohttp.ClientError, ValueError) as e:
             return _err(f"prefill instance failed: {type(e).__name__}: {e}", 502)
 
-    async def _forward(self, request, url: str, body: dict, headers: dict) -> web.StreamResponse:
+    async def _forward(self, request, base: str, path: str, body: dict,
+                       headers: dict) -> web.StreamResponse:
+        url, sent = base + path, {**headers, **self.liveness.nonce()}
         try:
-            upstream = await self.session.post(url, json=body, headers=headers)
-        except aiohttp.ClientOSError:
-            raise  # nothing listens there (or it is dying): the caller tries another instance
+            upstream = await self.session.post(url, json=body, headers=sent)
+        except (aiohttp.ClientOSError, Impostor):
+            raise  # nothing (of ours) listens there: the caller tries another instance
         except (TimeoutError, aiohttp.ClientError) as e:
             return _err(f"decode instance unreachable: {e}", 502)
         cid = headers.get(CONVERSATION) if self.bidirectional else None
         async with upstream:
+            self.liveness.ours(base, sent, upstream)  # before anything reaches the client
             kept = upstream.headers.get(KEPT_HEADER) if cid else None
             self._remember_kept(cid, kept)
             cid = None if kept else cid  # the bundled engine's header said it all

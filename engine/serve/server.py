@@ -23,7 +23,7 @@ from engine.render.frontend import Frontend, FrontendConfig, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve import conversations, vllm_args
 from engine.serve.async_engine import AsyncEngine
-from engine.serve.http_app import api_key_of, application, run_app
+from engine.serve.http_app import api_key_of, application, run_app, served_port
 from engine.serve.kv_legs import DecodeLegs
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
@@ -80,7 +80,7 @@ class EngineServer:
                                    self.runner.layout, kv_host, kv_port, self.deployment)
         self.aengine = AsyncEngine(self.engine, self.metrics.on_step)
         self.responder = Responder(self.frontend, self.model, self._held_kv_params)
-        self.app = application(max_body_bytes(self.engine.max_model_len))
+        self.app = application(max_body_bytes(self.engine.max_model_len, passed_on=True))
         self.app.add_routes(
             [
                 web.get("/health", self.health),
@@ -116,7 +116,7 @@ class EngineServer:
         body = {"status": "ok", "role": self.role}
         nonce = request.query.get("proof")
         if nonce and self.deployment:
-            body["proof"] = deployment.proof(self.deployment, nonce)
+            body["proof"] = deployment.proof(self.deployment, nonce, served_port(request))
         return web.json_response(body)
 
     async def models(self, _req) -> web.Response:

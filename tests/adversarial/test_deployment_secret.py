@@ -167,8 +167,9 @@ def test_two_hundred_trickling_sockets_hold_no_slot_a_pull_needs(pd):
 
 
 def test_a_process_on_a_dead_instances_port_gets_no_traffic(pd):
-    """The decoder killed; another process binds its port and answers /health with 200.
-    The launcher's health wait names it; the front never routes to it."""
+    """The decoder killed; another process binds its port at once and answers everything
+    with 200. The front sends it nothing, from the first request on (a new connection is
+    checked before use); the launcher's health wait names it."""
     dec = pd.instance_urls["decode"][0]
     port = int(dec.rsplit(":", 1)[1])
     child = next(c for c in pd.children if c.url == dec)
@@ -201,12 +202,12 @@ def test_a_process_on_a_dead_instances_port_gets_no_traffic(pd):
     assert server is not None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
+        answers = [post(pd.url, BODY) for _ in range(3)]  # at once: before any health check
         with pytest.raises(LaunchError, match="another process holds its port"):
             wait_healthy(dec, child.start(), 10, bytes.fromhex(pd.secret))  # as on a restart
-        time.sleep(3.0)  # the front's liveness checks it meanwhile
-        answers = [post(pd.url, BODY) for _ in range(3)]
     finally:
         server.shutdown()
         server.server_close()
     assert [s for s, _ in answers] == [200] * 3  # served around the dead decoder
+    assert all(a["choices"][0]["token_ids"] for _, a in answers)
     assert not [p for p in seen if not p.startswith("/health")]  # nothing but health checks

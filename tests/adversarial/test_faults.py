@@ -371,7 +371,7 @@ def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
             t = time.monotonic()
             # while it is down: refused at once, so a prefiller decodes this one too
             status, _, fallback = _post_fallback(d.url, body)
-            assert status == 200 and fallback == "prefiller-decodes"
+            assert status == 200 and fallback == "prefiller-decodes", _
             assert time.monotonic() - t < 10
             _until_served(d.url, body, within_s=60)
             assert d.processes[1].pid != decoder.pid

@@ -49,6 +49,11 @@ def test_a_body_the_context_cannot_need_is_a_413_before_it_is_read(pd):
     inner = {"Authorization": f"Bearer {pd.instance_key}"}  # the instances refuse it too
     assert post(pd.instance_urls["prefill"][0], None, raw=huge, headers=inner)[0] == 413
     assert post(pd.url, BODY)[0] == 200
+    # one just under it reaches the prefiller (with what the front adds) and is parsed there
+    under = json.dumps({**BODY, "prompt": "x " * (limit // 2 - 100)}).encode()
+    assert len(under) < limit
+    status, err = post(pd.url, None, raw=under)
+    assert status == 400 and "context" in err["error"]["message"], err
 
 
 def test_a_large_body_is_parsed_off_the_event_loop_so_health_still_answers():
@@ -146,8 +151,11 @@ def test_the_proxy_does_not_resend_what_its_prefiller_timed_out_on(monkeypatch):
         return web.json_response({"choices": [{"text": "x"}]})
 
     p, d = web.Application(), web.Application()
-    p.add_routes([web.post("/v1/completions", prefill)])
-    d.add_routes([web.post("/v1/completions", decode)])
+    async def health(request):
+        return web.json_response({"status": "ok"})
+
+    p.add_routes([web.post("/v1/completions", prefill), web.get("/health", health)])
+    d.add_routes([web.post("/v1/completions", decode), web.get("/health", health)])
     monkeypatch.setattr(proxy, "_TIMEOUT", proxy.aiohttp.ClientTimeout(sock_read=1))
     with running_app(p) as p_url, running_app(d) as d_url, \
             running_app(proxy.Proxy([d_url], [p_url]).app) as url:

@@ -45,9 +45,12 @@ def vllm_instances(seen: dict, kept: dict = D_KEPT) -> tuple[web.Application, we
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
+    async def health(request):
+        return web.json_response({"status": "ok"})
+
     p, d = web.Application(), web.Application()
-    p.add_routes([web.post("/v1/chat/completions", prefill)])
-    d.add_routes([web.post("/v1/chat/completions", decode)])
+    p.add_routes([web.post("/v1/chat/completions", prefill), web.get("/health", health)])
+    d.add_routes([web.post("/v1/chat/completions", decode), web.get("/health", health)])
     return p, d
 
 

@@ -1,0 +1,169 @@
+"""The soak's hostile mix: what another user of the host tries against a deployment it did
+not start (it has neither the deployment's secret nor the user's API key), each attack
+counting what it got back. Used by soak.py.
+
+1. KV forgery: an instance's HTTP port asked without the key; kv_transfer_params naming the
+   prefiller's side channel and blocks 0-3, and a `reuse` of them, sent through the front.
+2. A siege of the prefiller's KV side channel: sockets that begin a frame and trickle a byte
+   every 0.5 s, reopened whenever the server closes them.
+3. A squatter on the killed decoder's port, answering 200 to everything while it holds it.
+4. Bodies past the model's limit and just under it; connections that never finish their
+   headers, reopened whenever the server closes them.
+5. Lists past their limits: stop_token_ids, logit_bias.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import struct
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from engine.core.config import load_model_config, max_body_bytes
+from engine.kv import frame
+
+SIEGE, LORIS, TRICKLE_S = 200, 100, 0.5
+SQUAT_S = 10.0
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports a process listens on (what any local user can find out)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # LISTEN
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+class Attacks:
+    """Counts, per attack, of what came back (statuses, closes, requests a squatter got)."""
+
+    def __init__(self, front: str, prefill: str, side_port: int, model: str):
+        self.front, self.prefill, self.side_port = front, prefill, side_port
+        self.limit = max_body_bytes(load_model_config(model).max_position_embeddings)
+        self.got: dict[str, Counter] = defaultdict(Counter)
+
+    def bodies(self) -> list[tuple[str, str, bytes]]:
+        """(attack, URL, body) of one round of hostile requests."""
+        forged = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_request_id": "r",
+                  "remote_host": "127.0.0.1", "remote_port": self.side_port,
+                  "remote_block_ids": [0, 1, 2, 3]}
+        plain = {"model": "m", "prompt": [5, 6, 7], "max_tokens": 3}
+        front, pre = self.front + "/v1/completions", self.prefill + "/v1/completions"
+        return [
+            ("1 instance port without the key", pre, json.dumps(plain).encode()),
+            ("1 forged kv_transfer_params", front,
+             json.dumps({**plain, "kv_transfer_params": forged}).encode()),
+            ("1 forged reuse", front, json.dumps({**plain, "kv_transfer_params": {
+                "do_remote_decode": True, "reuse": forged}}).encode()),
+            ("4 body past the limit", front,
+             json.dumps({**plain, "prompt": "x " * self.limit}).encode()),
+            ("4 body just under the limit", front,
+             json.dumps({**plain, "prompt": "x " * (self.limit // 2 - 100)}).encode()),
+            ("5 stop_token_ids past the limit", front,
+             json.dumps({**plain, "stop_token_ids": list(range(100_000))}).encode()),
+            ("5 logit_bias past the limit", front,
+             json.dumps({**plain, "logit_bias": {str(t): 1 for t in range(5000)}}).encode()),
+        ]
+
+    async def requests(self, until: float, every_s: float = 5.0) -> None:
+        """A round of `bodies` every `every_s` until `until` (time.monotonic)."""
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < until:
+                for name, url, body in self.bodies():
+                    try:
+                        async with session.post(url, data=body) as r:
+                            await r.read()
+                            self.got[name][r.status] += 1
+                    except (TimeoutError, aiohttp.ClientError) as e:
+                        self.got[name][type(e).__name__] += 1
+                await asyncio.sleep(every_s)
+
+    async def _held(self, name: str, port: int, opening: bytes, trickle: bytes | None,
+                    until: float) -> None:
+        """One hostile connection, opened again each time the server closes it."""
+        while time.monotonic() < until:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                self.got[name]["refused"] += 1
+                await asyncio.sleep(TRICKLE_S)
+                continue
+            self.got[name]["opened"] += 1
+            try:
+                writer.write(opening)
+                while time.monotonic() < until:
+                    if trickle:
+                        writer.write(trickle)
+                    await writer.drain()
+                    with contextlib.suppress(TimeoutError):
+                        if await asyncio.wait_for(reader.read(1), TRICKLE_S) == b"":
+                            self.got[name]["closed by the server"] += 1
+                            break
+            except (ConnectionError, OSError):
+                self.got[name]["closed by the server"] += 1
+            finally:
+                writer.close()
+
+    async def sieges(self, until: float) -> None:
+        """Attacks 2 and 4's slow connections, held until `until`."""
+        opening = struct.pack("!4sH", frame.MAGIC, frame.VERSION)
+        host_port = int(self.front.rsplit(":", 1)[1])
+        partial = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/"
+        await asyncio.gather(
+            *(self._held("2 side-channel siege", self.side_port, opening, b"\0", until)
+              for _ in range(SIEGE)),
+            *(self._held("4 headers never finished", host_port, partial, None, until)
+              for _ in range(LORIS)))
+
+    async def squat(self, port: int, within_s: float = 5.0) -> None:
+        """Take `port` as soon as it is free (within `within_s`) and hold it SQUAT_S,
+        answering 200 to everything and counting what is not a health check."""
+        name = "3 squatter on the killed decoder's port"
+
+        async def answer(request: web.Request) -> web.Response:
+            self.got[name]["health checks" if request.path == "/health"
+                           else f"{request.method} {request.path} received"] += 1
+            return web.json_response({"status": "ok"})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", answer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        deadline = time.monotonic() + within_s
+        try:
+            while True:
+                try:
+                    sock = socket.create_server(("127.0.0.1", port))
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        self.got[name]["port never free"] += 1
+                        return
+                    await asyncio.sleep(0.01)
+            await web.SockSite(runner, sock).start()
+            self.got[name]["held"] += 1
+            await asyncio.sleep(SQUAT_S)
+        finally:
+            await runner.cleanup()
+
+    def lines(self) -> dict[str, str]:
+        """What each attack got back, one line each."""
+        return {f"attack {name}": ", ".join(f"{k}: {v}" for k, v in sorted(
+            c.items(), key=lambda kv: str(kv[0]))) for name, c in sorted(self.got.items())}
