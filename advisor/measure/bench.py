@@ -11,8 +11,11 @@ import dataclasses
 import math
 from pathlib import Path
 
+from rich.console import Console
+
 from advisor.errors import UsageError
-from advisor.measure.bench_options import DATASETS, BenchOptions
+from advisor.measure import vllm_result
+from advisor.measure.bench_options import BACKENDS, DATASETS, BenchOptions
 from advisor.measure.failures import commonest
 from advisor.measure.ready import (
     check_fits,
@@ -25,7 +28,7 @@ from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.measure.urls import check_url
 from advisor.output import console
-from advisor.rundata.files import manifest
+from advisor.rundata.files import manifest, write_json
 from advisor.rundata.result import RunResult
 from workloads import traces
 from workloads.arrivals import Arrivals
@@ -34,9 +37,28 @@ from workloads.presets import PRESETS, preset
 from workloads.spec import SyntheticSpec, Workload, synthesize
 
 
+def _resolved(opts: BenchOptions) -> BenchOptions:
+    """The options with vLLM's --host/--port turned into --base-url."""
+    if opts.host is None and opts.port is None:
+        return opts
+    if opts.base_url != BenchOptions.base_url:
+        raise UsageError("give --base-url or --host/--port, not both")
+    host = opts.host or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return dataclasses.replace(opts, base_url=f"http://{host}:{opts.port or 8000}")
+
+
 def _checked(opts: BenchOptions) -> tuple[dict[str, float], list[float], tuple[str, ...]]:
     """Validate options, naming the bad flag; returns (SLOs, percentiles, metrics)."""
     check_url("--base-url", opts.base_url)
+    if opts.backend not in BACKENDS:
+        raise UsageError(f"--backend {opts.backend!r} is not one here; one of "
+                         f"{', '.join(BACKENDS)}")
+    if opts.backend == "openai-chat" and not opts.endpoint.endswith("chat/completions"):
+        raise UsageError("--backend openai-chat wants --endpoint /v1/chat/completions")
+    bad_meta = [m for m in opts.metadata if "=" not in m]
+    if bad_meta:
+        raise UsageError(f"--metadata {bad_meta[0]!r}: KEY=VALUE")
     if opts.dataset not in DATASETS:
         raise UsageError(f"--dataset {opts.dataset!r} is unknown; one of {', '.join(DATASETS)}")
     if not opts.temperature >= 0:
@@ -102,6 +124,7 @@ def _build_workload(opts: BenchOptions) -> Workload:
 
 def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
     """Run the benchmark the options describe; print it, save it when asked, return it."""
+    opts = _resolved(opts)
     slos, percentiles, metrics = _checked(opts)
     workload = build_workload(opts)
     if opts.export_trace:
@@ -131,4 +154,25 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         result.write(Path(opts.result_dir))
     console.print_summary(result.to_json(), metrics, percentiles, result.pace(),
                           failure=commonest(result.records or [])[1])
+    if opts.save_result:
+        _save_vllm(opts, run, result.to_json(), model, rate)
     return result
+
+
+def _save_vllm(opts: BenchOptions, run, stats: dict, model: str, rate: float | None) -> None:
+    """`--save-result`: vLLM's result JSON, named and placed as vLLM places it."""
+    date = vllm_result.now()
+    label = opts.label or opts.backend
+    shown_rate = "inf" if rate is None or math.isinf(rate) else rate
+    setup = {"date": date, "endpoint_type": opts.backend, "backend": opts.backend,
+             "label": opts.label, "model_id": model, "tokenizer_id": model,
+             "num_prompts": stats.get("num_requests"),
+             **dict(m.split("=", 1) for m in opts.metadata),
+             "request_rate": shown_rate, "burstiness": opts.burstiness,
+             "max_concurrency": opts.max_concurrency}
+    name = opts.result_filename or vllm_result.file_name(label, shown_rate,
+                                                         opts.max_concurrency, model, date)
+    path = Path(opts.result_dir or ".") / name
+    write_json(path, vllm_result.vllm_result(stats, run.records, run.start, setup,
+                                             opts.save_detailed))
+    console.say(Console(), f"vLLM's result JSON: {path}")

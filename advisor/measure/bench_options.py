@@ -11,6 +11,7 @@ from advisor.options import option
 from workloads.presets import PRESETS
 
 DATASETS = ("random",)
+BACKENDS = ("openai", "vllm", "openai-chat")  # vllm bench serve's, for the endpoints here
 
 
 @dataclass(frozen=True)
@@ -18,12 +19,18 @@ class BenchOptions:
     """`advisor bench`'s options, named as `vllm bench serve` names them."""
 
     base_url: str = option("http://127.0.0.1:8000", "server base URL")
+    host: str | None = option(None, "server host, with --port instead of --base-url")
+    port: int | None = option(None, "server port, with --host instead of --base-url")
+    backend: str = option("openai", f"vLLM's request kind: {', '.join(BACKENDS)} (openai-chat "
+                                    "wants --endpoint /v1/chat/completions)")
     endpoint: str = option(COMPLETIONS, "/v1/completions or /v1/chat/completions")
     # None: the first model the server lists
     model: str | None = option(None, "model name (default: the first the server lists)")
-    dataset: str = option("random", "dataset: random")
-    random_input_len: int = option(1024, "random: prompt tokens")
-    random_output_len: int = option(128, "random: output tokens")
+    dataset: str = option("random", "dataset: random", "--dataset", "--dataset-name")
+    random_input_len: int = option(1024, "random: prompt tokens", "--random-input-len",
+                                   "--input-len")
+    random_output_len: int = option(128, "random: output tokens", "--random-output-len",
+                                    "--output-len")
     random_range_ratio: float = option(0.0, "random: lengths uniform in len*(1 +- r)")
     random_prefix_len: int = option(0, "random: shared prefix tokens before each prompt")
     ignore_eos: bool = option(False, "generate exactly max_tokens", "--ignore-eos")
@@ -41,7 +48,16 @@ class BenchOptions:
     percentile_metrics: str = option("ttft,tpot,itl", "of ttft,tpot,itl,e2el")
     metric_percentiles: str = option("99", "e.g. 50,90,99")
     seed: int = option(0, "workload seed")
-    result_dir: str | None = option(None, "write result.json and requests.jsonl here")
+    result_dir: str | None = option(None, "write result.json and requests.jsonl here (and "
+                                          "--save-result's file)")
+    save_result: bool = option(False, "also write vLLM's result JSON (vllm bench serve's "
+                                      "keys)", "--save-result")
+    save_detailed: bool = option(False, "with it, per-request lists (ttfts, itls, ...)",
+                                 "--save-detailed")
+    result_filename: str | None = option(None, "its file name (default: vLLM's, "
+                                                "LABEL-RATEqps-MODEL-DATE.json)")
+    label: str | None = option(None, "its label (default: --backend)")
+    metadata: tuple[str, ...] = option((), "KEY=VALUE recorded in it (repeat the flag)")
     workload: str | None = option(None, f"a preset: {', '.join(PRESETS)}")
     scale: float = option(1.0, "preset: multiply every length")
     trace: str | None = option(None, "Mooncake .jsonl, Azure or BurstGPT .csv trace")
