@@ -68,6 +68,10 @@ BAD = [
     (["--metric-percentiles", "x"], "--metric-percentiles"),
     (["--percentile-metrics", "ttft,speed"], "--percentile-metrics"),
     (["--base-url", "http://127.0.0.1:9", "--ready-timeout", "0"], "cannot reach"),
+    (["--backend", "tgi"], "--backend"),  # vllm bench serve's flags, given wrong
+    (["--backend", "openai-chat"], "--endpoint /v1/chat/completions"),
+    (["--metadata", "tp"], "--metadata"),
+    (["--base-url", "http://127.0.0.1:9", "--port", "9"], "--host/--port"),
 ]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.advisor.helpers import scripted
-from tests.cli import advisor, advisor_here, said
+from tests.cli import advisor
 
 pytestmark = pytest.mark.integration
 
@@ -79,19 +79,3 @@ def test_without_save_detailed_the_per_request_lists_are_left_out_and_the_name_i
     assert got["request_goodput"] is None and got["label"] is None
     assert f"vLLM's result JSON: {path}" in p.stdout
 
-
-BAD = [
-    (["--backend", "tgi"], "--backend"),
-    (["--backend", "openai-chat"], "--endpoint /v1/chat/completions"),
-    (["--metadata", "tp"], "--metadata"),
-    (["--base-url", "http://127.0.0.1:9", "--port", "9"], "--host/--port"),
-]
-
-
-@pytest.mark.parametrize("args,needle", BAD)
-def test_a_vllm_flag_given_wrong_is_one_line_naming_it(args, needle):
-    cli = advisor if args is BAD[0][0] else advisor_here
-    p = cli("bench", "--num-prompts", "2", *args)
-    assert p.returncode == 2
-    assert needle in p.stderr and "Traceback" not in p.stderr
-    assert len(said(p.stderr)) == 1
