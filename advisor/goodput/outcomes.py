@@ -25,6 +25,7 @@ class Outcome:
     sure_misses: bool = False
     topped_up: bool = False  # measured again with as many requests more (`top_up`)
     behind: bool = False  # completed requests slower than they arrived (`KEEP_PACE`)
+    client_bound: bool = False  # the client was the bottleneck: says nothing of the placement
 
 
 TOPPED_UP = "topped_up"  # workload_params key of a run measured again (`top_up`)
@@ -35,7 +36,10 @@ def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float)
     """A run's outcome against the attainment `target`, by its value and its interval;
     surely missed, whatever its attainment, when its placement fell behind the arrivals
     (`KEEP_PACE`); collapsed (fallen apart) when its p99 ITL is far past the ITL SLO or
-    most requests failed outright."""
+    most requests failed outright. A run whose measuring client was its bottleneck
+    (`RunResult.client_bound`) says nothing either way: neither met nor missed."""
+    if result.client_bound():
+        return Outcome(rate, False, False, client_bound=True)
     collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * itl_slo_ms \
         or result.get("failed") > result.described.num_prompts / 2
     ci = (result.get("ci95") or {}).get("slo_attainment")

@@ -25,6 +25,7 @@ from advisor.measure.ready import (
 )
 from advisor.measure.records import Endpoint
 from advisor.measure.run import max_send_lateness_ms, measure, record_row
+from advisor.measure.selfcheck import client_check
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.measure.urls import check_url
 from advisor.output import console
@@ -148,7 +149,9 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         [record_row(r, run.start) for r in run.records], bench,
         request_rate=rate if rate is None or math.isfinite(rate) else "inf",
         num_prompts=workload.num_requests, workload=workload.name, workload_params=workload.params,
-        client_cpu_s=run.cpu_s, arrival_offsets=[c.start for c in workload.conversations],
+        client_cpu_s=run.cpu_s,
+        client_check=client_check(run, capped=opts.max_concurrency is not None),
+        arrival_offsets=[c.start for c in workload.conversations],
         multi_turn=workload.multi_turn)
     if opts.result_dir:
         result.write(Path(opts.result_dir))

@@ -26,6 +26,7 @@ from advisor.measure.sse import EventData
 from workloads.spec import Conversation, Workload
 
 START_LEAD_S = 0.05  # schedule t=0 slightly ahead so request 0 is not late by setup work
+LAG_TICK_S = 0.01
 
 
 WORDS = (
@@ -53,6 +54,16 @@ def _dispatch(
         if delay > 0:
             time.sleep(delay)
         loop.call_soon_threadsafe(launch, conv)
+
+
+async def _lag_probe(lags: list[float], tick_s: float = LAG_TICK_S) -> None:
+    """Until cancelled: how late the event loop wakes up from a `tick_s` sleep, each time
+    (what every stream's handling waits on when the client is busier than it can keep up
+    with)."""
+    while True:
+        due = time.monotonic() + tick_s
+        await asyncio.sleep(tick_s)
+        lags.append(max(0.0, time.monotonic() - due))
 
 
 def text_of(token_ids: list[int]) -> str:
@@ -123,14 +134,17 @@ class Client:
                 args=(asyncio.get_running_loop(), convs, start, launch),
             )
             timer.start()
+            lags: list[float] = []
+            probe = asyncio.create_task(_lag_probe(lags))
             await all_started
             await asyncio.gather(*tasks)
+            probe.cancel()
             cpu = time.process_time() - cpu
         records = sorted(self._records, key=lambda r: (r.warmup is False, r.scheduled, r.turn))
         for i, r in enumerate(records):
             r.index = i
         ends = [r.end for r in records if not r.warmup and r.end]
-        return ClientRun(records, start, max(ends, default=start), cpu)
+        return ClientRun(records, start, max(ends, default=start), cpu, lags)
 
     async def _turns(self, conv: Conversation, scheduled: float, warmup: bool = False) -> None:
         history: list[int] = []  # completions: token ids sent and received so far

@@ -74,6 +74,7 @@ class ClientRun:
     start: float  # t=0 of the schedule
     end: float  # last response finished
     cpu_s: float = 0.0  # the measuring process's CPU seconds (every thread) from t=0 to the end
+    loop_lags: list[float] = field(default_factory=list)  # the event loop's wake-ups, s late
 
     @property
     def duration(self) -> float:

@@ -38,6 +38,9 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
             "" if pace >= KEEP_PACE else _MULTI_TURN_BEHIND if "per_turn" in result else
             ": the server fell behind its arrivals (its queue grew), so a longer run at this "
             "rate would show worse latencies and goodput")))
+    check = result.get("client_check")
+    if check:
+        rows.append(("measuring client", client_line(check)))
     if result["goodput_slos"]:
         slo = " ".join(f"{k}:{v:g}" for k, v in result["goodput_slos"].items())
         rows += [("SLO", f"{slo} ms (itl: each request's p99 gap)"),
@@ -51,6 +54,19 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
     show_table(out, "latency (ms)", ["metric", *cols],
                [[_NAMES[m], *(f"{result[f'{c}_{m}_ms']:.2f}" for c in cols)] for m in metrics],
                right=True, whole=len(cols) + 1)
+
+
+def client_line(check: dict) -> str:
+    """What the client's self-check found (advisor.measure.selfcheck), in one line."""
+    def ms(v) -> str:
+        return "-" if v is None else f"{v:.1f} ms"
+
+    share = check.get("cpu_share")
+    line = (f"{'-' if share is None else f'{share:.0%}'} of a core; event loop late "
+            f"{ms(check.get('loop_lag_p99_ms'))} at p99; sends late "
+            f"{ms(check.get('send_late_p99_ms'))} at p99")
+    return line + (f"; {check['bound']}, so these figures are partly the client's"
+                   if check.get("bound") else "")
 
 
 def print_recommendation(rec: Recommendation, out: Console | None = None) -> None:

@@ -238,13 +238,17 @@ def table(data: _Read) -> tuple[list[Column], list[model.TableRow]]:
     cores = busy_host(data)
     if any(x is not None for r in data.runs for x in r.cores_busy()):
         cols.append(Column("cores", "CPU cores busy (instances + client)"))
+    if any(r.client_bound() for r in data.runs):
+        cols.append(Column("client_bound", "measuring client", True))
     rows = []
     for p in data.placements():
         for run in data.series(p):
             cells = {c.key: fmt(run.shown(c.key)) for c in cols}
             cells.update(placement=p, rate=fmt(run.rate), emulated=run.emulated or "",
                          failed=fmt(run.get("failed")), pace=fmt(run.pace()),
-                         cores=_cores(run, cores)[0])
+                         cores=_cores(run, cores)[0],
+                         client_bound=f"{run.client_bound()}; not used for the decision"
+                         if run.client_bound() else "")
             rows.append(model.TableRow(cells, bool(run.get("failed"))))
     return cols, rows
 

@@ -38,6 +38,9 @@ class _Described:
     arrival_offsets: list = field(default_factory=list)  # each conversation's start, s
     frontend_cpu: dict | None = None  # front-end CPU seconds during the run (render, derender)
     client_cpu_s: float | None = None  # the measuring client's CPU seconds during the run
+    # whether the client kept up with its own run (advisor.measure.selfcheck); None: not
+    # recorded (a simulated run, or one from before)
+    client_check: dict | None = None
     metrics: dict | None = None  # what the instances' counters did in the run (prom.Sample)
     simulated: str | None = None  # not measured: what predicted it (advisor plan)
 
@@ -85,6 +88,13 @@ class RunResult:
         engines_busy, client_busy = (None if s is None or seconds <= 0 else s / seconds
                                      for s in (engines, client))
         return engines_busy, client_busy
+
+    def client_bound(self) -> str | None:
+        """Why the measuring client was this run's bottleneck (its figures are then the
+        client's, and no decision rests on it), or None."""
+        check = self.described.client_check
+        bound = check.get("bound") if isinstance(check, dict) else None
+        return bound if isinstance(bound, str) else None
 
     def pace(self) -> float | None:
         """How fast the run's requests completed against how fast they arrived (their own

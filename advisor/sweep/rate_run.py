@@ -13,6 +13,7 @@ from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import check_fits
 from advisor.measure.records import Endpoint
 from advisor.measure.run import measure, record_row, records_of
+from advisor.measure.selfcheck import client_check, pooled
 from advisor.measure.stats import summarize
 from advisor.rundata.result import RunResult
 from advisor.sweep.options import SweepOptions, prompts_for
@@ -31,6 +32,7 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
     first = before.described.workload_params.get("repeats", 1) if before else 0
     sample = _sample(metric_urls)
     records, rows, arrivals, elapsed, requests, cpu = [], [], [], 0.0, 0, 0.0
+    checks = [before.described.client_check] if before else []
     if before:
         # NOTE: its own rows only: a sweep stopped between writing a pooled run's records and
         # its result.json leaves the second part in the records file
@@ -52,6 +54,7 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
         elapsed += run.duration
         requests += w.num_requests
         cpu = None if cpu is None else cpu + run.cpu_s
+        checks.append(client_check(run))
     after = _sample(metric_urls)
     delta = after.minus(sample) if sample and after else None
     if before:  # NOTE: counters over both parts, or none when either lacks them
@@ -64,6 +67,7 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
         # the front end's CPU during this run, summed over instances (None: not reported)
         frontend_cpu=dataclasses.asdict(front) if front else None,
         metrics=delta.to_json() if delta else None, client_cpu_s=cpu,
+        client_check=pooled(checks),
         topology=p.name, kind=p.kind, request_rate=rate, num_prompts=requests,
         workload=w.name, workload_params=params, emulated=p.emulated,
         arrival_offsets=arrivals, multi_turn=w.multi_turn)

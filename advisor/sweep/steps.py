@@ -175,6 +175,10 @@ class Steps:
         will not (a prompt past its context, a model it does not serve), and searching on
         would spend minutes measuring refusals."""
         self.run_dir.write_run(run)
+        bound = run.client_bound()
+        if bound:
+            print(f"{p.name} @ {rate:g} req/s: {bound}; this run is not used for the decision",
+                  flush=True)
         gone = self.gone.get(p.name)
         why = gone() if gone is not None else None
         if why is not None:

@@ -20,6 +20,9 @@ class _Run(tuple):
 
     records: ClassVar[list] = []
 
+    def client_bound(self) -> None:  # its client kept up
+        return None
+
 
 class _Runs:
     """The run directory's side of it: which runs exist, and each measurement written."""
