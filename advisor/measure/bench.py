@@ -155,10 +155,11 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
         multi_turn=workload.multi_turn)
     if opts.result_dir:
         result.write(Path(opts.result_dir))
-    console.print_summary(result.to_json(), metrics, percentiles, result.pace(),
+    shown = result.to_json()
+    console.print_summary(shown, metrics, percentiles, result.pace(),
                           failure=commonest(result.records or [])[1])
     if opts.save_result:
-        _save_vllm(opts, run, result.to_json(), model, rate)
+        _save_vllm(opts, run, shown, model, rate)
     return result
 
 

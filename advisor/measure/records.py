@@ -79,3 +79,9 @@ class ClientRun:
     @property
     def duration(self) -> float:
         return self.end - self.start
+
+    def send_lateness(self) -> list[float]:
+        """How late each first turn went out against its schedule, s (later turns wait on
+        the one before, so they have no schedule to be late for)."""
+        return [r.dispatched - r.scheduled for r in self.records
+                if not r.warmup and r.turn == 0 and r.dispatched]

@@ -64,9 +64,7 @@ def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
 
 def max_send_lateness_ms(run: ClientRun) -> float:
     """How late the latest first turn went out against its schedule, in ms."""
-    late = [r.dispatched - r.scheduled for r in run.records
-            if not r.warmup and r.turn == 0 and r.dispatched]
-    return max(late, default=0.0) * 1000
+    return max(run.send_lateness(), default=0.0) * 1000
 
 
 def record_row(r, start: float) -> dict:

@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import time
+import urllib.parse
 
 SECRET_ENV = "ADVISOR_DEPLOYMENT_SECRET"
 PARAMS_TTL_S = 900.0  # a signed kv_transfer_params outlives a prefill lease and a kept turn
@@ -81,6 +82,12 @@ def proof(secret: bytes, nonce: str, port: int) -> str:
     bound to the port, so that another of the deployment's processes, asked the same nonce,
     gives nothing that a process squatting on `port` could pass on."""
     return _mac(secret, "proof", f"{port}\0{nonce}".encode())
+
+
+def proven(secret: bytes, nonce: str, url: str, said) -> bool:
+    """Whether `said` is the proof (`proof`) for `nonce` of the process at base URL `url`."""
+    port = urllib.parse.urlsplit(url).port or 80
+    return isinstance(said, str) and hmac.compare_digest(said, proof(secret, nonce, port))
 
 
 def _signed_bytes(params: dict) -> bytes:

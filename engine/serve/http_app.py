@@ -33,6 +33,11 @@ def add_api_key_flag(ap: argparse.ArgumentParser) -> None:
                          f"(default: ${API_KEY_ENV}, else none)")
 
 
+def add_max_body_flag(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_BODY_BYTES,
+                    help="a larger request body is a 413 before it is read whole")
+
+
 def api_key_of(args: argparse.Namespace) -> str | None:
     return args.api_key or os.environ.get(API_KEY_ENV) or None
 
@@ -85,8 +90,9 @@ def served_port(request: web.Request) -> int:
 
 
 async def _prove(request: web.Request, response: web.StreamResponse) -> None:
-    secret, nonce = deployment.current(), request.headers.get(NONCE_HEADER)
-    if secret and nonce:
+    nonce = request.headers.get(NONCE_HEADER)  # NOTE: first: most responses carry none
+    secret = deployment.current() if nonce else None
+    if secret:
         response.headers[PROOF_HEADER] = deployment.proof(secret, nonce, served_port(request))
 
 

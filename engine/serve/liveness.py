@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import secrets
-import urllib.parse
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -125,9 +123,7 @@ class Liveness:
         nonce = sent.get(NONCE_HEADER)
         if self.secret is None or nonce is None:
             return
-        port = urllib.parse.urlsplit(base_url).port or 80
-        said = answer.headers.get(PROOF_HEADER, "")
-        if not hmac.compare_digest(said, deployment.proof(self.secret, nonce, port)):
+        if not deployment.proven(self.secret, nonce, base_url, answer.headers.get(PROOF_HEADER)):
             self.lost(base_url)
             raise Impostor(f"{base_url} answered without this deployment's proof")
 
@@ -182,7 +178,6 @@ class Liveness:
                 if r.status != 200 or nonce is None:
                     return r.status == 200
                 said = (await r.json(content_type=None)).get("proof")
-                port = urllib.parse.urlsplit(base_url).port or 80
-                return said == deployment.proof(self.secret, nonce, port) or None
+                return deployment.proven(self.secret, nonce, base_url, said) or None
         except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
             return False

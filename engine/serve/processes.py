@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 
 from engine.core import deployment
@@ -106,8 +105,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float,
             if r.status == 200 and secret is None:
                 return
             said = json.loads(r.read()).get("proof")
-            port = urllib.parse.urlsplit(url).port or 80
-            if r.status == 200 and said == deployment.proof(secret, nonce, port):
+            if r.status == 200 and deployment.proven(secret, nonce, url, said):
                 return
             raise LaunchError(f"{url}: another process holds its port (it answered /health "
                               "without this deployment's proof)")

@@ -29,6 +29,7 @@ from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import (
     KEPT_HEADER,
     add_api_key_flag,
+    add_max_body_flag,
     application,
     health,
     run_app,
@@ -321,8 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bidirectional", action="store_true",
                     help="P/D: prefillers pull a conversation's earlier turns back from its "
                     "decoder and compute only the new tokens")
-    ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_BODY_BYTES,
-                    help="a larger request body is a 413 before it is read whole")
+    add_max_body_flag(ap)
     ap.add_argument("--internal", action="store_true",
                     help="serve only the deployment's own processes: require its instance key")
     add_api_key_flag(ap)

@@ -22,6 +22,7 @@ from engine.core.config import DEFAULT_BODY_BYTES
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import (
     add_api_key_flag,
+    add_max_body_flag,
     application,
     health,
     run_app,
@@ -193,8 +194,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="the render servers' base URLs (taken in turn)")
     ap.add_argument("--engine", nargs="+", required=True,
                     help="the tokens-only engines' base URLs, or their front's (taken in turn)")
-    ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_BODY_BYTES,
-                    help="a larger request body is a 413 before it is read whole")
+    add_max_body_flag(ap)
     add_api_key_flag(ap)
     a = ap.parse_args(argv)
     try:

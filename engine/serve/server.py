@@ -23,7 +23,7 @@ from engine.render.frontend import Frontend, FrontendConfig, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve import conversations, vllm_args
 from engine.serve.async_engine import AsyncEngine
-from engine.serve.http_app import api_key_of, application, run_app, served_port
+from engine.serve.http_app import application, health, run_app, server_key
 from engine.serve.kv_legs import DecodeLegs
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
@@ -113,11 +113,7 @@ class EngineServer:
     async def health(self, request: web.Request) -> web.Response:
         """Up; asked `?proof=NONCE` inside a deployment, also the proof of being one of its
         instances (a process that took a dead instance's port cannot give it)."""
-        body = {"status": "ok", "role": self.role}
-        nonce = request.query.get("proof")
-        if nonce and self.deployment:
-            body["proof"] = deployment.proof(self.deployment, nonce, served_port(request))
-        return web.json_response(body)
+        return health(request, role=self.role)
 
     async def models(self, _req) -> web.Response:
         return web.json_response(
@@ -321,9 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as e:
         raise SystemExit(f"engine.serve.server: {e}") from None
     with contextlib.suppress(KeyboardInterrupt):
-        key = api_key_of(a) or (deployment.instance_key(server.deployment)
-                                if server.deployment else None)
-        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}", key))
+        asyncio.run(run_app(server.app, a.host, a.port, f"engine {server.role}",
+                            server_key(a)))
 
 
 if __name__ == "__main__":

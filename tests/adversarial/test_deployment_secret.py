@@ -8,14 +8,12 @@ deployment from the launcher, as another process on the same host would try it:
 3. a process that takes a dead instance's port never gets the deployment's traffic."""
 
 import contextlib
-import json
 import os
 import signal
 import socket
 import struct
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -40,13 +38,7 @@ def pd():
 
 
 def call(url: str, body: dict, key: str | None, path: str = "/v1/completions"):
-    req = urllib.request.Request(url + path, json.dumps(body).encode(), {
-        "Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return post(url, body, path, headers={"Authorization": f"Bearer {key}"} if key else None)
 
 
 class _FakeSideChannel:
