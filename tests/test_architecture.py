@@ -30,7 +30,8 @@ ADVISOR_LAYERS = (
     {"probe"},
     {"deploy"},  # the advice as commands and manifests
     {"decide", "goodput"},  # the advice; what runs say of each placement's goodput
-    {"sweep", "plan"},  # measured and simulated, side by side
+    {"conclude"},  # evidence to a written recommendation: every way to advice ends there
+    {"sweep", "plan", "imports"},  # measured, simulated and imported, side by side
     {"serve", "proxy", "testing"},
     {"cli"},
 )

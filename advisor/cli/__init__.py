@@ -7,6 +7,6 @@ module here registers its verbs on `app` when imported, in the order `--help` li
 # ruff: noqa: I001  (the verb modules' import order is --help's order, not alphabetical)
 
 from advisor.cli.app import app
-from advisor.cli import engine_verbs, probe_verbs, sweep_verb, plan_verb, advice_verbs  # noqa: F401
+from advisor.cli import engine_verbs, probe_verbs, sweep_verb, plan_verb, import_verb, advice_verbs  # noqa: F401
 
 __all__ = ["app"]

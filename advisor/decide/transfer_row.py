@@ -32,9 +32,13 @@ def kv_row(ev: Evidence, t: Thresholds) -> Row:
             evidence.update(kv_mb=p2p.kv_mb, host_staged_gbps=p2p.host_staged_gbps,
                             predicted_host_staged_ms=predicted)
     fired = mean >= limit if mean is not None else (predicted is not None and predicted >= limit)
+    # NOTE: P/D measured without its transfers (no decoder metrics, an imported file) says
+    # nothing of them: "no" would read as a healthy transfer
+    unknown = mean is None and predicted is None and ev.disaggregated is not None
     return Row(ROW, "KV transfer is slow", "fix-transfer", fired, evidence,
                {"kv_slow_ms": t.kv_slow_ms, "kv_slow_ttft_share": t.kv_slow_ttft_share,
-                "slow_at_ms": limit})
+                "slow_at_ms": limit},
+               undecided="no KV transfer time was measured" if unknown else None)
 
 
 def slow_text(row: Row) -> str:

@@ -73,6 +73,7 @@ def print_recommendation(rec: Recommendation, out: Console | None = None) -> Non
     """The action first, then why, then every decision-table row with its numbers."""
     out = out or Console()
     lines = [f"SIMULATED, not measured: {rec.simulated}"] if rec.simulated else []
+    lines += [f"IMPORTED, {rec.imported}"] if rec.imported else []
     lines.append(f"recommendation: {rec.action}")
     lines += [f"  {reason}" for reason in rec.reasons]
     if rec.secondary_actions:

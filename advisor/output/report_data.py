@@ -53,6 +53,15 @@ class _Read:
             (r.described.simulated for r in self.runs if r.described.simulated), None)
 
     @property
+    def imported(self) -> str | None:
+        """Which tools measured these results, when another tool did (`advisor import`)."""
+        said = (self.manifest or {}).get("imported") or {}
+        if not said.get("tools"):
+            return None
+        return f"measured by {', '.join(said['tools'])}; not in their files: " + "; ".join(
+            said.get("unknown") or ["-"])
+
+    @property
     def emulated(self) -> str | None:
         return next((r.emulated for r in self.runs if r.emulated), None)
 
@@ -186,7 +195,8 @@ def busy_host(data: _Read) -> int | None:
     that their CPU and the client's add up to the host's load; else None."""
     m = data.manifest or {}
     cfg = m.get("config") or {}
-    if not m or cfg.get("collocated_url") or cfg.get("disagg_url") or data.simulated:
+    if not m or cfg.get("collocated_url") or cfg.get("disagg_url") or data.simulated \
+            or data.imported:
         return None
     return (m.get("host") or {}).get("cpus_usable")
 
@@ -259,6 +269,7 @@ def setup(data: _Read) -> list[tuple[str, str]]:
     cfg, host, probe = m.get("config") or {}, m.get("host") or {}, m.get("probe") or {}
     links, ran, sized = probe.get("links") or {}, m.get("dtype") or {}, m.get("sizing") or {}
     items = [("simulated", data.simulated)] if data.simulated else []
+    items += [("imported", data.imported)] if data.imported else []
     items += [
         ("model", f"{cfg.get('model')} ({ran.get('ran', cfg.get('dtype'))}, {cfg.get('device')})"),
         ("dtype", f"{ran.get('ran')}: {ran.get('reason')}" if ran else cfg.get("dtype")),

@@ -11,8 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from advisor.decide.table import recommend
-from advisor.deploy.advice import Where, from_evidence
+from advisor.conclude.conclude import conclude
+from advisor.deploy.advice import Where
 from advisor.goodput.outcomes import Outcome as RateOutcome
 from advisor.goodput.outcomes import outcome_of
 from advisor.goodput.placements import Placement
@@ -105,18 +105,14 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     commands (and a plan's `ranking` or a replay's `compare`), summary.csv and (with
     `opts.report`) the report, written to `run_dir`."""
     # NOTE: imported here: pandas takes ~0.5 s, and a bad flag must answer before that
-    from advisor.goodput.evidence import build_evidence, write_summary
+    from advisor.goodput.evidence import build_evidence
 
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
     front = FrontendEvidence(placement=shown[0].name,
                              undecided="simulated: the front end's CPU is not modelled")
     ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label, p2p=p2p)
-    run_dir.write_evidence(ev)
-    rec = recommend(ev)
-    rec = dataclasses.replace(rec, deploy=from_evidence(rec, ev, model, Where(tp=tp)),
-                              ranking=ranking, compare=compare)
-    run_dir.write_recommendation(rec)
-    write_summary(run_dir, every, done)
+    rec = conclude(run_dir, ev, every, done, model, Where(tp=tp), ranking=ranking,
+                   compare=compare)
     if opts.report:
         from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
 

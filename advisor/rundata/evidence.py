@@ -249,6 +249,16 @@ class TurnEvidence:
 
 
 @dataclass(frozen=True)
+class ImportedEvidence:
+    """Runs another tool measured (`advisor import`): which tools, from which files, and
+    what those files do not say, so that nothing the decision lacks is taken as known."""
+
+    tools: list[str]
+    sources: list[str]
+    unknown: list[str]
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What a decision rests on: the SLO, each placement at the judged rate, the workload,
     the transfer, the front end, the calibration."""
@@ -267,6 +277,7 @@ class Evidence:
     render_split: PlacementEvidence | None = None  # engines behind a separate render tier
     search_stopped: str | None = None  # what ended the search short of parting the intervals
     p2p: P2PEvidence | None = None  # the GPUs' P2P matrix, where one was read
+    imported: ImportedEvidence | None = None  # measured by another tool: by what, what is unknown
 
     def to_json(self) -> dict:
         return to_json(self)

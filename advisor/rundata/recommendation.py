@@ -110,7 +110,7 @@ class PlacementRank:
 
 
 # fields written only where they are set: a plain sweep's file has no plan's ranking
-_OPTIONAL = ("deploy", "ranking", "compare")
+_OPTIONAL = ("deploy", "ranking", "compare", "imported")
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,7 @@ class Recommendation:
     judged_at: str | None = None
     calibration: str | None = None
     simulated: str | None = None  # what predicted it, when nothing was measured
+    imported: str | None = None  # which tool measured it, and what its files do not say
     deploy: Deployment | None = None
     ranking: list[PlacementRank] | None = None  # `advisor plan`: placements by goodput per GPU
     compare: list[dict] | None = None  # `advisor plan --calibrate`: predicted beside measured

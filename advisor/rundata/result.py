@@ -43,6 +43,7 @@ class _Described:
     client_check: dict | None = None
     metrics: dict | None = None  # what the instances' counters did in the run (prom.Sample)
     simulated: str | None = None  # not measured: what predicted it (advisor plan)
+    imported: str | None = None  # measured by another tool: which, and from which file
 
 
 @dataclass

@@ -22,8 +22,9 @@ from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RESULT, RunResult
 
 # 1: before the manifest said its format (the same files); 2: the manifest says "format";
-# 3: evidence.json carries `p2p` (the GPUs' P2P matrix and the pairs a placement uses).
-FORMAT = 3
+# 3: evidence.json carries `p2p` (the GPUs' P2P matrix and the pairs a placement uses);
+# 4: evidence.json carries `imported` (runs another tool measured: `advisor import`).
+FORMAT = 4
 MANIFEST, EVIDENCE, RECOMMENDATION, SUMMARY = ("manifest.json", "evidence.json",
                                                "recommendation.json", "summary.csv")
 

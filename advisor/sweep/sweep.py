@@ -9,10 +9,9 @@ import dataclasses
 from functools import partial
 from pathlib import Path
 
-from advisor.decide.table import recommend
-from advisor.deploy.advice import from_evidence
+from advisor.conclude.conclude import conclude
 from advisor.errors import UsageError
-from advisor.goodput.evidence import build_evidence, write_summary
+from advisor.goodput.evidence import build_evidence
 from advisor.goodput.placements import Placement, on_p2p, p2p_evidence
 from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
@@ -100,11 +99,7 @@ def _decide(state: SweepState, placements: list[Placement], run_dir: RunDir,
     if p2p is not None and kv is not None:
         kv = dataclasses.replace(kv, p2p=p2p_pairs.summary(p2p))
     evidence = dataclasses.replace(evidence, p2p=p2p, kv_transfer=kv)
-    run_dir.write_evidence(evidence)
-    rec = recommend(evidence)
-    rec = dataclasses.replace(rec, deploy=from_evidence(rec, evidence, state.opts.model))
-    run_dir.write_recommendation(rec)
-    write_summary(run_dir, placements, state.done)
+    rec = conclude(run_dir, evidence, placements, state.done, state.opts.model)
     if report:
         from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
 

@@ -123,6 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"id": "scripted", "object": "completion", "usage": usage,
                                     "choices": [{"index": 0, **choice, "token_ids": list(range(n)),
                                                  "finish_reason": "length"}]})
+        kind = "chat.completion.chunk" if chat else "text_completion"
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -131,11 +132,11 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(max(0.0, due(k) - time.monotonic()))
             timing["writes"].append(time.monotonic())
             piece = {"delta": {"content": "tok"}} if chat else {"text": "tok"}
-            self._event({"id": "scripted", "choices": [{
+            self._event({"id": "scripted", "object": kind, "choices": [{
                 "index": 0, **piece, "token_ids": [k],
                 "finish_reason": "length" if k == n - 1 else None}]})
         if (body.get("stream_options") or {}).get("include_usage"):
-            self._event({"id": "scripted", "choices": [], "usage": usage})
+            self._event({"id": "scripted", "object": kind, "choices": [], "usage": usage})
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 

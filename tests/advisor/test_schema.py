@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 SCHEMA = Path(__file__).resolve().parents[1] / "fixtures" / "schema"
 # what each run-directory format after the fixtures' (2) added to evidence.json
-ADDED = {3: {".p2p:null"}}
+ADDED = {3: {".p2p:null"}, 4: {".imported:null"}}
 
 
 def shape(obj, path: str = "") -> set[str]:

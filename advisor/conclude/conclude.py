@@ -1,0 +1,28 @@
+"""The last step of every way to advice (a measured sweep, a plan, an import): the evidence
+written, the decision table applied, the deploy commands attached, summary.csv written."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from advisor.decide.table import recommend
+from advisor.deploy.advice import Where, from_evidence
+from advisor.goodput.evidence import write_summary
+from advisor.goodput.outcomes import Outcome
+from advisor.rundata.evidence import Evidence
+from advisor.rundata.recommendation import Recommendation
+from advisor.rundata.rundir import RunDir
+
+
+def conclude(run_dir: RunDir, evidence: Evidence, placements, done: dict[str, list[Outcome]],
+             model: str | None, where: Where | None = None, **extra) -> Recommendation:
+    """Write `evidence`, decide on it, attach the deploy commands for `model` (and `extra`
+    fields of the Recommendation), write the recommendation and summary.csv (one row per
+    run of `placements`); the recommendation."""
+    run_dir.write_evidence(evidence)
+    rec = recommend(evidence)
+    deploy = from_evidence(rec, evidence, model, where or Where())
+    rec = dataclasses.replace(rec, deploy=deploy, **extra)
+    run_dir.write_recommendation(rec)
+    write_summary(run_dir, placements, done)
+    return rec

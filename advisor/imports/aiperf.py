@@ -1,0 +1,75 @@
+"""aiperf's per-request export (`profile_export.jsonl`, one JSON record per request, times
+in ns and latencies in ms), with the rate it was asked for from the summary beside it
+(`profile_export_aiperf.json`'s input_config)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from advisor.errors import UsageError
+from advisor.imports.found import Found, record
+
+RECORDS, SUMMARY = "profile_export.jsonl", "profile_export_aiperf.json"
+NS = 1e-9
+
+
+def is_aiperf(path: Path) -> bool:
+    return path.name.endswith(".jsonl") and path.name.startswith("profile_export")
+
+
+def read(path: Path) -> Found:
+    """The profiling phase's requests of one aiperf export (warm-up requests left out)."""
+    records = []
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                meta, metrics = row["metadata"], row.get("metrics") or {}
+            except (ValueError, KeyError, TypeError):
+                raise UsageError(f"{path}:{n}: not an aiperf record (no metadata)") from None
+            if meta.get("benchmark_phase", "profiling") != "profiling":
+                continue
+            records.append(_record(len(records), meta, metrics, row.get("error")))
+    rate, concurrency, version, model = _asked(path.parent / SUMMARY)
+    return Found(records, rate, f"aiperf {version}" if version else "aiperf", str(path),
+                 max_concurrency=concurrency, model=model)
+
+
+def _value(metrics: dict, name: str):
+    m = metrics.get(name)
+    return m.get("value") if isinstance(m, dict) else None
+
+
+def _record(index: int, meta: dict, metrics: dict, error: dict | None):
+    sent = meta["request_start_ns"] * NS
+    ttft, gaps = _value(metrics, "time_to_first_token"), _value(metrics, "inter_chunk_latency")
+    why = None
+    if error:
+        why = str(error.get("message") or error.get("type") or error)
+    elif meta.get("was_cancelled"):
+        why = "aiperf cancelled it"
+    tokens = (_value(metrics, "usage_prompt_tokens") or _value(metrics, "input_sequence_length")
+              or _value(metrics, "error_isl") or 0)
+    out = _value(metrics, "usage_completion_tokens") or _value(metrics, "output_sequence_length")
+    return record(index, sent, sent + ttft / 1000 if ttft is not None else None,
+                  [g / 1000 for g in gaps or []], meta["request_end_ns"] * NS, int(tokens),
+                  int(out or 0), why, scheduled=meta.get("credit_issued_ns", 0) * NS or None,
+                  conversation=meta.get("conversation_id"), turn=meta.get("turn_index") or 0)
+
+
+def _asked(summary: Path) -> tuple[float | None, int | None, str | None, str | None]:
+    """(rate, concurrency, aiperf's version, model) from the summary beside the records,
+    where there is one."""
+    try:
+        data = json.loads(summary.read_text())
+        config = data.get("input_config") or {}
+        phases = config.get("phases") or []
+        phase = next((p for p in phases if p.get("kind") == "profiling"), {})
+        models = (config.get("models") or {}).get("items") or [{}]
+    except (OSError, ValueError, AttributeError):
+        return None, None, None, None
+    return (phase.get("rate"), phase.get("concurrency"), data.get("aiperf_version"),
+            models[0].get("name"))

@@ -1,0 +1,83 @@
+"""`advisor import`'s options, each with its flag (advisor.options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.errors import UsageError
+from advisor.measure.stats import DEFAULT_SLO, parse_slos
+from advisor.options import option
+
+KINDS = ("collocated", "disagg")
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """`advisor import`'s options, each with its flag (advisor.options)."""
+
+    placement: tuple[str, ...] = option(
+        (), "NAME=PATH[@RATE]: a placement's runs (repeat the flag per placement). NAME is "
+            "collocated or disagg (or starts with one: collocated-4); PATH a file or "
+            "directory of vLLM --save-detailed results, aiperf profile_export.jsonl or "
+            "guidellm benchmarks.json; @RATE only for a file that does not say its rate")
+    slo: tuple[str, ...] = option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)",
+                                  words=True)
+    attainment: float = option(0.9, "share of requests that must meet every SLO")
+    operating_rate: float | None = option(None, "your production rate (req/s)")
+    model: str | None = option(None, "the model served, for the deploy commands (default: "
+                                     "the one the files name)")
+    out: str = option("results", "parent of the run directory")
+    as_json: bool = option(False, "print JSON", "--json")
+    report: bool = option(True, "draw report.html and report.md (`advisor report RUN_DIR` "
+                                "draws them later)", "--report/--no-report")
+    # what the evidence builder asks of a sweep's options
+    bundled: bool = False
+    connector: str | None = None
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+
+    @property
+    def slos(self) -> dict[str, float]:
+        return parse_slos(list(self.slo), "--slo")
+
+    def validate(self) -> None:
+        if "ttft" not in self.slos or "itl" not in self.slos:
+            raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+        if not 0 < self.attainment <= 1:
+            raise UsageError(f"--attainment must be in (0, 1], not {self.attainment}")
+        if self.operating_rate is not None and not self.operating_rate > 0:
+            raise UsageError(f"--operating-rate must be > 0, not {self.operating_rate}")
+        if not self.placement:
+            raise UsageError("--placement: give at least one, e.g. --placement "
+                             "collocated=DIR --placement disagg=DIR")
+
+
+@dataclass(frozen=True)
+class Given:
+    """One --placement: its name, kind, path and the rate given for it (if any)."""
+
+    name: str
+    kind: str
+    path: str
+    rate: float | None
+
+
+def parse_placement(item: str) -> Given:
+    """NAME=PATH[@RATE] -> Given; UsageError naming --placement otherwise."""
+    name, sep, rest = item.partition("=")
+    name = name.strip()
+    kind = next((k for k in KINDS if name == k or name.startswith(k + "-")), None)
+    if not sep or not rest or kind is None or not name.replace("-", "").isalnum():
+        raise UsageError(f"--placement {item!r}: expected NAME=PATH[@RATE] with NAME "
+                         "collocated or disagg (or starting collocated- / disagg-)")
+    path, at, rate_text = rest.rpartition("@") if "@" in rest else (rest, "", "")
+    rate = None
+    if at:
+        try:
+            rate = float(rate_text)
+        except ValueError:
+            raise UsageError(f"--placement {item!r}: {rate_text!r} after @ is not a rate "
+                             "(req/s)") from None
+        if not rate > 0:
+            raise UsageError(f"--placement {item!r}: the rate must be > 0")
+    return Given(name, kind, path, rate)

@@ -1,0 +1,56 @@
+"""`vllm bench serve --save-result --save-detailed`'s JSON: per-request lists side by side
+(`start_times`, `ttfts`, `itls`, `latencies`, `input_lens`, `output_lens`, `errors`; s),
+with the rate it was asked for (`request_rate`). Key names as in vllm/benchmarks/serve.py
+at the commit advisor.measure.vllm_result cites, which writes the same file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from advisor.errors import UsageError
+from advisor.imports.found import Found, record
+
+NEEDED = ("start_times", "ttfts", "itls", "input_lens", "output_lens", "errors")
+NO_SCHEDULE = ("when each request was due (vLLM records when it was sent): how late the "
+               "client sent is unknown")
+
+
+def is_vllm(data: dict) -> bool:
+    return "ttfts" in data or ("request_throughput" in data and "median_ttft_ms" in data)
+
+
+def read(path: Path, data: dict) -> Found:
+    """Every request of one saved vLLM result; UsageError when it was saved without
+    --save-detailed (no per-request lists)."""
+    missing = [k for k in NEEDED if not isinstance(data.get(k), list)]
+    if missing:
+        raise UsageError(f"{path}: a vLLM result without {', '.join(missing)}: save it with "
+                         "`vllm bench serve --save-result --save-detailed` (per-request lists)")
+    n = len(data["ttfts"])
+    if any(len(data[k]) != n for k in NEEDED):
+        raise UsageError(f"{path}: its per-request lists differ in length")
+    ends = data.get("latencies") if isinstance(data.get("latencies"), list) else None
+    records = []
+    for i in range(n):
+        sent, ttft, gaps = float(data["start_times"][i]), data["ttfts"][i], data["itls"][i]
+        error = data["errors"][i] or None
+        end = sent + (ends[i] if ends and len(ends) == n else ttft + sum(gaps))
+        records.append(record(i, sent, sent + ttft if not error else None, gaps, end,
+                              int(data["input_lens"][i]), int(data["output_lens"][i]), error))
+    rate = data.get("request_rate")
+    rate = float(rate) if isinstance(rate, (int, float, str)) and str(rate) != "inf" else None
+    tool = f"vllm bench serve ({data.get('backend', 'unknown backend')})"
+    return Found(records, rate if rate is None or math.isfinite(rate) else None, tool,
+                 str(path), [NO_SCHEDULE], data.get("max_concurrency"), data.get("model_id"))
+
+
+def load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a JSON object")
+    return data
