@@ -20,19 +20,24 @@ def is_aiperf(path: Path) -> bool:
 
 def read(path: Path) -> Found:
     """The profiling phase's requests of one aiperf export (warm-up requests left out)."""
-    records = []
+    rows = []
     with path.open() as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-                meta, metrics = row["metadata"], row.get("metrics") or {}
+                meta = row["metadata"]
+                meta["request_start_ns"] + meta["request_end_ns"]
             except (ValueError, KeyError, TypeError):
-                raise UsageError(f"{path}:{n}: not an aiperf record (no metadata)") from None
-            if meta.get("benchmark_phase", "profiling") != "profiling":
-                continue
-            records.append(_record(len(records), meta, metrics, row.get("error")))
+                raise UsageError(f"{path}:{n}: not an aiperf record (no metadata with "
+                                 "request_start_ns and request_end_ns)") from None
+            if meta.get("benchmark_phase", "profiling") == "profiling":
+                rows.append(row)
+    # NOTE: ns since the epoch lose ~0.2 us as float seconds; from the first start they do not
+    epoch = min((r["metadata"]["request_start_ns"] for r in rows), default=0)
+    records = [_record(i, r["metadata"], r.get("metrics") or {}, r.get("error"), epoch)
+               for i, r in enumerate(rows)]
     rate, concurrency, version, model = _asked(path.parent / SUMMARY)
     return Found(records, rate, f"aiperf {version}" if version else "aiperf", str(path),
                  max_concurrency=concurrency, model=model)
@@ -43,8 +48,8 @@ def _value(metrics: dict, name: str):
     return m.get("value") if isinstance(m, dict) else None
 
 
-def _record(index: int, meta: dict, metrics: dict, error: dict | None):
-    sent = meta["request_start_ns"] * NS
+def _record(index: int, meta: dict, metrics: dict, error: dict | None, epoch: int):
+    sent = (meta["request_start_ns"] - epoch) * NS
     ttft, gaps = _value(metrics, "time_to_first_token"), _value(metrics, "inter_chunk_latency")
     why = None
     if error:
@@ -55,8 +60,10 @@ def _record(index: int, meta: dict, metrics: dict, error: dict | None):
               or _value(metrics, "error_isl") or 0)
     out = _value(metrics, "usage_completion_tokens") or _value(metrics, "output_sequence_length")
     return record(index, sent, sent + ttft / 1000 if ttft is not None else None,
-                  [g / 1000 for g in gaps or []], meta["request_end_ns"] * NS, int(tokens),
-                  int(out or 0), why, scheduled=meta.get("credit_issued_ns", 0) * NS or None,
+                  [g / 1000 for g in gaps or []], (meta["request_end_ns"] - epoch) * NS,
+                  int(tokens), int(out or 0), why,
+                  scheduled=(credit - epoch) * NS if (credit := meta.get("credit_issued_ns"))
+                  else None,
                   conversation=meta.get("conversation_id"), turn=meta.get("turn_index") or 0)
 
 
