@@ -27,6 +27,7 @@ from workloads.spec import Conversation, Workload
 
 START_LEAD_S = 0.05  # schedule t=0 slightly ahead so request 0 is not late by setup work
 LAG_TICK_S = 0.01
+BYTES_PER_TOKEN = 8  # a token id written in JSON ("123456, "), or a word of text_of()
 
 
 WORDS = (
@@ -64,6 +65,18 @@ async def _lag_probe(lags: list[float], tick_s: float = LAG_TICK_S) -> None:
         due = time.monotonic() + tick_s
         await asyncio.sleep(tick_s)
         lags.append(max(0.0, time.monotonic() - due))
+
+
+def read_bufsize(workload: Workload) -> int:
+    """aiohttp's read buffer for this workload's responses: room for one event as long as
+    its longest context written out (a server echoing the prompt's token ids, as vLLM does
+    for return_token_ids, sends them in one event), at least aiohttp's 64 KiB.
+
+    A line longer than twice the buffer fails the stream (LineTooLong), so the default
+    fails 128k-token prompts outright; one too small for the next event pauses the socket
+    each time the buffer fills, charging the client's reads to the server's latency."""
+    need = BYTES_PER_TOKEN * workload.longest() + (1 << 16)
+    return 1 << max(16, (need - 1).bit_length())
 
 
 def text_of(token_ids: list[int]) -> str:
@@ -109,7 +122,7 @@ class Client:
         # --request-timeout, which each request's own asyncio.timeout enforces instead
         async with aiohttp.ClientSession(
             connector=conn, headers=headers, trace_configs=[trace],
-            timeout=aiohttp.ClientTimeout(total=None),
+            timeout=aiohttp.ClientTimeout(total=None), read_bufsize=read_bufsize(workload),
         ) as self._session:
             for i in range(warmups):
                 conv = workload.conversations[i % len(workload.conversations)]
@@ -267,7 +280,8 @@ class Client:
                             done = events.done
             except TimeoutError:
                 rec.error = f"timed out after {ep.timeout_s:g} s"
-            except (aiohttp.ClientError, OSError, json.JSONDecodeError, ValueError) as e:
+            except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, OSError,
+                    ValueError) as e:  # NOTE: a malformed response fails its request alone
                 rec.error = f"{type(e).__name__}: {e}"
             rec.end = time.monotonic()
         if rec.token_source == "chunks":

@@ -132,6 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(max(0.0, due(k) - time.monotonic()))
             timing["writes"].append(time.monotonic())
             piece = {"delta": {"content": "tok"}} if chat else {"text": "tok"}
+            if k == 0 and body.get("return_token_ids") and isinstance(prompt, list):
+                piece["prompt_token_ids"] = prompt  # as vLLM echoes it: one long first event
             self._event({"id": "scripted", "object": kind, "choices": [{
                 "index": 0, **piece, "token_ids": [k],
                 "finish_reason": "length" if k == n - 1 else None}]})

@@ -304,3 +304,20 @@ def test_requests_are_greedy_unless_told_as_vllm_bench_sends_them():
             run(url, workload(n=1, rate=1000.0), temperature=temperature)
         bodies = [g["body"] for g in received(url)]
     assert [b.get("temperature", "unset") for b in bodies] == [0.0, 0.0, 0.7, "unset"]
+
+
+def test_a_128k_token_prompt_echoed_back_in_one_event_is_read(monkeypatch):
+    """A server echoing a 128k-token prompt's ids (vLLM's return_token_ids) sends a ~900 KB
+    first event: with aiohttp's 64 KiB read buffer, that line fails the stream; the
+    client's buffer is sized for the workload's longest context."""
+    import advisor.measure.client as client_module
+
+    w = workload(n=2, out=3, turns=2, inp=128 * 1024, rate=1000.0)
+    with scripted(ttft_ms=5, itl_ms=1) as url:
+        res = run(url, w)
+        assert all(r.ok for r in res.records), [r.error for r in res.records]
+        assert max(r.prompt_tokens for r in res.records) > 128 * 1024
+        monkeypatch.setattr(client_module, "read_bufsize", lambda _: 1 << 16)  # aiohttp's
+        default = run(url, w)
+    assert not any(r.ok for r in default.records if r.turn == 0)
+    assert "LineTooLong" in default.records[0].error or "too long" in default.records[0].error
