@@ -1,8 +1,9 @@
 """A streaming server whose timing is known, cheap enough to drive a client to its limit:
 raw asyncio protocol, events encoded once, each request's first event `ttft_ms` after its
-first bytes arrived and one every `itl_ms` after, on an absolute schedule. It keeps, per
-request (by its X-Request-ID or X-Conversation-Id header), when it arrived and when each
-event was written: `GET /truth` returns them, `GET /reset` forgets them.
+first bytes arrived (the kernel's receive stamp) and one every `itl_ms` after, on an
+absolute schedule. It keeps, per request (by its X-Request-ID or X-Conversation-Id
+header), when it arrived and when each event was written: `GET /truth` returns them,
+`GET /reset` forgets them.
 
     python benchmarks/stream_ruler.py --port 8300 --ttft-ms 10 --itl-ms 5
 """
@@ -12,10 +13,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
+import socket
 import time
 from typing import ClassVar
 
+from advisor.measure.arrival import SO_TIMESTAMPNS, receive_time
+
+_ANCILLARY = socket.CMSG_SPACE(16)
 _TOKENS = re.compile(rb'"max(?:_completion)?_tokens"\s*:\s*(\d+)')
 _KEY = re.compile(rb"\r\n(?:x-request-id|x-conversation-id):\s*([^\r\n]+)", re.I)
 _LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.I)
@@ -43,27 +49,58 @@ class Ruler(asyncio.Protocol):
 
     def __init__(self, ttft_s: float, itl_s: float):
         self.ttft_s, self.itl_s = ttft_s, itl_s
-        self.buf, self.first = b"", 0.0
+        self.head, self.parts, self.have, self.need, self.first = b"", [], 0, -1, 0.0
 
     def connection_made(self, transport) -> None:
+        # NOTE: reads bypass the transport (paused) for recvmsg, whose kernel stamp says
+        # when a request's first bytes arrived however late this loop gets to them
+        # (on a duplicate of the socket: asyncio watches no descriptor a transport holds)
         self.transport = transport
+        self.sock = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
+        transport.pause_reading()
+        asyncio.get_running_loop().add_reader(self.sock.fileno(), self._readable)
 
-    def data_received(self, data: bytes) -> None:
-        if not self.buf:
-            self.first = time.monotonic()
-        self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end]
-            m = _LENGTH.search(head)
-            size = int(m.group(1)) if m else 0
-            if len(self.buf) < end + 4 + size:
-                return
-            body, self.buf = self.buf[end + 4:end + 4 + size], self.buf[end + 4 + size:]
-            self._answer(head, body, self.first)
-            self.first = time.monotonic()
+    def connection_lost(self, exc) -> None:
+        if self.sock.fileno() >= 0:
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.sock.close()
+
+    def _readable(self) -> None:
+        # NOTE: a read is stamped with its newest packet: a request's first byte is read
+        # alone, so a late read of many packets still gives when its first one came
+        size = 1 if self.need < 0 and not self.head else 1 << 18
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(size, _ANCILLARY)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.transport.close()
+            return
+        self.data_received(data, receive_time(ancillary))
+
+    def data_received(self, data: bytes, stamp: float = 0.0) -> None:
+        # NOTE: a body's pieces are only counted until it is whole: a long prompt arrives in
+        # hundreds of reads, and joining them each time would make its arrival stamps late
+        while data:
+            if self.need < 0:  # in the head
+                if not self.head:
+                    self.first = stamp or time.monotonic()
+                self.head += data
+                end = self.head.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                data, self.head = self.head[end + 4:], self.head[:end]
+                m = _LENGTH.search(self.head)
+                self.need, self.parts, self.have = int(m.group(1)) if m else 0, [], 0
+            take = data[:self.need - self.have]
+            self.parts.append(take)
+            self.have += len(take)
+            data = data[len(take):]
+            if self.have == self.need:
+                self._answer(self.head, b"".join(self.parts), self.first)
+                self.head, self.need = b"", -1
 
     def _answer(self, head: bytes, body: bytes, arrived: float) -> None:
         if head.startswith(b"GET"):
@@ -93,8 +130,11 @@ class Ruler(asyncio.Protocol):
 
 async def serve(host: str, port: int, ttft_ms: float, itl_ms: float) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Ruler(ttft_ms / 1000, itl_ms / 1000), host,
-                                      port, backlog=4096)
+    listener = socket.create_server((host, port), backlog=4096)
+    # NOTE: accepted sockets inherit it, so a request's first packet is stamped on arrival
+    listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    server = await loop.create_server(lambda: Ruler(ttft_ms / 1000, itl_ms / 1000),
+                                      sock=listener)
     print(f"stream ruler ready on http://{host}:{port}", flush=True)
     async with server:
         await server.serve_forever()
