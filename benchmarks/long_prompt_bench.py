@@ -51,7 +51,8 @@ def against_ruler(tokens: int, requests: int, port: int, rate: float = 1e9,
     cores = sorted(os.sched_getaffinity(0))
     ruler = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("stream_ruler.py")), "--port", str(port),
-         "--ttft-ms", "10", "--itl-ms", "5"], stdout=subprocess.PIPE, text=True)
+         "--ttft-ms", "10", "--itl-ms", "5", "--kernel-stamps"], stdout=subprocess.PIPE,
+        text=True)
     os.sched_setaffinity(ruler.pid, {cores[-1]})
     url = f"http://127.0.0.1:{port}"
     try:

@@ -1,9 +1,9 @@
 """A streaming server whose timing is known, cheap enough to drive a client to its limit:
 raw asyncio protocol, events encoded once, each request's first event `ttft_ms` after its
-first bytes arrived (the kernel's receive stamp) and one every `itl_ms` after, on an
-absolute schedule. It keeps, per request (by its X-Request-ID or X-Conversation-Id
-header), when it arrived and when each event was written: `GET /truth` returns them,
-`GET /reset` forgets them.
+first bytes arrived (with --kernel-stamps, the kernel's receive stamp) and one every
+`itl_ms` after, on an absolute schedule. It keeps, per request (by its X-Request-ID or
+X-Conversation-Id header), when it arrived and when each event was written: `GET /truth`
+returns them, `GET /reset` forgets them.
 
     python benchmarks/stream_ruler.py --port 8300 --ttft-ms 10 --itl-ms 5
 """
@@ -47,21 +47,23 @@ def _tail(n: int) -> bytes:
 class Ruler(asyncio.Protocol):
     truth: ClassVar[dict[str, dict]] = {}
 
-    def __init__(self, ttft_s: float, itl_s: float):
-        self.ttft_s, self.itl_s = ttft_s, itl_s
+    def __init__(self, ttft_s: float, itl_s: float, kernel_stamps: bool = False):
+        self.ttft_s, self.itl_s, self.kernel_stamps = ttft_s, itl_s, kernel_stamps
         self.head, self.parts, self.have, self.need, self.first = b"", [], 0, -1, 0.0
 
     def connection_made(self, transport) -> None:
         # NOTE: reads bypass the transport (paused) for recvmsg, whose kernel stamp says
         # when a request's first bytes arrived however late this loop gets to them
         # (on a duplicate of the socket: asyncio watches no descriptor a transport holds)
-        self.transport = transport
+        self.transport, self.sock = transport, None
+        if not self.kernel_stamps:
+            return
         self.sock = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
         transport.pause_reading()
         asyncio.get_running_loop().add_reader(self.sock.fileno(), self._readable)
 
     def connection_lost(self, exc) -> None:
-        if self.sock.fileno() >= 0:
+        if self.sock is not None and self.sock.fileno() >= 0:
             asyncio.get_running_loop().remove_reader(self.sock.fileno())
             self.sock.close()
 
@@ -128,13 +130,14 @@ class Ruler(asyncio.Protocol):
             self.transport.write(data)
 
 
-async def serve(host: str, port: int, ttft_ms: float, itl_ms: float) -> None:
+async def serve(host: str, port: int, ttft_ms: float, itl_ms: float,
+                kernel_stamps: bool) -> None:
     loop = asyncio.get_running_loop()
-    listener = socket.create_server((host, port), backlog=4096)
-    # NOTE: accepted sockets inherit it, so a request's first packet is stamped on arrival
-    listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    server = await loop.create_server(lambda: Ruler(ttft_ms / 1000, itl_ms / 1000),
-                                      sock=listener)
+    server = await loop.create_server(
+        lambda: Ruler(ttft_ms / 1000, itl_ms / 1000, kernel_stamps), host, port, backlog=4096)
+    if kernel_stamps:  # NOTE: accepted sockets inherit it: first packets are stamped on arrival
+        for listener in server.sockets:
+            listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     print(f"stream ruler ready on http://{host}:{port}", flush=True)
     async with server:
         await server.serve_forever()
@@ -147,8 +150,11 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8300)
     ap.add_argument("--ttft-ms", type=float, default=10.0)
     ap.add_argument("--itl-ms", type=float, default=5.0)
+    ap.add_argument("--kernel-stamps", action="store_true",
+                    help="arrival from the kernel's receive stamp, for long bodies that this "
+                         "loop reads late")
     a = ap.parse_args()
-    asyncio.run(serve(a.host, a.port, a.ttft_ms, a.itl_ms))
+    asyncio.run(serve(a.host, a.port, a.ttft_ms, a.itl_ms, a.kernel_stamps))
 
 
 if __name__ == "__main__":
