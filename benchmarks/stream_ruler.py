@@ -56,6 +56,8 @@ class Ruler(asyncio.Protocol):
         # when a request's first bytes arrived however late this loop gets to them
         # (on a duplicate of the socket: asyncio watches no descriptor a transport holds)
         self.transport, self.sock = transport, None
+        # NOTE: an event must not wait on Nagle for the ACK of the headers before it
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not self.kernel_stamps:
             return
         self.sock = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))

@@ -28,6 +28,7 @@ from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.selfcheck import client_check
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.measure.urls import check_url
+from advisor.measure.workers import default_workers
 from advisor.output import console
 from advisor.rundata.files import manifest, write_json
 from advisor.rundata.result import RunResult
@@ -137,7 +138,8 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
                "--workload) or serve a longer context")
     endpoint = Endpoint(opts.base_url, model, opts.endpoint, opts.ignore_eos, opts.request_timeout,
                         opts.api_key, opts.temperature)
-    run = measure(endpoint, workload, opts.num_warmups, opts.max_concurrency)
+    run = measure(endpoint, workload, opts.num_warmups, opts.max_concurrency,
+                  workers=opts.workers or default_workers(engines_here=False))
     rate = opts.request_rate if opts.request_rate is not None else (
         math.inf if not (opts.workload or opts.trace) else None)
     bench = {"burstiness": opts.burstiness, "max_concurrency": opts.max_concurrency,

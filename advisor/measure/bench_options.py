@@ -43,6 +43,10 @@ class BenchOptions:
     # None: 100, or every row of a trace
     num_prompts: int | None = option(None, "requests to send (default 100; a trace: all)")
     max_concurrency: int | None = option(None, "cap on requests in flight")
+    # None: advisor.measure.workers.default_workers
+    workers: int | None = option(None, "client processes, requests dealt among them (default: "
+                                       "1 on a host of 2 cores or fewer, else half its cores, "
+                                       "up to 8)", min=1)
     goodput: tuple[str, ...] = option((), "SLOs in ms: ttft:2000 itl:50 tpot:30 e2el:...",
                                       words=True)
     percentile_metrics: str = option("ttft,tpot,itl", "of ttft,tpot,itl,e2el")

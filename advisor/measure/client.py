@@ -115,18 +115,21 @@ class Client:
         self._sockets = StampedSockets()
         self._first: dict[str, orjson.Fragment] = {}
 
-    async def run(self, workload: Workload, warmups: int = 0) -> ClientRun:
-        """Send `warmups` requests one at a time (recorded, marked warmup), then the workload."""
+    async def run(self, workload: Workload, warmups: int = 0,
+                  clock: Callable[[], float] | None = None) -> ClientRun:
+        """Send `warmups` requests one at a time (recorded, marked warmup), then the workload
+        from t=0 = `clock()` (time.monotonic() seconds; default: now, plus a lead)."""
         gc.disable()  # NOTE: a full collection mid-run stalls every stream's timestamps by ms
         self._tools = workload.tools
         if self.endpoint.path != CHAT:
             self._first = first_prompts(workload)
         try:
-            return await self._run(workload, warmups)
+            return await self._run(workload, warmups, clock)
         finally:
             gc.enable()
 
-    async def _run(self, workload: Workload, warmups: int) -> ClientRun:
+    async def _run(self, workload: Workload, warmups: int,
+                   clock: Callable[[], float] | None) -> ClientRun:
         headers = (
             {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         )
@@ -145,7 +148,7 @@ class Client:
                 await self._turns(
                     Conversation(f"warmup-{i}", 0.0, conv.turns[:1]), time.monotonic(), warmup=True
                 )
-            start = time.monotonic() + START_LEAD_S
+            start = clock() if clock else time.monotonic() + START_LEAD_S
             cpu = time.process_time()
             convs = sorted(workload.conversations, key=lambda c: c.start)
             tasks: list[asyncio.Task] = []

@@ -75,6 +75,7 @@ class ClientRun:
     end: float  # last response finished
     cpu_s: float = 0.0  # the measuring process's CPU seconds (every thread) from t=0 to the end
     loop_lags: list[float] = field(default_factory=list)  # the event loop's wake-ups, s late
+    workers: int = 1  # client processes it ran in (advisor.measure.workers), cpu_s their sum
 
     @property
     def duration(self) -> float:

@@ -16,6 +16,7 @@ from rich.progress import Progress
 from advisor.errors import UsageError
 from advisor.measure.client import Client
 from advisor.measure.records import ClientRun, Endpoint, RequestRecord
+from advisor.measure.workers import run_workers
 from advisor.output.progress import ProgressLines, progress_bars
 from workloads.spec import Workload
 
@@ -46,8 +47,9 @@ def list_models(base_url: str, api_key: str | None = None) -> list[dict]:
 
 def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
             max_concurrency: int | None = None, label: str = "requests",
-            bars: Progress | ProgressLines | None = None) -> ClientRun:
-    """Send `workload` to `endpoint` with a progress bar (in `bars` if given); every record."""
+            bars: Progress | ProgressLines | None = None, workers: int = 1) -> ClientRun:
+    """Send `workload` to `endpoint` with a progress bar (in `bars` if given), from
+    `workers` client processes (advisor.measure.workers); every record."""
     with contextlib.ExitStack() as stack:
         if bars is None:
             bars = stack.enter_context(progress_bars())
@@ -58,6 +60,9 @@ def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
             if not rec.warmup:
                 bars.advance(task)
 
+        if workers > 1:
+            return run_workers(endpoint, workload, workers, num_warmups, max_concurrency,
+                               progress=lambda n: bars.advance(task, n))
         client = Client(endpoint, max_concurrency, on_done=done)
         return asyncio.run(client.run(workload, num_warmups))
 

@@ -23,11 +23,11 @@ BUSY_SHARE = 0.7
 
 
 def client_check(run: ClientRun, capped: bool = False) -> dict:
-    """The run's self-check: cpu_share (of one core), loop_lag_p99_ms, send_late_p99_ms
-    (None under a concurrency cap, where waiting for a slot is the cap's doing) and
-    `bound`: why the client was the bottleneck, or None."""
+    """The run's self-check: cpu_share (of one core, per client process), loop_lag_p99_ms,
+    send_late_p99_ms (None under a concurrency cap, where waiting for a slot is the cap's
+    doing) and `bound`: why the client was the bottleneck, or None."""
     late = None if capped else _p99([s * 1000 for s in run.send_lateness()])
-    check = {"cpu_share": run.cpu_s / run.duration if run.duration > 0 else None,
+    check = {"cpu_share": run.cpu_s / run.duration / run.workers if run.duration > 0 else None,
              "loop_lag_p99_ms": _p99([lag * 1000 for lag in run.loop_lags]),
              "send_late_p99_ms": late}
     return {**check, "bound": bound(check)}

@@ -88,6 +88,10 @@ class SweepOptions:
     operating_rate: float | None = option(None, "your production rate (req/s): the decision "
                                                 "rows are judged there")
     repeats: int = option(1, "runs per rate, each with its own seed, pooled")
+    # None: advisor.measure.workers.default_workers
+    workers: int | None = option(None, "client processes (default: 1 beside the bundled "
+                                       "engine or on 2 cores or fewer, else half the cores, "
+                                       "up to 8)", min=1)
     time_budget: float | None = option(
         None, f"seconds the sweep may measure before it stops refining (default: "
               f"{DEFAULT_BUDGET_S:g} for the bundled engine with the default requests per rate, "

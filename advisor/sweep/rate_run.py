@@ -15,6 +15,7 @@ from advisor.measure.records import Endpoint
 from advisor.measure.run import measure, record_row, records_of
 from advisor.measure.selfcheck import client_check, pooled
 from advisor.measure.stats import summarize
+from advisor.measure.workers import default_workers
 from advisor.rundata.result import RunResult
 from advisor.sweep.options import SweepOptions, prompts_for
 from workloads.presets import seed_for
@@ -47,7 +48,8 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
         check_fits(w, context, p.name, "Send shorter ones (--scale, --output-scale) or serve "
                    "a longer context")
         run = measure(endpoint(w.chat), w, bars=bars,
-                      label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""))
+                      label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""),
+                      workers=opts.workers or default_workers(engines_here=opts.bundled))
         records += run.records
         rows += [record_row(r, run.start - elapsed) for r in run.records]
         arrivals += [elapsed + c.start for c in w.conversations]

@@ -36,6 +36,9 @@ class Script:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive; streams use chunked encoding
+    # NOTE: with Nagle on, an event written after the headers waits for their ACK, which
+    # a client on a reused connection delays ~40 ms: the ruler would be late, not the client
+    disable_nagle_algorithm = True
     server: ScriptedServer
 
     def log_message(self, *args) -> None:  # quiet
