@@ -13,7 +13,7 @@ from advisor.plan.hardware import GPU
 from advisor.plan.steptime import RooflineStep
 from advisor.plan.system import EngineSpec, System
 from advisor.probe.links import LINKS, Link
-from advisor.probe.shapes import ModelShape
+from advisor.probe.shapes import ModelShape, kv_dtype_for
 
 MEMORY_USE = 0.9  # vLLM's default gpu_memory_utilization
 MIN_KV_SHARE = 0.1  # of an instance's usable memory, left for KV at the least
@@ -34,10 +34,13 @@ class Candidate:
         return self.tp * (self.replicas or self.prefill + self.decode)
 
 
-def kv_tokens(shape: ModelShape, g: GPU, tp: int, dtype: str = "bfloat16") -> int:
-    """KV capacity of one instance of `tp` GPUs: what the weights leave of the memory."""
+def kv_tokens(shape: ModelShape, g: GPU, tp: int, dtype: str = "bfloat16",
+              kv_dtype: str | None = None) -> int:
+    """KV capacity of one instance of `tp` GPUs: what the weights (in `dtype`) leave of the
+    memory, in `kv_dtype` (default: advisor.probe.shapes.kv_dtype_for)."""
     usable = tp * (g.memory_gb * MEMORY_USE - ACTIVATIONS_GB) * 1e9
-    return int((usable - shape.weight_bytes(dtype)) / shape.kv_bytes_per_token(dtype))
+    return int((usable - shape.weight_bytes(dtype))
+               / shape.kv_bytes_per_token(kv_dtype or kv_dtype_for(dtype)))
 
 
 def min_tp(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") -> int:
@@ -73,14 +76,17 @@ def engine_defaults(g: GPU) -> tuple[int, int]:
 
 
 def system(c: Candidate, shape: ModelShape, g: GPU, kv_link: Link, dtype: str = "bfloat16",
-           max_batched_tokens: int | None = None, chunked: bool = True) -> System:
-    """Candidate `c` as a simulated system (roofline step times on `g`)."""
+           max_batched_tokens: int | None = None, chunked: bool = True,
+           kv_dtype: str | None = None) -> System:
+    """Candidate `c` as a simulated system (roofline step times on `g`), weights in
+    `dtype`, KV in `kv_dtype` (default: kv_dtype_for): what P/D moves is in the KV's."""
     tokens, seqs = engine_defaults(g)
     fabric = LINKS.get(g.fabric)
-    engine = EngineSpec(RooflineStep(shape, g, c.tp, fabric, dtype),
-                        kv_tokens(shape, g, c.tp, dtype), max_batched_tokens or tokens,
+    kv = kv_dtype or kv_dtype_for(dtype)
+    engine = EngineSpec(RooflineStep(shape, g, c.tp, fabric, dtype, kv),
+                        kv_tokens(shape, g, c.tp, dtype, kv), max_batched_tokens or tokens,
                         seqs, chunked)
     if c.kind == "collocated":
         return System(decode=(engine,) * c.replicas)
     return System(decode=(engine,) * c.decode, prefill=(engine,) * c.prefill, link=kv_link,
-                  kv_bytes=lambda t: shape.kv_bytes(t, dtype))
+                  kv_bytes=lambda t: shape.kv_bytes(t, kv))

@@ -22,20 +22,32 @@ class GPU:
     bf16_tflops: float  # dense tensor throughput (no sparsity)
     fabric: str  # the link between two of them in one host: a LINKS key
     source: str
+    fp8_tflops: float | None = None  # dense FP8 tensor throughput; None: no FP8 tensor cores
+
+    def tflops(self, weights: str) -> float:
+        """Dense tensor throughput for weights in `weights` (fp8 on FP8 tensor cores, W8A8;
+        int4 dequantized to bf16, W4A16; else bf16). ValueError for FP8 without them."""
+        if weights != "fp8":
+            return self.bf16_tflops
+        if self.fp8_tflops is None:
+            raise ValueError(f"--weights fp8: the {self.name} has no FP8 tensor cores "
+                             f"({self.source}); plan it in bf16 or int4")
+        return self.fp8_tflops
 
 
+# FP8 figures: each datasheet's dense FP8 (half its with-sparsity figure)
 GPUS = {g.name: g for g in (
-    GPU("l40s", 48, 864, 362, "pcie4", "NVIDIA L40S datasheet (PCIe 4, no NVLink)"),
+    GPU("l40s", 48, 864, 362, "pcie4", "NVIDIA L40S datasheet (PCIe 4, no NVLink)", 733),
     GPU("a10g", 24, 600, 70, "pcie4", "NVIDIA A10 datasheet (125 TFLOP/s) scaled to the "
         "A10G's lower clocks: an estimate (PCIe 4, no NVLink)"),
     GPU("a100-40gb", 40, 1555, 312, "nvlink", "NVIDIA A100 datasheet (SXM, NVLink 3)"),
     GPU("a100-80gb", 80, 2039, 312, "nvlink", "NVIDIA A100 datasheet (SXM, NVLink 3)"),
-    GPU("h100-pcie", 80, 2000, 756, "pcie5", "NVIDIA H100 datasheet (PCIe card)"),
-    GPU("h100-sxm", 80, 3350, 989, "nvlink", "NVIDIA H100 datasheet (SXM, NVLink 4)"),
-    GPU("h200", 141, 4800, 989, "nvlink", "NVIDIA H200 datasheet (SXM, NVLink 4)"),
-    GPU("b200", 180, 8000, 2250, "nvlink", "NVIDIA HGX B200 figures (NVLink 5)"),
+    GPU("h100-pcie", 80, 2000, 756, "pcie5", "NVIDIA H100 datasheet (PCIe card)", 1513),
+    GPU("h100-sxm", 80, 3350, 989, "nvlink", "NVIDIA H100 datasheet (SXM, NVLink 4)", 1979),
+    GPU("h200", 141, 4800, 989, "nvlink", "NVIDIA H200 datasheet (SXM, NVLink 4)", 1979),
+    GPU("b200", 180, 8000, 2250, "nvlink", "NVIDIA HGX B200 figures (NVLink 5)", 4500),
     GPU("mi300x", 192, 5300, 1307, "nvlink", "AMD Instinct MI300X datasheet (Infinity "
-        "Fabric, listed as nvlink-class)"),
+        "Fabric, listed as nvlink-class)", 2615),
 )}
 
 

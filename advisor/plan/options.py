@@ -21,6 +21,18 @@ def _p2p(text: str | None) -> str:
     return text or "auto"
 
 
+WEIGHTS = ("fp8", "bf16", "int4")
+KV_DTYPES = ("fp8", "bf16")
+
+
+def _choice(flag: str, allowed: tuple[str, ...]):
+    def parse(text: str | None) -> str | None:
+        if text is not None and text.lower() not in allowed:
+            raise UsageError(f"{flag} must be one of {', '.join(allowed)}, not {text!r}")
+        return text.lower() if text is not None else None
+    return parse
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     """`advisor plan`'s options, each with its flag (advisor.options)."""
@@ -30,6 +42,11 @@ class PlanOptions:
                                      f"local config.json dir (default {DEFAULT_MODEL}; with "
                                      "--calibrate, the sweep's)")
     gpu: str = option("l40s", ", ".join(GPUS))
+    weights: str | None = option(None, "weights' precision: fp8, bf16 or int4 (default: what "
+                                       "the model's config.json says, else bf16)",
+                                 parse=_choice("--weights", WEIGHTS))
+    kv_dtype: str = option("bf16", "KV cache precision: fp8 or bf16",
+                           parse=_choice("--kv-dtype", KV_DTYPES))
     gpus: int = option(2, "how many of them")
     link: str | None = option(None, "KV link: pcie4, pcie5, nvlink, rdma-100g, rdma-400g, "
                                     "tcp-25g or a rate such as 25GBps (default: the GPUs')")

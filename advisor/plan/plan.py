@@ -36,6 +36,7 @@ from advisor.rundata.rundir import RunDir
 from workloads.presets import preset_spec, seed_for
 
 RATES = 10  # grid points when no --rates are given
+PRECISION = {"bf16": "bfloat16", "fp8": "fp8", "int4": "int4", None: "bfloat16"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,8 @@ class _Setup:
     matrix: P2PMatrix | None = None  # --p2p auto: what decides each P/D's link
     p2p_source: str | None = None  # the matrix's file or command
     p2p_said: str = ""  # where P2P came from, or that it was assumed
+    weights: str = "bfloat16"  # the weights' precision (advisor.probe.shapes.BYTES)
+    kv: str = "bfloat16"  # the KV cache's
 
     def link_for(self, c) -> tuple[Link, GpuPlacement | None]:
         """Candidate `c`'s KV link, and its GPUs on the matrix (disaggregated, with one; any
@@ -87,11 +90,15 @@ def _setup(o: PlanOptions) -> _Setup:
     if spec.turns > 1:
         raise UsageError(f"--workload {o.workload}: multi-turn workloads are not simulated "
                          "(turn k's prompt depends on turn k-1's reply); measure them")
+    weights = PRECISION[o.weights or shape.weights or "bf16"]
+    kv = PRECISION[o.kv_dtype]
     try:
-        found = cands.candidates(shape, g, o.gpus, o.dtype)
+        g.tflops(weights)
+        found = cands.candidates(shape, g, o.gpus, weights)
     except ValueError as e:
-        raise UsageError(f"--model {o.model} on --gpus {o.gpus} --gpu {o.gpu}: {e}") from None
-    return _Setup(shape, g, lk, spec, found, matrix, source, said)
+        raise UsageError(str(e) if str(e).startswith("--") else
+                         f"--model {o.model} on --gpus {o.gpus} --gpu {o.gpu}: {e}") from None
+    return _Setup(shape, g, lk, spec, found, matrix, source, said, weights, kv)
 
 
 def _p2p(o: PlanOptions) -> tuple[P2PMatrix | None, str | None, str]:
@@ -115,15 +122,20 @@ def label(s: _Setup) -> str:
     p2p = "" if s.link.name != "host-staged" else " (no P2P)"
     staged = (f", host-staged ({HOST_STAGED.source}) for a P/D placed on a pair without it"
               if s.matrix is not None else "")
-    return (f"simulated by advisor plan: {s.shape.name} on {s.gpu.name}, KV over "
+    return (f"simulated by advisor plan: {s.shape.name} on {s.gpu.name}, weights "
+            f"{_short(s.weights)}, KV cache {_short(s.kv)}, KV over "
             f"{s.link.name}{p2p} ({s.link.source}){staged}; {s.p2p_said}; step times from "
             "the GPU's datasheet")
 
 
+def _short(precision: str) -> str:
+    return "bf16" if precision == "bfloat16" else precision
+
+
 def unloaded(s: _Setup, o: PlanOptions) -> Calibration:
     """What one request alone gets on a collocated instance, as a sweep's calibration."""
-    system = cands.system(s.candidates[0], s.shape, s.gpu, s.link, o.dtype,
-                          o.max_num_batched_tokens)
+    system = cands.system(s.candidates[0], s.shape, s.gpu, s.link, s.weights,
+                          o.max_num_batched_tokens, kv_dtype=s.kv)
     engine = system.decode[0]
     mean = float(np.mean(s.spec.input.sample(200, np.random.default_rng(o.seed))))
     prompts = [max(1, round(mean * f)) for f in (0.25, 0.5, 1.0)]
@@ -139,7 +151,7 @@ def unloaded(s: _Setup, o: PlanOptions) -> Calibration:
              for b in (1, 8)]
     slope, base = np.polyfit(prompts, ttft, 1)
     return Calibration(prompts, ttft, [1, 8], steps, max(float(slope), 1e-9), float(base),
-                       o.dtype, f"{s.candidates[0].name} (simulated)")
+                       s.weights, f"{s.candidates[0].name} (simulated)")
 
 
 def grid(s: _Setup, o: PlanOptions, cal: Calibration) -> list[float]:
@@ -175,8 +187,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     with progress_bars() as bars:
         task = bars.add_task("simulating", total=len(placements) * len(rates))
         for c, p in zip(s.candidates, placements):
-            system = cands.system(c, s.shape, s.gpu, s.link_for(c)[0], o.dtype,
-                                  o.max_num_batched_tokens)
+            system = cands.system(c, s.shape, s.gpu, s.link_for(c)[0], s.weights,
+                                  o.max_num_batched_tokens, kv_dtype=s.kv)
             for rate in rates:
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
                 reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
@@ -193,11 +205,11 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     if dis:
         c = next(c for c in s.candidates if c.name == dis.name)
         lk, placed = s.link_for(c)
-        kv = runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(o.dtype),
+        kv = runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(s.kv),
                               lk.name)
         if s.matrix is not None:
             p2p_ev = p2p_pairs.evidence(s.matrix, s.p2p_source or "nvidia-smi", placed,
-                                        o.model, prompt, o.dtype)
+                                        o.model, prompt, s.kv)
     planned = runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
                           o.model, tp=s.candidates[0].tp, ranking=ranking, p2p=p2p_ev)
     if o.as_json:

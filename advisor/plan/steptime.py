@@ -13,7 +13,7 @@ import numpy as np
 
 from advisor.plan.hardware import GPU
 from advisor.probe.links import Link
-from advisor.probe.shapes import ModelShape
+from advisor.probe.shapes import ModelShape, kv_dtype_for
 from advisor.rundata.evidence import Calibration
 
 # NOTE: one pair of efficiencies for every GPU, typical of serving engines, never fitted to a
@@ -97,24 +97,28 @@ class RooflineStep:
     gpu: GPU
     tp: int = 1
     fabric: Link | None = None  # between the TP ranks
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # the weights' precision (fp8 computes on FP8 tensor cores)
+    kv_dtype: str | None = None  # the KV cache's (None: advisor.probe.shapes.kv_dtype_for)
 
     @property
     def source(self) -> str:
+        peak = "fp8" if self.dtype == "fp8" else "bf16"
         return (f"roofline: {self.gpu.name} x{self.tp} ({self.gpu.source}), "
                 f"{BANDWIDTH_EFFICIENCY:.0%} of bandwidth, {COMPUTE_EFFICIENCY:.0%} of "
-                f"bf16 peak, {STEP_OVERHEAD_MS} ms per step")
+                f"{peak} peak, {STEP_OVERHEAD_MS} ms per step")
 
     @cached_property
     def _per(self) -> tuple[float, ...]:
         """(weight s, s per KV token read, s per SSM state read, s per token's FLOPs, s per
         attention pair): one rank's share at the assumed efficiencies."""
-        sh, d = self.shape, self.dtype
+        sh, d, kv = self.shape, self.dtype, self.kv_dtype or kv_dtype_for(self.dtype)
         read = self.tp * self.gpu.hbm_gbps * 1e9 * BANDWIDTH_EFFICIENCY
-        flop = self.tp * self.gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY
-        return (sh.weight_bytes(d) / read, sh.kv_bytes_per_token(d) / read,
-                sh.state_bytes(d) / read, 2 * sh.active_params / flop,
-                sh.attention_flops_per_pair() / flop)
+        flop = self.tp * self.gpu.tflops(d) * 1e12 * COMPUTE_EFFICIENCY
+        # NOTE: attention runs in bf16 whatever the weights (vLLM's FP8 KV is dequantized)
+        pair_flop = self.tp * self.gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY
+        return (sh.weight_bytes(d) / read, sh.kv_bytes_per_token(kv) / read,
+                sh.state_bytes(kv) / read, 2 * sh.active_params / flop,
+                sh.attention_flops_per_pair() / pair_flop)
 
     def ms(self, s: Step) -> float:
         weights, kv, state, token, pair = self._per

@@ -7,9 +7,11 @@ import json
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
-from advisor.probe.shapes import ModelShape, shape_of
+from advisor.probe.shapes import BYTES, ModelShape, shape_of
 from engine import api
 from engine.api import DTYPE_BYTES, parse_link
+
+KV_DTYPES = (*DTYPE_BYTES, "fp8")  # what a KV cache may be stored in
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class KVSize:
 
     def formula(self) -> str:
         """How the bytes per token (and per request) come about, for people to check."""
-        s, b = self.shape, DTYPE_BYTES[self.dtype]
+        s, b = self.shape, BYTES[self.dtype]
         if s.kind == "mla":
             return (f"{s.kv_layers} layers x {s.latent_dim} latent (kv_lora_rank + "
                     f"qk_rope_head_dim) x {b} B = {self.bytes_per_token} B/token (MLA: no "
@@ -49,8 +51,8 @@ def kv_size(model: str, tokens: int, dtype: str = "bfloat16") -> KVSize:
     """KV of `tokens` tokens of `model`, by its layout (advisor.probe.shapes)."""
     if tokens < 0:
         raise UsageError(f"--tokens must be >= 0, not {tokens}")
-    if dtype not in DTYPE_BYTES:
-        raise UsageError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}")
+    if dtype not in KV_DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(KV_DTYPES)}")
     try:
         return KVSize(shape_of(model), tokens, dtype)
     except ValueError as e:

@@ -6,10 +6,20 @@ attention, MLA, hybrid attention/SSM). The engine's presets and any local HF
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.api import DTYPE_BYTES, PRESETS, ModelConfig
+
+# bytes per parameter or per cached value: the engine's dtypes, and the quantized formats
+# a served model's weights (fp8, int4) or its KV cache (fp8) may be stored in
+BYTES: dict[str, float] = {**DTYPE_BYTES, "fp8": 1, "int4": 0.5}
+
+
+def kv_dtype_for(weights: str) -> str:
+    """The KV cache's precision when none is asked for: the weights' where it is a dtype
+    the engine computes in, else bfloat16 (quantized weights do not quantize the cache)."""
+    return weights if weights in DTYPE_BYTES else "bfloat16"
 
 
 @dataclass(frozen=True)
@@ -27,27 +37,28 @@ class ModelShape:
     attention_layers: int | None = None  # layers with a per-token KV cache (default: all)
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim
     state_elements: int = 0  # hybrid: fixed per-request state, summed over the SSM layers
+    weights: str | None = None  # the precision its checkpoint ships in, where its config says
 
     @property
     def kv_layers(self) -> int:
         return self.layers if self.attention_layers is None else self.attention_layers
 
     def kv_bytes_per_token(self, dtype: str = "bfloat16") -> int:
-        b = DTYPE_BYTES[dtype]
+        b = BYTES[dtype]
         if self.kind == "mla":
-            return self.kv_layers * self.latent_dim * b
-        return self.kv_layers * 2 * self.kv_heads * self.head_dim * b
+            return int(self.kv_layers * self.latent_dim * b)
+        return int(self.kv_layers * 2 * self.kv_heads * self.head_dim * b)
 
     def state_bytes(self, dtype: str = "bfloat16") -> int:
         """Per request, whatever its length (hybrid SSM layers' recurrent and conv state)."""
-        return self.state_elements * DTYPE_BYTES[dtype]
+        return int(self.state_elements * BYTES[dtype])
 
     def kv_bytes(self, tokens: int, dtype: str = "bfloat16") -> int:
         """What a `tokens`-token prompt's cache holds, and what P/D moves for it."""
         return tokens * self.kv_bytes_per_token(dtype) + self.state_bytes(dtype)
 
     def weight_bytes(self, dtype: str = "bfloat16") -> float:
-        return self.params * DTYPE_BYTES[dtype]
+        return self.params * BYTES[dtype]
 
     def attention_flops_per_pair(self) -> float:
         """FLOPs of one query token attending to one context token, over all layers
@@ -142,16 +153,33 @@ def _moe_params(d: dict) -> tuple[float, float]:
 
 
 def from_hf_dict(d: dict, name: str) -> ModelShape:
-    """Any config.json: MLA and the hybrid layouts here, the rest as the engine reads it."""
+    """Any config.json: MLA and the hybrid layouts here, the rest as the engine reads it;
+    its weights' precision from its `quantization_config`, where it has one."""
     if "kv_lora_rank" in d:
-        return _mla(name, d, *_moe_params(d))
-    if "linear_num_value_heads" in d:
-        return _qwen3_next(name, d, *_moe_params(d))
-    if "hybrid_override_pattern" in d:
-        return _nemotron_h(name, d, *_moe_params(d))
-    from engine.api import config_from_hf_dict
+        shape = _mla(name, d, *_moe_params(d))
+    elif "linear_num_value_heads" in d:
+        shape = _qwen3_next(name, d, *_moe_params(d))
+    elif "hybrid_override_pattern" in d:
+        shape = _nemotron_h(name, d, *_moe_params(d))
+    else:
+        from engine.api import config_from_hf_dict
 
-    return from_config(config_from_hf_dict(d, name))
+        shape = from_config(config_from_hf_dict(d, name))
+    return replace(shape, weights=quantized(d.get("quantization_config")))
+
+
+def quantized(q) -> str | None:
+    """The weights' precision a config's `quantization_config` names: fp8 (quant_method
+    fp8, or compressed-tensors / modelopt in 8-bit floats), int4 (4 bits: AWQ, GPTQ, ...);
+    None where there is none or it is another."""
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    if method == "fp8" or "fp8" in str(q.get("quant_algo", "")).lower():
+        return "fp8"
+    if q.get("bits") == 4 or q.get("w_bit") == 4:
+        return "int4"
+    return None
 
 
 # presets that mimic a published model: the name vLLM loads it by

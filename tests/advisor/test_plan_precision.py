@@ -1,0 +1,70 @@
+"""The planner's precisions: weights in fp8, bf16 or int4 and the KV cache in fp8 or bf16
+change what is read each step, what fits, what P/D moves, and FP8 computes on FP8 tensor
+cores where the GPU has them (and is refused where it has none)."""
+
+import json
+
+import pytest
+
+from advisor.plan import candidates, hardware
+from advisor.plan.candidates import Candidate, kv_tokens
+from advisor.plan.options import PlanOptions
+from advisor.plan.plan import _setup, label
+from advisor.plan.steptime import RooflineStep, Step, prefill_step
+from advisor.probe.links import LINKS
+from advisor.probe.shapes import shape_of
+from tests.cli import advisor, advisor_here
+
+pytestmark = pytest.mark.unit
+
+
+def test_fp8_kv_halves_the_bytes_per_token_and_the_transfer():
+    shape, g = shape_of("llama-3.1-8b"), hardware.gpu("h100-sxm")
+    assert shape.kv_bytes_per_token("fp8") * 2 == shape.kv_bytes_per_token("bfloat16")
+    c = Candidate("disagg-1p1d", "disagg", 1, prefill=1, decode=1)
+    link = LINKS["rdma-100g"]
+    bf16 = candidates.system(c, shape, g, link)
+    fp8 = candidates.system(c, shape, g, link, kv_dtype="fp8")
+    assert fp8.kv_bytes(8192) * 2 == bf16.kv_bytes(8192)
+    assert link.seconds(fp8.kv_bytes(8192)) < link.seconds(bf16.kv_bytes(8192))
+    # the same memory holds twice the tokens
+    assert kv_tokens(shape, g, 1, "bfloat16", "fp8") == pytest.approx(
+        2 * kv_tokens(shape, g, 1, "bfloat16"), abs=1)
+
+
+def test_fp8_weights_read_half_the_bytes_and_compute_at_fp8_peak():
+    shape, g = shape_of("llama-3.1-8b"), hardware.gpu("h100-sxm")
+    bf16, fp8 = RooflineStep(shape, g), RooflineStep(shape, g, dtype="fp8")
+    decode = Step(decodes=1, pairs=1000, kv_read_tokens=1000)  # memory bound: the weights
+    ratio = (fp8.ms(decode) - 1.5) / (bf16.ms(decode) - 1.5)  # less the fixed overhead
+    assert 0.5 < ratio < 0.6
+    chunk = prefill_step(8192)  # compute bound: the GEMMs at FP8's peak, attention in bf16
+    assert fp8.ms(chunk) < 0.75 * bf16.ms(chunk)
+    int4 = RooflineStep(shape, g, dtype="int4")
+    assert int4.ms(decode) < fp8.ms(decode) and int4.ms(chunk) == pytest.approx(bf16.ms(chunk))
+    assert "fp8 peak" in fp8.source
+
+
+def test_the_weights_precision_comes_from_the_models_config(tmp_path):
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024,
+           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "intermediate_size": 2048, "vocab_size": 32000,
+           "max_position_embeddings": 8192, "quantization_config": {"quant_method": "fp8"}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert shape_of(str(tmp_path)).weights == "fp8"
+    s = _setup(PlanOptions(model=str(tmp_path), gpu="h100-sxm"))
+    assert (s.weights, s.kv) == ("fp8", "bfloat16")
+    assert "weights fp8, KV cache bf16" in label(s)
+    s = _setup(PlanOptions(model=str(tmp_path), gpu="h100-sxm", weights="bf16",
+                           kv_dtype="fp8"))
+    assert (s.weights, s.kv) == ("bfloat16", "fp8")
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused_naming_it(tmp_path):
+    p = advisor("plan", "--gpu", "a100-80gb", "--weights", "fp8", "--out", tmp_path)
+    assert p.returncode == 2 and "the a100-80gb has no FP8 tensor cores" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not list(tmp_path.iterdir())
+    p = advisor_here("plan", "--weights", "fp4", "--out", tmp_path)
+    assert p.returncode == 2 and "--weights must be one of fp8, bf16, int4" in p.stderr
+    p = advisor_here("plan", "--kv-dtype", "int4", "--out", tmp_path)
+    assert p.returncode == 2 and "--kv-dtype must be one of fp8, bf16" in p.stderr
