@@ -145,7 +145,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{a.port}"
     ruler = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("stream_ruler.py")), "--port",
-         str(a.port), "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)],
+         str(a.port), "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--kernel-stamps"],
         stdout=subprocess.PIPE, text=True)
     os.sched_setaffinity(ruler.pid, {server_core})
     work = Path(tempfile.mkdtemp(prefix="client-capacity-"))
