@@ -4,11 +4,16 @@ every placement x rate; read by the sweep's evidence and by the reports."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from advisor.rundata.files import RunDataError, read_json_object, write_json, write_jsonl
+from advisor.rundata.files import (
+    RunDataError,
+    json_line,
+    read_json_object,
+    write_json,
+    write_jsonl,
+)
 from advisor.rundata.typed import from_json
 
 RESULT, RECORDS = "result.json", "requests.jsonl"
@@ -206,10 +211,7 @@ def _records(path: Path, problems: list[str] | None) -> list[dict]:
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
+        row = json_line(line)
         if not isinstance(row, dict):
             if problems is None:
                 raise RunDataError(f"{path}: line {no} is not a JSON object")
