@@ -73,7 +73,7 @@ def section(rec: Recommendation, collocated_name: str | None, disagg_name: str |
     measure-first). ValueError where the GPUs given are too few or not in the matrix."""
     prefill, decode = _shape(disagg_name)
     replicas = _replicas(collocated_name) or 1
-    tp, site = where.tp, where.site
+    tp, site = tps(collocated_name, where.tp)[0], where.site
     name, notes = _model_name(model)
     plans: list[DeployPlan] = []
     used: set[int] = set()
@@ -83,9 +83,9 @@ def section(rec: Recommendation, collocated_name: str | None, disagg_name: str |
         used |= set(gpus)
     action = rec.action
     if disagg_name or action in ("disaggregate", "disaggregate-bidirectional", "fix-transfer"):
-        groups, placed = _pd_groups(where, prefill, decode)
+        groups, placed = _pd_groups(where, prefill, decode, *tps(disagg_name, where.tp))
         plan = disaggregated(name, groups, prefill, decode,
-                             action == "disaggregate-bidirectional", site, where.proxy, tp)
+                             action == "disaggregate-bidirectional", site, where.proxy)
         plans.append(DeployPlan(plan.placement, plan.commands, [*placed, *plan.notes]))
         used |= {g for group in groups for g in group}
     if "split-render-tier" in (action, *rec.secondary_actions):
@@ -98,23 +98,27 @@ def section(rec: Recommendation, collocated_name: str | None, disagg_name: str |
                       notes + _action_notes(action, site))
 
 
-def _pd_groups(where: Where, prefill: int, decode: int) -> tuple[list[list[int]], list[str]]:
-    """Each P/D instance's GPUs on its host, and what the placement says of P2P: on one
-    host with a matrix, the pairs with P2P (advisor.probe.p2p_pairs.place); on several,
-    each host's GPUs in order (the KV crosses hosts over RDMA, not P2P)."""
-    tp, site = where.tp, where.site
+def _pd_groups(where: Where, prefill: int, decode: int, tp: int, dtp: int
+               ) -> tuple[list[list[int]], list[str]]:
+    """Each P/D instance's GPUs on its host (prefillers `tp` wide, decoders `dtp`), and what
+    the placement says of P2P: on one host with a matrix, the pairs with P2P
+    (advisor.probe.p2p_pairs.place); on several, each host's GPUs in order (the KV crosses
+    hosts over RDMA, not P2P)."""
+    site = where.site
     if len(site.hosts) > 1:
         per_host = -(-(prefill + decode) // len(site.hosts))
-        gpus = list(where.gpus or range(per_host * tp))
-        if per_host * tp > len(gpus):
-            raise ValueError(f"{per_host} instances per host need {per_host * tp} GPUs; "
+        wide = max(tp, dtp)
+        gpus = list(where.gpus or range(per_host * wide))
+        if per_host * wide > len(gpus):
+            raise ValueError(f"{per_host} instances per host need {per_host * wide} GPUs; "
                              f"{len(gpus)} given")
-        return [gpus[(i // len(site.hosts)) * tp:(i // len(site.hosts) + 1) * tp]
-                for i in range(prefill + decode)], []
+        widths = [tp] * prefill + [dtp] * decode
+        return [gpus[(i // len(site.hosts)) * wide:(i // len(site.hosts)) * wide + w]
+                for i, w in enumerate(widths)], []
     matrix = where.matrix
     gpus = list(where.gpus or (range(len(matrix.gpus)) if matrix else
-                               range((prefill + decode) * tp)))
-    placed = place(matrix, gpus, prefill, decode, tp)
+                               range(prefill * tp + decode * dtp)))
+    placed = place(matrix, gpus, prefill, decode, tp, dtp)
     if matrix is None:
         return placed.prefill + placed.decode, []
     pairs = ", ".join(f"GPU{p.prefill_gpu}->GPU{p.decode_gpu} {p.status}" for p in placed.pairs)
@@ -147,15 +151,25 @@ def _model_name(model: str | None) -> tuple[str, list[str]]:
 
 
 def _shape(name: str | None) -> tuple[int, int]:
-    """disagg-XpYd -> (X, Y); (1, 1) for a deployment whose shape the sweep did not set."""
-    shape = (name or "").removeprefix("disagg-")
+    """disagg-XpYd[-tpA-B] -> (X, Y); (1, 1) for a deployment whose shape the sweep did
+    not set."""
+    shape = (name or "").removeprefix("disagg-").partition("-tp")[0]
     p, _, d = shape.removesuffix("d").partition("p")
     return (int(p), int(d)) if p.isdigit() and d.isdigit() else (1, 1)
 
 
 def _replicas(name: str | None) -> int | None:
-    n = (name or "").removeprefix("collocated-")
+    n = (name or "").removeprefix("collocated-").partition("-tp")[0]
     return int(n) if n.isdigit() else None
+
+
+def tps(name: str | None, default: int) -> tuple[int, int]:
+    """The TP sizes a plan's placement name carries: collocated-N-tpT -> (T, T),
+    disagg-XpYd-tpA-B -> (A, B) (prefill's, decode's); (default, default) otherwise."""
+    sizes = (name or "").partition("-tp")[2].split("-")
+    if all(t.isdigit() for t in sizes) and 1 <= len(sizes) <= 2:
+        return int(sizes[0]), int(sizes[-1])
+    return default, default
 
 
 def from_evidence(rec: Recommendation, ev, model: str | None, where: Where = Where()

@@ -92,11 +92,11 @@ def kv_config(role: str, bidirectional: bool) -> dict:
 
 
 def disaggregated(model: str, groups: list[list[int]], prefill: int, decode: int,
-                  bidirectional: bool = False, site: Site = Site(), proxy: str = "vllm",
-                  tp: int = 1) -> DeployPlan:
-    """`prefill` + `decode` instances, instance i on `groups[i]` (its GPUs on its host), and
-    the proxy: vLLM's (the toy proxy; the multi-turn one for bidirectional transfer) or
-    the project's (`advisor proxy`)."""
+                  bidirectional: bool = False, site: Site = Site(), proxy: str = "vllm"
+                  ) -> DeployPlan:
+    """`prefill` + `decode` instances, instance i on `groups[i]` (its GPUs on its host: its
+    tensor-parallel size), and the proxy: vLLM's (the toy proxy; the multi-turn one for
+    bidirectional transfer) or the project's (`advisor proxy`)."""
     roles = ["prefill"] * prefill + ["decode"] * decode
     commands: list[Command] = []
     where: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
@@ -112,8 +112,8 @@ def disaggregated(model: str, groups: list[list[int]], prefill: int, decode: int
         if site.ucx_devices:
             env["UCX_NET_DEVICES"] = site.ucx_devices[i % len(site.ucx_devices)]
         config = json.dumps(kv_config(role, bidirectional), separators=(",", ":"))
-        commands.append(Command(role, _serve(model, port, *_tp(tp), "--kv-transfer-config",
-                                             config), env, host))
+        commands.append(Command(role, _serve(model, port, *_tp(len(groups[i])),
+                                             "--kv-transfer-config", config), env, host))
         where[role].append((site.address(host), port))
     proxy_port = site.base_port + PROXY_OFFSET
     commands.append(_proxy(proxy, where, bidirectional, proxy_port, site.host(0)))

@@ -1,8 +1,9 @@
 """The placements a plan compares on a set of GPUs, and each one as a simulated system.
 
-Collocated: the GPUs as data-parallel replicas. Disaggregated: every xPyD split. Both use
-the smallest tensor-parallel size the model fits at (weights within 90% of the memory,
-room for KV left), the same in every tier.
+Collocated: the GPUs as data-parallel replicas of one tensor-parallel size. Disaggregated:
+every xPyD split, the prefill and the decode tier each at its own tensor-parallel size,
+using every GPU. TP sizes are powers of two from the smallest the model fits at (weights
+within 90% of the memory, room for KV left).
 """
 
 from __future__ import annotations
@@ -22,16 +23,29 @@ ACTIVATIONS_GB = 2.0  # per GPU: activations, CUDA graphs and the allocator's sl
 
 @dataclass(frozen=True)
 class Candidate:
-    name: str  # collocated-N or disagg-XpYd, as the sweep names placements
+    # collocated-N or disagg-XpYd as the sweep names placements, at the smallest TP; other
+    # TPs named after: collocated-N-tpT, disagg-XpYd-tpA-B (prefill's A, decode's B)
+    name: str
     kind: str  # collocated | disagg
-    tp: int
+    tp: int  # collocated replicas', or the prefill tier's
     replicas: int = 0  # collocated
     prefill: int = 0  # disagg
     decode: int = 0
+    decode_tp: int = 0  # disagg: the decode tier's TP (0: as `tp`)
+
+    @property
+    def dtp(self) -> int:
+        """The decode instances' TP (collocated: the replicas')."""
+        return self.decode_tp or self.tp
 
     @property
     def gpus(self) -> int:
-        return self.tp * (self.replicas or self.prefill + self.decode)
+        return self.tp * self.replicas if self.kind == "collocated" \
+            else self.tp * self.prefill + self.dtp * self.decode
+
+    @property
+    def tp_text(self) -> str:
+        return f"TP {self.tp}" if self.tp == self.dtp else f"TP {self.tp} P, {self.dtp} D"
 
 
 def kv_tokens(shape: ModelShape, g: GPU, tp: int, dtype: str = "bfloat16",
@@ -60,12 +74,20 @@ def min_tp(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") -> int
 
 
 def candidates(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") -> list[Candidate]:
-    """Every placement of `shape` on `gpus` GPUs: collocated first, then each xPyD split."""
-    tp = min_tp(shape, g, gpus, dtype)
-    n = gpus // tp
-    out = [Candidate(f"collocated-{n}", "collocated", tp, replicas=n)]
-    out += [Candidate(f"disagg-{x}p{n - x}d", "disagg", tp, prefill=x, decode=n - x)
-            for x in range(1, n)]
+    """Every placement of `shape` on `gpus` GPUs, each once: collocated at each TP size,
+    then each xPyD split at each pair of TP sizes (prefill's, decode's) using every GPU."""
+    low = min_tp(shape, g, gpus, dtype)
+    sizes = [low << k for k in range(gpus.bit_length()) if low << k <= gpus]
+    out = [Candidate(f"collocated-{gpus // t}" + (f"-tp{t}" if t != low else ""),
+                     "collocated", t, replicas=gpus // t) for t in sizes]
+    for a in sizes:
+        for b in sizes:
+            for x in range(1, gpus // a + 1):
+                y, left = divmod(gpus - x * a, b)
+                if y >= 1 and not left:
+                    tag = f"-tp{a}-{b}" if (a, b) != (low, low) else ""
+                    out.append(Candidate(f"disagg-{x}p{y}d{tag}", "disagg", a, prefill=x,
+                                         decode=y, decode_tp=b if b != a else 0))
     return out
 
 
@@ -83,10 +105,13 @@ def system(c: Candidate, shape: ModelShape, g: GPU, kv_link: Link, dtype: str = 
     tokens, seqs = engine_defaults(g)
     fabric = LINKS.get(g.fabric)
     kv = kv_dtype or kv_dtype_for(dtype)
-    engine = EngineSpec(RooflineStep(shape, g, c.tp, fabric, dtype, kv),
-                        kv_tokens(shape, g, c.tp, dtype, kv), max_batched_tokens or tokens,
-                        seqs, chunked)
+
+    def engine(tp: int) -> EngineSpec:
+        return EngineSpec(RooflineStep(shape, g, tp, fabric, dtype, kv),
+                          kv_tokens(shape, g, tp, dtype, kv), max_batched_tokens or tokens,
+                          seqs, chunked)
+
     if c.kind == "collocated":
-        return System(decode=(engine,) * c.replicas)
-    return System(decode=(engine,) * c.decode, prefill=(engine,) * c.prefill, link=kv_link,
-                  kv_bytes=lambda t: shape.kv_bytes(t, kv))
+        return System(decode=(engine(c.tp),) * c.replicas)
+    return System(decode=(engine(c.dtp),) * c.decode, prefill=(engine(c.tp),) * c.prefill,
+                  link=kv_link, kv_bytes=lambda t: shape.kv_bytes(t, kv))

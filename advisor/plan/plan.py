@@ -59,7 +59,7 @@ class _Setup:
         if self.matrix is None or c.kind != "disagg":
             return self.link, None
         placed = place(self.matrix, list(range(len(self.matrix.gpus))), c.prefill, c.decode,
-                       c.tp)
+                       c.tp, c.dtp)
         ok = all(p.status.startswith("OK") for p in placed.pairs)
         return (self.link if ok else HOST_STAGED), placed
 
@@ -128,6 +128,15 @@ def label(s: _Setup) -> str:
             "the GPU's datasheet")
 
 
+FALLEN = 2  # rates in a row a placement has collapsed at before its higher ones are skipped
+
+
+def _fallen(outcomes: list) -> bool:
+    """Whether a placement collapsed (advisor.goodput.outcomes.COLLAPSE) at its last
+    FALLEN rates: at a higher one it surely misses too, as a sweep's grid stops there."""
+    return len(outcomes) >= FALLEN and all(o.collapsed for o in outcomes[-FALLEN:])
+
+
 def _short(precision: str) -> str:
     return "bf16" if precision == "bfloat16" else precision
 
@@ -190,6 +199,9 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
             system = cands.system(c, s.shape, s.gpu, s.link_for(c)[0], s.weights,
                                   o.max_num_batched_tokens, kv_dtype=s.kv)
             for rate in rates:
+                if not o.rates and _fallen(done[p.name]):  # NOTE: the default grid only
+                    bars.advance(task)
+                    continue
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
                 reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
                 sim = runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
@@ -215,7 +227,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     if o.as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))
     else:
-        _print_ranking(ranking)
+        _print_ranking(ranking, s.candidates)
         console.print_recommendation(planned.recommendation)
         print(f"run directory: {run_dir}: report.html, report.md, evidence.json, "
               "recommendation.json (every figure simulated)")
@@ -246,12 +258,13 @@ def _best(placements: list[Placement], ranking: list[PlacementRank]) -> list[Pla
     return out
 
 
-def _print_ranking(ranking: list[PlacementRank]) -> None:
+def _print_ranking(ranking: list[PlacementRank], candidates: list) -> None:
     if not ranking:
         return
+    tps = {c.name: c.tp_text for c in candidates}
     print("placements by max goodput per GPU (simulated):")
     for r in ranking:
         lo, hi = r.interval_rps
-        print(f"  {r.placement:>16} (TP {r.tp}, {r.gpus} GPUs): "
+        print(f"  {r.placement:>22} ({tps.get(r.placement, f'TP {r.tp}')}, {r.gpus} GPUs): "
               f"{r.max_goodput_rps:.3g} req/s, {r.goodput_per_gpu:.3g} per GPU "
               f"(between {lo:.3g} and {'?' if hi is None else f'{hi:.3g}'})")

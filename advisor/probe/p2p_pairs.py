@@ -35,22 +35,25 @@ class GpuPlacement:
 
 
 def place(matrix: P2PMatrix | None, gpus: list[int], prefill: int, decode: int,
-          tp: int = 1) -> GpuPlacement:
-    """`prefill` + `decode` instances of `tp` GPUs each on `gpus`: in order without a
-    matrix; with one, on the order whose P->D pairs have the most P2P (of equals, the
-    first in order). ValueError when there are too few GPUs or one is not in the matrix."""
-    need = (prefill + decode) * tp
+          tp: int = 1, decode_tp: int | None = None) -> GpuPlacement:
+    """`prefill` instances of `tp` GPUs and `decode` of `decode_tp` (default: `tp`) on
+    `gpus`: in order without a matrix; with one, on the order whose P->D pairs have the most
+    P2P (of equals, the first in order). ValueError when there are too few GPUs or one is
+    not in the matrix."""
+    dtp = decode_tp or tp
+    need = prefill * tp + decode * dtp
     if need > len(gpus):
         raise ValueError(f"{prefill}P{decode}D needs {need} GPUs; {len(gpus)} given")
     if matrix is None:
-        return _split(gpus[:need], prefill, decode, tp, None, "in order (no P2P matrix)")
+        return _split(gpus[:need], prefill, decode, tp, dtp, None, "in order (no P2P matrix)")
     outside = [g for g in gpus if not 0 <= g < len(matrix.gpus)]
     if outside:
         raise ValueError(f"GPU {outside[0]} is not in the P2P matrix ({len(matrix.gpus)} GPUs)")
     best, best_score = None, -1
-    most = prefill * decode * tp
+    most = prefill * decode * max(tp, dtp)
     for order in itertools.islice(itertools.permutations(gpus, need), SEARCH_LIMIT):
-        score = sum(matrix.ok(p, d) for p, d in _pair_gpus(list(order), prefill, decode, tp))
+        score = sum(matrix.ok(p, d) for p, d in _pair_gpus(list(order), prefill, decode, tp,
+                                                           dtp))
         if score > best_score:
             best, best_score = list(order), score
             if score == most:
@@ -59,22 +62,33 @@ def place(matrix: P2PMatrix | None, gpus: list[int], prefill: int, decode: int,
     how = ("every P->D pair on GPUs with P2P" if best_score == most else
            f"{best_score} of {most} P->D GPU pairs with P2P, the most this matrix allows"
            if best_score else "no GPU pair here has P2P: KV stages through the host")
-    return _split(best, prefill, decode, tp, matrix, how)
+    return _split(best, prefill, decode, tp, dtp, matrix, how)
 
 
-def _pair_gpus(order: list[int], prefill: int, decode: int, tp: int) -> list[tuple[int, int]]:
+def _groups(order: list[int], prefill: int, decode: int, tp: int, dtp: int
+            ) -> tuple[list[list[int]], list[list[int]]]:
+    """Each prefiller's GPUs, then each decoder's, in `order`."""
     pre = [order[i * tp:(i + 1) * tp] for i in range(prefill)]
-    dec = [order[(prefill + i) * tp:(prefill + i + 1) * tp] for i in range(decode)]
-    return [(p[k], d[k]) for p in pre for d in dec for k in range(tp)]
+    start = prefill * tp
+    return pre, [order[start + i * dtp:start + (i + 1) * dtp] for i in range(decode)]
 
 
-def _split(order: list[int], prefill: int, decode: int, tp: int, matrix: P2PMatrix | None,
-           how: str) -> GpuPlacement:
+def _pair_gpus(order: list[int], prefill: int, decode: int, tp: int, dtp: int
+               ) -> list[tuple[int, int]]:
+    """The GPU pairs a P->D transfer crosses: ranks holding the same KV heads. With TP
+    sizes m and n, rank r of max(m, n) pairs prefill rank r*m//max with decode rank
+    r*n//max (equal sizes: rank k to rank k)."""
+    pre, dec = _groups(order, prefill, decode, tp, dtp)
+    wide = max(tp, dtp)
+    return [(p[r * tp // wide], d[r * dtp // wide]) for p in pre for d in dec
+            for r in range(wide)]
+
+
+def _split(order: list[int], prefill: int, decode: int, tp: int, dtp: int,
+           matrix: P2PMatrix | None, how: str) -> GpuPlacement:
     pairs = [P2PPair(p, d, matrix.label(p, d) if matrix else "unknown")
-             for p, d in _pair_gpus(order, prefill, decode, tp)]
-    return GpuPlacement([order[i * tp:(i + 1) * tp] for i in range(prefill)],
-                        [order[(prefill + i) * tp:(prefill + i + 1) * tp]
-                         for i in range(decode)], pairs, how)
+             for p, d in _pair_gpus(order, prefill, decode, tp, dtp)]
+    return GpuPlacement(*_groups(order, prefill, decode, tp, dtp), pairs, how)
 
 
 def evidence(matrix: P2PMatrix, source: str, placed: GpuPlacement | None,

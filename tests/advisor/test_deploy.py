@@ -225,7 +225,7 @@ def test_deploy_places_1p1d_on_the_p2p_pair_of_the_runs_matrix(tmp_path, capsys)
 
 
 def test_tensor_parallel_instances_take_that_many_gpus_each():
-    plan = disaggregated("M", [[0, 1], [2, 3]], 1, 1, tp=2)
+    plan = disaggregated("M", [[0, 1], [2, 3]], 1, 1)
     pre, dec = plan.commands[0], plan.commands[1]
     assert pre.env["CUDA_VISIBLE_DEVICES"] == "0,1" and dec.env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert flag(pre.argv, "--tensor-parallel-size") == "2"
@@ -233,6 +233,18 @@ def test_tensor_parallel_instances_take_that_many_gpus_each():
     assert s.gpus == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="needs 4 GPUs"):
         section(advice("disaggregate"), None, "disagg-1p1d", "M", Where(gpus=(0, 1, 2), tp=2))
+
+
+def test_a_plans_per_role_tp_names_give_each_instance_its_width():
+    """A plan's disagg-1p2d-tp4-2: one prefiller on 4 GPUs, two decoders on 2 each."""
+    s = section(advice("disaggregate"), "collocated-2-tp4", "disagg-1p2d-tp4-2", "M")
+    (col,) = [p for p in s.plans if p.placement == "collocated"]
+    (pd,) = [p for p in s.plans if p.placement == "disaggregated"]
+    assert [flag(c.argv, "--tensor-parallel-size") for c in col.commands[:1]] == ["4"]
+    engines = [c for c in pd.commands if c.role in ("prefill", "decode")]
+    assert [(c.role, c.env["CUDA_VISIBLE_DEVICES"], flag(c.argv, "--tensor-parallel-size"))
+            for c in engines] == [("prefill", "0,1,2,3", "4"), ("decode", "4,5", "2"),
+                                  ("decode", "6,7", "2")]
 
 
 @pytest.mark.integration

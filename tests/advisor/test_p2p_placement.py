@@ -161,3 +161,15 @@ def test_a_sweep_puts_its_cuda_pd_on_p2p_pairs_and_its_evidence_says_which():
     assert summary(ev) == "GPU0->GPU2 OK (topo.txt)"  # kv_transfer.p2p says it in a line
     assert summary(by_url) == "pairs used unknown; with P2P here: GPU0-GPU2, GPU1-GPU3 (topo.txt)"
     assert p2p_evidence(placed, {"p2p": None}, "tiny", 500, "float32") is None
+
+
+def test_per_role_tp_pairs_ranks_that_hold_the_same_kv_heads():
+    """A TP-2 prefiller and two TP-1 decoders: each decoder's one rank holds both prefill
+    ranks' heads, so it pairs with both."""
+    placed = place(None, [0, 1, 2, 3], 1, 2, 2, 1)
+    assert placed.prefill == [[0, 1]] and placed.decode == [[2], [3]]
+    assert [(p.prefill_gpu, p.decode_gpu) for p in placed.pairs] == [(0, 2), (1, 2), (0, 3),
+                                                                     (1, 3)]
+    wide = place(None, [0, 1, 2, 3], 2, 1, 1, 2)  # two TP-1 prefillers into a TP-2 decoder
+    assert [(p.prefill_gpu, p.decode_gpu) for p in wide.pairs] == [(0, 2), (0, 3), (1, 2),
+                                                                   (1, 3)]

@@ -17,7 +17,7 @@ from advisor.plan.options import PlanOptions
 from advisor.plan.plan import _setup, label, run_plan
 from advisor.plan.steptime import FittedStep, Step, prefill_step
 from advisor.plan.system import EngineSpec, System
-from advisor.probe.links import Link
+from advisor.probe.links import LINKS, Link
 from advisor.probe.shapes import shape_of
 from advisor.rundata.evidence import (
     Calibration,
@@ -36,10 +36,34 @@ GUIDE = {"model": "qwen2.5-7b", "gpu": "l40s", "gpus": 2, "link": "pcie4",
          "workload": "long-prompt", "rates": (0.2, 0.4, 0.6, 1.0, 2.0), "num_prompts": 300}
 
 
-def test_placements_are_every_split_at_the_smallest_tp_that_fits():
+# placements on N GPUs for a model that fits one: collocated at TP 1, 2, 4, ...; P/D at
+# every (prefill TP, decode TP) pair with X*A + Y*B = N, X and Y >= 1
+EXPECTED = {2: (2, 1), 4: (3, 6), 8: (4, 21)}
+
+
+@pytest.mark.parametrize("gpus", sorted(EXPECTED))
+def test_placements_are_every_split_at_every_tp_per_role_once(gpus):
     h100 = hardware.gpu("h100-sxm")
-    names = [c.name for c in candidates.candidates(shape_of("llama-3.1-8b"), h100, 4)]
-    assert names == ["collocated-4", "disagg-1p3d", "disagg-2p2d", "disagg-3p1d"]
+    found = candidates.candidates(shape_of("llama-3.1-8b"), h100, gpus)
+    kinds = [c.kind for c in found]
+    assert (kinds.count("collocated"), kinds.count("disagg")) == EXPECTED[gpus]
+    assert len({c.name for c in found}) == len(found)  # each once
+    assert len({(c.kind, c.tp, c.dtp, c.replicas, c.prefill, c.decode) for c in found}) \
+        == len(found)
+    assert all(c.gpus == gpus for c in found)
+    assert found[0].name == f"collocated-{gpus}" and f"disagg-1p{gpus - 1}d" in \
+        [c.name for c in found]
+
+
+def test_per_role_tp_builds_each_tier_at_its_own_size_and_smallest_tp_is_the_floor():
+    h100 = hardware.gpu("h100-sxm")
+    found = {c.name: c for c in candidates.candidates(shape_of("llama-3.1-8b"), h100, 8)}
+    mixed = found["disagg-1p2d-tp4-2"]
+    assert (mixed.tp, mixed.dtp, mixed.gpus, mixed.tp_text) == (4, 2, 8, "TP 4 P, 2 D")
+    system = candidates.system(mixed, shape_of("llama-3.1-8b"), h100, LINKS["nvlink"])
+    assert [e.step.tp for e in system.prefill] == [4]
+    assert [e.step.tp for e in system.decode] == [2, 2]
+    assert system.decode[0].kv_tokens < system.prefill[0].kv_tokens  # half the memory
     big = candidates.candidates(shape_of("llama-3.1-70b"), h100, 4)  # 141 GB of weights
     assert {c.tp for c in big} == {4} and [c.name for c in big] == ["collocated-1"]
     with pytest.raises(ValueError, match=r"GB missing"):
@@ -69,11 +93,14 @@ def test_p2p_auto_reads_the_matrix_and_places_each_pd_on_a_pair_with_p2p():
     (pd,) = [c for c in pairs.candidates if c.kind == "disagg"]
     link, placed = pairs.link_for(pd)
     assert link.name == "pcie4" and placed.gpus == [0, 2]
-    # eight on two switches: every split has P->D pairs across them
+    # eight on two switches: every split of TP-1 instances has P->D pairs across them;
+    # TP-2 instances can be placed with each rank's pair on one switch
     wide = _setup(PlanOptions(**{**GUIDE, "gpus": 8},
                               p2p_matrix=str(FIX / "p2p_and_topo_8gpu.txt")))
-    assert {wide.link_for(c)[0].name for c in wide.candidates if c.kind == "disagg"} \
-        == {"host-staged"}
+    assert {wide.link_for(c)[0].name for c in wide.candidates
+            if c.kind == "disagg" and c.tp == c.dtp == 1} == {"host-staged"}
+    assert wide.link_for(next(c for c in wide.candidates
+                              if c.name == "disagg-2p2d-tp2-2"))[0].name == "pcie4"
     assumed = _setup(PlanOptions(**GUIDE))  # no matrix here, no nvidia-smi
     assert assumed.matrix is None and "P2P assumed" in label(assumed)
 
@@ -143,7 +170,8 @@ def test_every_report_and_file_says_simulated(guide_no_p2p):
     assert "SIMULATED" in md and "host-staged" in md
     assert "SIMULATED" in (run_dir / "report.html").read_text()
     assert json.loads((run_dir / "manifest.json").read_text())["simulated"]
-    assert (run_dir / "summary.csv").read_text().count("\n") == 1 + 2 * len(GUIDE["rates"])
+    # collocated-2, collocated-1-tp2 and disagg-1p1d, at each rate
+    assert (run_dir / "summary.csv").read_text().count("\n") == 1 + 3 * len(GUIDE["rates"])
 
 
 BAD = [
