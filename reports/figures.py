@@ -68,6 +68,14 @@ def figure_specs(data: Report, other: Report | None = None) -> list[FigureSpec]:
             lambda: plots.timeline(data),
         ),
     ]
+    if data.pareto:
+        specs.append(FigureSpec(
+            "pareto",
+            "Simulated: each placement at each rate, output tokens/s per GPU against tokens/s "
+            "per user; the line joins the frontier no other point beats on both, hollow "
+            "points miss the SLO, the ring is the frontier point meeting it with the most "
+            "goodput per GPU.",
+            lambda: plots.pareto(data)))
     if data.multi_turn:
         specs.append(FigureSpec(
             "ttft_by_turn",

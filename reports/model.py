@@ -101,6 +101,19 @@ class TableRow:
 
 
 @dataclass(frozen=True)
+class ParetoView:
+    """One placement at one rate on the plan's Pareto plot."""
+
+    placement: str
+    kind: str  # collocated | disagg
+    per_user: float  # tokens/s each user sees
+    per_gpu: float  # output tokens/s per GPU
+    meets_slo: bool
+    frontier: bool
+    chosen: bool
+
+
+@dataclass(frozen=True)
 class P2P:
     """The GPUs' P2P read matrix, and what a placement made of it: the P->D pairs its KV
     crosses (`GPU0->GPU2 OK`) and how they were chosen, where known."""
@@ -132,6 +145,7 @@ class Report:
     kv_transfer_ms: list[float] = field(default_factory=list)  # per disaggregated request
     kv_transfer_share: list[float] = field(default_factory=list)  # of that request's TTFT
     timeline_rate: float = 0.0  # the highest rate every placement ran
+    pareto: list[ParetoView] = field(default_factory=list)  # a plan's, where it has one
 
     @property
     def measured(self) -> bool:

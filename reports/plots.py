@@ -214,6 +214,34 @@ def timeline(data: Report):
     return fig
 
 
+def pareto(data: Report):
+    """7. A plan's placements at each rate: output tokens/s per GPU against tokens/s per
+    user; the frontier joined, points missing the SLO hollow, the choice ringed."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind in sorted({p.kind for p in data.pareto}):
+        pts = [p for p in data.pareto if p.kind == kind]
+        color = COLORS.get(kind, COLORS["disagg"])
+        for meets in (True, False):
+            sel = [p for p in pts if p.meets_slo is meets]
+            ax.scatter([p.per_user for p in sel], [p.per_gpu for p in sel], s=18,
+                       facecolors=color if meets else "none", edgecolors=color,
+                       label=f"{kind}" + ("" if meets else " (misses the SLO)"))
+    front = sorted((p for p in data.pareto if p.frontier), key=lambda p: p.per_user)
+    ax.plot([p.per_user for p in front], [p.per_gpu for p in front], "k-", lw=1,
+            label="frontier")
+    for p in data.pareto:
+        if p.chosen:
+            ax.scatter([p.per_user], [p.per_gpu], s=160, facecolors="none", edgecolors="k",
+                       linewidths=1.5, label=f"chosen: {p.placement}")
+    ax.set_xlabel("tokens/s per user (1000 / mean TPOT)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("simulated: throughput per GPU against speed per user", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def compare(data: Report, other: Report):
     """6. Two runs overlaid: p99 ITL and SLO attainment against rate."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(7, 3.4))

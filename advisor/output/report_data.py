@@ -114,7 +114,17 @@ def _report(data: _Read) -> Report:
         created=(data.manifest or {}).get("created"), columns=columns, rows=rows,
         cores_note=cores_note(data), setup=setup(data),
         p2p=p2p,
-        kv_transfer_ms=kv_ms, kv_transfer_share=kv_share, timeline_rate=_timeline_rate(data))
+        kv_transfer_ms=kv_ms, kv_transfer_share=kv_share, timeline_rate=_timeline_rate(data),
+        pareto=_pareto(data))
+
+
+def _pareto(data: _Read) -> list[model.ParetoView]:
+    """A plan's Pareto points, each with its placement's kind."""
+    rec = data.recommendation
+    return [model.ParetoView(p.placement, data.kind(p.placement) or "disagg",
+                             p.tokens_per_s_per_user, p.tokens_per_s_per_gpu, p.meets_slo,
+                             p.frontier, p.chosen)
+            for p in (rec.pareto or [] if rec else [])]
 
 
 def _p2p(data: _Read) -> model.P2P | None:

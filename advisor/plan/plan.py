@@ -21,7 +21,7 @@ from advisor.goodput.placements import Placement
 from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
-from advisor.plan import hardware, runs
+from advisor.plan import hardware, pareto, runs
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.steptime import Step, prefill_step
 from advisor.probe import p2p, p2p_pairs
@@ -190,6 +190,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     placements = [Placement(c.name, c.kind) for c in s.candidates]
     done = {p.name: [] for p in placements}
     transfers = {p.name: [] for p in placements}
+    frontier_rows: list = []  # (placement, rate, statistics, GPUs, met the SLO) per run
     missed = [m for m, v in cal.floors(prompt).items() if v > o.slos[m]]
     if missed:  # as the sweep: the floor misses the SLO, nothing to search
         rates = []
@@ -208,6 +209,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
                                {"preset": o.workload, "simulated": True})
                 run_dir.write_run(sim.result)
                 done[p.name].append(sim.outcome)
+                frontier_rows.append((p.name, rate, sim.result.stats, c.gpus, sim.outcome.meets))
                 transfers[p.name].append(sim.sim)
                 bars.advance(task)
     ranking = _ranking(s, placements, done)
@@ -223,7 +225,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
             p2p_ev = p2p_pairs.evidence(s.matrix, s.p2p_source or "nvidia-smi", placed,
                                         o.model, prompt, s.kv)
     planned = runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
-                          o.model, tp=s.candidates[0].tp, ranking=ranking, p2p=p2p_ev)
+                          o.model, tp=s.candidates[0].tp, ranking=ranking, p2p=p2p_ev,
+                          pareto=pareto.points(frontier_rows))
     if o.as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))
     else:

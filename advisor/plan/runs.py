@@ -20,6 +20,7 @@ from advisor.measure.prom import TransferTotals
 from advisor.measure.run import record_row
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.transfer import verdict
+from advisor.plan.pareto import reason as pareto_reason
 from advisor.plan.simulate import Outcome, simulate
 from advisor.plan.system import SimRequest, System
 from advisor.rundata.evidence import (
@@ -28,7 +29,7 @@ from advisor.rundata.evidence import (
     KVTransferEvidence,
     P2PEvidence,
 )
-from advisor.rundata.recommendation import PlacementRank, Recommendation
+from advisor.rundata.recommendation import ParetoPoint, PlacementRank, Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
 from workloads.spec import SyntheticSpec
@@ -100,10 +101,11 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
            done: dict[str, list[RateOutcome]], grid: list[float], calibration: Calibration,
            prompt: float, kv: KVTransferEvidence | None, label: str, model: str, tp: int = 1,
            ranking: list[PlacementRank] | None = None,
-           compare: list[dict] | None = None, p2p: P2PEvidence | None = None) -> Planned:
+           compare: list[dict] | None = None, p2p: P2PEvidence | None = None,
+           pareto: list[ParetoPoint] | None = None) -> Planned:
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
-    commands (and a plan's `ranking` or a replay's `compare`), summary.csv and (with
-    `opts.report`) the report, written to `run_dir`."""
+    commands (and a plan's `ranking` and `pareto`, or a replay's `compare`), summary.csv
+    and (with `opts.report`) the report, written to `run_dir`."""
     # NOTE: imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.evidence import build_evidence
 
@@ -112,7 +114,11 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
                              undecided="simulated: the front end's CPU is not modelled")
     ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label, p2p=p2p)
     rec = conclude(run_dir, ev, every, done, model, Where(tp=tp), ranking=ranking,
-                   compare=compare)
+                   compare=compare, pareto=pareto)
+    said = pareto_reason(pareto) if pareto is not None else None
+    if said:
+        rec = dataclasses.replace(rec, reasons=[*rec.reasons, said])
+        run_dir.write_recommendation(rec)
     if opts.report:
         from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
 

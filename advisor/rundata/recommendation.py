@@ -109,8 +109,24 @@ class PlacementRank:
     interval_rps: list
 
 
+@dataclass(frozen=True)
+class ParetoPoint:
+    """One simulated placement at one rate: output tokens/s per GPU against tokens/s each
+    user sees (1000 / mean TPOT ms), whether it meets the SLO, and its place on the frontier
+    (no other point is better on both axes) and in the choice."""
+
+    placement: str
+    rate_rps: float
+    tokens_per_s_per_user: float
+    tokens_per_s_per_gpu: float
+    goodput_per_gpu: float  # requests/s meeting the SLO, per GPU
+    meets_slo: bool
+    frontier: bool = False
+    chosen: bool = False  # the frontier point meeting the SLO with the most goodput per GPU
+
+
 # fields written only where they are set: a plain sweep's file has no plan's ranking
-_OPTIONAL = ("deploy", "ranking", "compare", "imported")
+_OPTIONAL = ("deploy", "ranking", "compare", "imported", "pareto")
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,7 @@ class Recommendation:
     deploy: Deployment | None = None
     ranking: list[PlacementRank] | None = None  # `advisor plan`: placements by goodput per GPU
     compare: list[dict] | None = None  # `advisor plan --calibrate`: predicted beside measured
+    pareto: list[ParetoPoint] | None = None  # `advisor plan`: every placement x rate, frontier
 
     def row(self, row_id: str) -> DecisionRow | None:
         return next((r for r in self.rows if r.id == row_id), None)

@@ -29,6 +29,7 @@ from advisor.rundata.evidence import (
 )
 from advisor.rundata.rundir import RunDir
 from tests.cli import advisor, advisor_here
+from tests.reports import browser
 from workloads.presets import preset_spec
 
 FIX = Path(__file__).parent / "fixtures"
@@ -172,6 +173,27 @@ def test_every_report_and_file_says_simulated(guide_no_p2p):
     assert json.loads((run_dir / "manifest.json").read_text())["simulated"]
     # collocated-2, collocated-1-tp2 and disagg-1p1d, at each rate
     assert (run_dir / "summary.csv").read_text().count("\n") == 1 + 3 * len(GUIDE["rates"])
+
+
+@pytest.mark.slow  # the L40S plan above, and a headless Chromium (~6 s)
+def test_the_pareto_view_is_in_the_json_the_reasons_and_the_report(guide_no_p2p):
+    rec, out = guide_no_p2p
+    (run_dir,) = out.iterdir()
+    pareto = json.loads((run_dir / "recommendation.json").read_text())["pareto"]
+    assert pareto == rec["pareto"] and 0 < len(pareto) <= 3 * len(GUIDE["rates"])
+    front = [p for p in pareto if p["frontier"]]
+    for p in pareto:  # a point off the frontier is beaten on both axes by one on it
+        if not p["frontier"]:
+            assert any(q["tokens_per_s_per_user"] >= p["tokens_per_s_per_user"]
+                       and q["tokens_per_s_per_gpu"] >= p["tokens_per_s_per_gpu"]
+                       for q in front)
+    assert "report-pareto.png" in (run_dir / "report.md").read_text()
+    html = run_dir / "report.html"
+    assert "simulated: throughput per GPU against speed per user" in html.read_text()
+    if browser.CHROMIUM is None:
+        pytest.skip("chromium is not installed (.ci/setup installs it)")
+    seen = browser.inspect(html.as_uri(), str(run_dir / "shot.png"))
+    assert seen["console_errors"] == [] and seen["exceptions"] == []
 
 
 BAD = [

@@ -68,3 +68,21 @@ def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused_naming_it(tmp_path):
     assert p.returncode == 2 and "--weights must be one of fp8, bf16, int4" in p.stderr
     p = advisor_here("plan", "--kv-dtype", "int4", "--out", tmp_path)
     assert p.returncode == 2 and "--kv-dtype must be one of fp8, bf16" in p.stderr
+
+
+def test_the_pareto_frontier_and_the_choice():
+    from advisor.plan.pareto import points, reason
+
+    def stats(tpot_ms, tokens_s, goodput):
+        return {"mean_tpot_ms": tpot_ms, "output_throughput": tokens_s, "completed": 10,
+                "request_goodput": goodput}
+
+    got = points([("a", 1.0, stats(10, 400, 4), 2, True),   # 100/user, 200/GPU
+                  ("a", 2.0, stats(20, 800, 2), 2, False),  # 50/user, 400/GPU, misses
+                  ("b", 1.0, stats(25, 300, 3), 2, True),   # beaten by a@1 on both
+                  ("b", 2.0, stats(12.5, 600, 5), 2, True),  # 80/user, 300/GPU: on it
+                  ("c", 1.0, stats(0, 0, 0), 2, False)])    # completed nothing: left out
+    assert [(p.placement, p.rate_rps, p.frontier) for p in got] == [
+        ("a", 1.0, True), ("a", 2.0, True), ("b", 1.0, False), ("b", 2.0, True)]
+    assert [p.placement + str(p.rate_rps) for p in got if p.chosen] == ["b2.0"]  # 2.5/GPU
+    assert "b at 2 req/s has the most goodput per GPU (2.5 req/s" in reason(got)
