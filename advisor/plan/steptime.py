@@ -109,20 +109,23 @@ class RooflineStep:
 
     @cached_property
     def _per(self) -> tuple[float, ...]:
-        """(weight s, s per KV token read, s per SSM state read, s per token's FLOPs, s per
-        attention pair): one rank's share at the assumed efficiencies."""
+        """(s per weight byte, s per KV token read, s per SSM state read, s per token's
+        FLOPs, s per attention pair): one rank's share at the assumed efficiencies."""
         sh, d, kv = self.shape, self.dtype, self.kv_dtype or kv_dtype_for(self.dtype)
         read = self.tp * self.gpu.hbm_gbps * 1e9 * BANDWIDTH_EFFICIENCY
         flop = self.tp * self.gpu.tflops(d) * 1e12 * COMPUTE_EFFICIENCY
         # NOTE: attention runs in bf16 whatever the weights (vLLM's FP8 KV is dequantized)
         pair_flop = self.tp * self.gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY
-        return (sh.weight_bytes(d) / read, sh.kv_bytes_per_token(kv) / read,
+        return (1 / read, sh.kv_bytes_per_token(kv) / read,
                 sh.state_bytes(kv) / read, 2 * sh.active_params / flop,
                 sh.attention_flops_per_pair() / pair_flop)
 
     def ms(self, s: Step) -> float:
-        weights, kv, state, token, pair = self._per
+        per_byte, kv, state, token, pair = self._per
         tokens = s.decodes + s.prefill_tokens
+        # NOTE: an MoE's step reads only the experts its tokens touch (ModelShape's
+        # weight_bytes_read); the all-to-all of expert parallelism is not modelled
+        weights = self.shape.weight_bytes_read(tokens, self.dtype) * per_byte
         # NOTE: a hybrid model reads each running request's SSM state once per step too
         states = s.decodes + (1 if s.prefill_tokens else 0)
         memory_s = weights + s.kv_read_tokens * kv + states * state

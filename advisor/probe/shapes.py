@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from engine.api import DTYPE_BYTES, PRESETS, ModelConfig
 
 # bytes per parameter or per cached value: the engine's dtypes, and the quantized formats
@@ -38,6 +40,9 @@ class ModelShape:
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim
     state_elements: int = 0  # hybrid: fixed per-request state, summed over the SSM layers
     weights: str | None = None  # the precision its checkpoint ships in, where its config says
+    experts: int = 0  # MoE: routed experts per layer (0: dense)
+    experts_per_token: int = 0  # MoE: the experts each token is routed to
+    expert_params: float = 0.0  # MoE: every routed expert's parameters, all layers
 
     @property
     def kv_layers(self) -> int:
@@ -59,6 +64,16 @@ class ModelShape:
 
     def weight_bytes(self, dtype: str = "bfloat16") -> float:
         return self.params * BYTES[dtype]
+
+    def weight_bytes_read(self, tokens, dtype: str = "bfloat16"):
+        """What a step of `tokens` tokens (a number or an array) reads of the weights: all
+        of a dense model's; of an MoE's, the experts its tokens touch. Under uniform routing
+        a layer's expert escapes all `tokens` tokens, each choosing k of E, with
+        probability (1 - k/E)^tokens: the expected share touched is one minus that."""
+        if not self.experts:
+            return self.weight_bytes(dtype)
+        touched = 1.0 - (1.0 - self.experts_per_token / self.experts) ** np.maximum(tokens, 1)
+        return (self.params - self.expert_params * (1.0 - touched)) * BYTES[dtype]
 
     def attention_flops_per_pair(self) -> float:
         """FLOPs of one query token attending to one context token, over all layers
@@ -118,20 +133,45 @@ def _nemotron_h(name: str, d: dict, params: float, active: float) -> ModelShape:
                       attention_layers=attention, state_elements=mamba * per_layer)
 
 
-# Shapes from the published config.json files; parameter counts as the model cards give them.
-SHAPE_ONLY = {
-    "deepseek-v3": _mla("deepseek-v3", {
-        "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
-        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "kv_lora_rank": 512,
-        "max_position_embeddings": 163840}, 671e9, 37e9),
-    "qwen3-next-80b-a3b": _qwen3_next("qwen3-next-80b-a3b", {
-        "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16,
-        "num_key_value_heads": 2, "head_dim": 256, "full_attention_interval": 4,
-        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
-        "max_position_embeddings": 262144}, 80e9, 3e9),
-}
-NAMES = (*PRESETS, *SHAPE_ONLY)
+def quantized(q) -> str | None:
+    """The weights' precision a config's `quantization_config` names: fp8 (quant_method
+    fp8, or compressed-tensors / modelopt in 8-bit floats), int4 (4 bits: AWQ, GPTQ, ...);
+    None where there is none or it is another."""
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    if method == "fp8" or "fp8" in str(q.get("quant_algo", "")).lower():
+        return "fp8"
+    if q.get("bits") == 4 or q.get("w_bit") == 4:
+        return "int4"
+    return None
+
+
+def _routed(d: dict) -> tuple[int, int, float]:
+    """(routed experts per layer, experts per token, all routed experts' parameters) of a
+    config.json; zeros for a dense model."""
+    experts = d.get("n_routed_experts") or d.get("num_experts") or 0
+    if not experts:
+        return 0, 0, 0.0
+    inter = d.get("moe_intermediate_size") or d.get("intermediate_size", 4 * d["hidden_size"])
+    layers = d["num_hidden_layers"] - d.get("first_k_dense_replace", 0)
+    return (int(experts), int(d.get("num_experts_per_tok") or 1),
+            float(layers * 3 * d["hidden_size"] * inter * experts))
+
+
+def _moe_gqa(name: str, d: dict) -> ModelShape:
+    """A grouped-query attention MoE (Qwen3-MoE, Mixtral and alike) from its config.json."""
+    heads = d["num_attention_heads"]
+    return ModelShape(name, d["num_hidden_layers"], d["hidden_size"], heads,
+                      d.get("num_key_value_heads", heads),
+                      d.get("head_dim") or d["hidden_size"] // heads, *_moe_params(d),
+                      d.get("max_position_embeddings", 4096), weights=quantized(
+                          d.get("quantization_config")), **_expert_fields(d))
+
+
+def _expert_fields(d: dict) -> dict:
+    experts, per_token, params = _routed(d)
+    return {"experts": experts, "experts_per_token": per_token, "expert_params": params}
 
 
 def _moe_params(d: dict) -> tuple[float, float]:
@@ -152,6 +192,29 @@ def _moe_params(d: dict) -> tuple[float, float]:
     return float(total), float(active)
 
 
+# Shapes from the published config.json files; parameter counts as the model cards give them.
+SHAPE_ONLY = {
+    "deepseek-v3": _mla("deepseek-v3", {
+        "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "kv_lora_rank": 512,
+        "max_position_embeddings": 163840}, 671e9, 37e9),
+    "qwen3-next-80b-a3b": _qwen3_next("qwen3-next-80b-a3b", {
+        "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "head_dim": 256, "full_attention_interval": 4,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "max_position_embeddings": 262144}, 80e9, 3e9),
+    # Qwen/Qwen3-235B-A22B's config.json (parameters estimated from its shapes: ~235B, ~22B
+    # active, as its model card gives them)
+    "qwen3-235b-a22b": _moe_gqa("qwen3-235b-a22b", {
+        "num_hidden_layers": 94, "hidden_size": 4096, "num_attention_heads": 64,
+        "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 12288,
+        "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8,
+        "vocab_size": 151936, "max_position_embeddings": 40960}),
+}
+NAMES = (*PRESETS, *SHAPE_ONLY)
+
+
 def from_hf_dict(d: dict, name: str) -> ModelShape:
     """Any config.json: MLA and the hybrid layouts here, the rest as the engine reads it;
     its weights' precision from its `quantization_config`, where it has one."""
@@ -161,6 +224,9 @@ def from_hf_dict(d: dict, name: str) -> ModelShape:
         shape = _qwen3_next(name, d, *_moe_params(d))
     elif "hybrid_override_pattern" in d:
         shape = _nemotron_h(name, d, *_moe_params(d))
+    elif d.get("num_experts") or d.get("num_local_experts") or d.get("n_routed_experts"):
+        d = {**d, "num_experts": d.get("num_experts") or d.get("num_local_experts")}
+        return _moe_gqa(name, d)
     else:
         from engine.api import config_from_hf_dict
 
@@ -168,26 +234,14 @@ def from_hf_dict(d: dict, name: str) -> ModelShape:
     return replace(shape, weights=quantized(d.get("quantization_config")))
 
 
-def quantized(q) -> str | None:
-    """The weights' precision a config's `quantization_config` names: fp8 (quant_method
-    fp8, or compressed-tensors / modelopt in 8-bit floats), int4 (4 bits: AWQ, GPTQ, ...);
-    None where there is none or it is another."""
-    if not isinstance(q, dict):
-        return None
-    method = str(q.get("quant_method", "")).lower()
-    if method == "fp8" or "fp8" in str(q.get("quant_algo", "")).lower():
-        return "fp8"
-    if q.get("bits") == 4 or q.get("w_bit") == 4:
-        return "int4"
-    return None
-
 
 # presets that mimic a published model: the name vLLM loads it by
 HF_NAMES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
             "qwen3-0.6b": "Qwen/Qwen3-0.6B", "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
             "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
             "deepseek-v3": "deepseek-ai/DeepSeek-V3",
-            "qwen3-next-80b-a3b": "Qwen/Qwen3-Next-80B-A3B-Instruct"}
+            "qwen3-next-80b-a3b": "Qwen/Qwen3-Next-80B-A3B-Instruct",
+            "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B"}
 _PRESET_OF = {hf: preset for preset, hf in HF_NAMES.items()}
 
 

@@ -86,3 +86,34 @@ def test_the_pareto_frontier_and_the_choice():
         ("a", 1.0, True), ("a", 2.0, True), ("b", 1.0, False), ("b", 2.0, True)]
     assert [p.placement + str(p.rate_rps) for p in got if p.chosen] == ["b2.0"]  # 2.5/GPU
     assert "b at 2 req/s has the most goodput per GPU (2.5 req/s" in reason(got)
+
+
+def test_an_moe_step_reads_the_experts_its_tokens_touch():
+    """Against its dense twin of the same total size: far fewer bytes at batch 1, the same
+    once a batch touches every expert; its compute is always its active parameters'."""
+    from dataclasses import replace
+
+    moe = shape_of("qwen3-235b-a22b")
+    assert (moe.experts, moe.experts_per_token) == (128, 8)
+    assert 230e9 < moe.params < 240e9 and 20e9 < moe.active_params < 24e9  # its model card
+    dense = replace(moe, experts=0, experts_per_token=0, expert_params=0.0)
+    assert moe.weight_bytes_read(1) < 0.2 * dense.weight_bytes_read(1)
+    reads = [moe.weight_bytes_read(t) for t in (1, 8, 64, 512)]
+    assert reads == sorted(reads)  # more tokens, more experts touched
+    assert moe.weight_bytes_read(4096) == pytest.approx(dense.weight_bytes_read(4096),
+                                                        rel=1e-6)
+    g = hardware.gpu("mi300x")
+    one = Step(decodes=1, pairs=1000, kv_read_tokens=1000)
+    assert RooflineStep(moe, g, 8, dtype="fp8").ms(one) < \
+        0.3 * RooflineStep(dense, g, 8, dtype="fp8").ms(one)
+
+
+def test_a_moe_config_json_is_read_as_one(tmp_path):
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048,
+           "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+           "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+           "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+           "max_position_embeddings": 40960}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shape = shape_of(str(tmp_path))  # Qwen3-30B-A3B's shapes
+    assert shape.experts == 128 and 28e9 < shape.params < 32e9 and 2.5e9 < shape.active_params < 4e9
