@@ -73,11 +73,14 @@ def min_tp(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") -> int
                      "GB missing")
 
 
-def candidates(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") -> list[Candidate]:
+def candidates(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16",
+               per_node: int | None = None) -> list[Candidate]:
     """Every placement of `shape` on `gpus` GPUs, each once: collocated at each TP size,
-    then each xPyD split at each pair of TP sizes (prefill's, decode's) using every GPU."""
-    low = min_tp(shape, g, gpus, dtype)
-    sizes = [low << k for k in range(gpus.bit_length()) if low << k <= gpus]
+    then each xPyD split at each pair of TP sizes (prefill's, decode's) using every GPU.
+    An instance's TP stays within a node of `per_node` GPUs (default: all on one)."""
+    node = per_node or gpus
+    low = min_tp(shape, g, node, dtype)
+    sizes = [low << k for k in range(gpus.bit_length()) if low << k <= node]
     out = [Candidate(f"collocated-{gpus // t}" + (f"-tp{t}" if t != low else ""),
                      "collocated", t, replicas=gpus // t) for t in sizes]
     for a in sizes:
@@ -89,6 +92,18 @@ def candidates(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16") ->
                     out.append(Candidate(f"disagg-{x}p{y}d{tag}", "disagg", a, prefill=x,
                                          decode=y, decode_tp=b if b != a else 0))
     return out
+
+
+def crossing(c: Candidate, per_node: int) -> float:
+    """The share of a P/D's prefiller-decoder pairs on different nodes of `per_node` GPUs,
+    its instances placed in order, prefillers first (0 for collocated)."""
+    if c.kind != "disagg":
+        return 0.0
+    starts = [i * c.tp for i in range(c.prefill)]
+    first = c.prefill * c.tp
+    nodes_p = [s // per_node for s in starts]
+    nodes_d = [(first + i * c.dtp) // per_node for i in range(c.decode)]
+    return sum(p != d for p in nodes_p for d in nodes_d) / (c.prefill * c.decode)
 
 
 def engine_defaults(g: GPU) -> tuple[int, int]:

@@ -47,7 +47,11 @@ class PlanOptions:
                                  parse=_choice("--weights", WEIGHTS))
     kv_dtype: str = option("bf16", "KV cache precision: fp8 or bf16",
                            parse=_choice("--kv-dtype", KV_DTYPES))
-    gpus: int = option(2, "how many of them")
+    gpus: int = option(2, "how many of them (with --nodes: per node)")
+    nodes: int = option(1, "hosts the GPUs are on, --gpus each; KV between them crosses "
+                           "--inter-node", min=1)
+    inter_node: str = option("rdma-400g", "the link between nodes: rdma-100g, rdma-400g, "
+                                          "tcp-25g or a rate such as 50GBps")
     link: str | None = option(None, "KV link: pcie4, pcie5, nvlink, rdma-100g, rdma-400g, "
                                     "tcp-25g or a rate such as 25GBps (default: the GPUs')")
     p2p: str = option("auto", "GPU peer-to-peer copies work: auto (from --p2p-matrix or "

@@ -51,11 +51,15 @@ class _Setup:
     p2p_said: str = ""  # where P2P came from, or that it was assumed
     weights: str = "bfloat16"  # the weights' precision (advisor.probe.shapes.BYTES)
     kv: str = "bfloat16"  # the KV cache's
+    per_node: int = 0  # GPUs on each node (0: one node)
+    inter: Link | None = None  # between nodes
 
     def link_for(self, c) -> tuple[Link, GpuPlacement | None]:
         """Candidate `c`'s KV link, and its GPUs on the matrix (disaggregated, with one; any
         of the matrix's GPUs): the GPUs' own fabric where every P->D pair it is placed on
         has P2P, else host-staged."""
+        if self.inter is not None and cands.crossing(c, self.per_node) > 0:
+            return self.inter, None  # NOTE: every transfer priced on it: an upper bound
         if self.matrix is None or c.kind != "disagg":
             return self.link, None
         placed = place(self.matrix, list(range(len(self.matrix.gpus))), c.prefill, c.decode,
@@ -92,13 +96,22 @@ def _setup(o: PlanOptions) -> _Setup:
                          "(turn k's prompt depends on turn k-1's reply); measure them")
     weights = PRECISION[o.weights or shape.weights or "bf16"]
     kv = PRECISION[o.kv_dtype]
+    inter = None
+    if o.nodes > 1:
+        if matrix is not None:
+            raise UsageError("--p2p-matrix describes one host; with --nodes give --p2p yes|no")
+        try:
+            inter = hardware.link(o.inter_node, True, g)
+        except ValueError as e:
+            raise UsageError(str(e).replace("--link", "--inter-node")) from None
     try:
         g.tflops(weights)
-        found = cands.candidates(shape, g, o.gpus, weights)
+        found = cands.candidates(shape, g, o.gpus * o.nodes, weights, o.gpus)
     except ValueError as e:
         raise UsageError(str(e) if str(e).startswith("--") else
                          f"--model {o.model} on --gpus {o.gpus} --gpu {o.gpu}: {e}") from None
-    return _Setup(shape, g, lk, spec, found, matrix, source, said, weights, kv)
+    return _Setup(shape, g, lk, spec, found, matrix, source, said, weights, kv,
+                  o.gpus if o.nodes > 1 else 0, inter)
 
 
 def _p2p(o: PlanOptions) -> tuple[P2PMatrix | None, str | None, str]:
@@ -122,10 +135,13 @@ def label(s: _Setup) -> str:
     p2p = "" if s.link.name != "host-staged" else " (no P2P)"
     staged = (f", host-staged ({HOST_STAGED.source}) for a P/D placed on a pair without it"
               if s.matrix is not None else "")
+    nodes = (f"; nodes of {s.per_node} GPUs, instances in order (prefillers first), KV "
+             f"crossing nodes over {s.inter.name} ({s.inter.source}), every transfer of a "
+             "P/D with any pair across them priced on it" if s.inter is not None else "")
     return (f"simulated by advisor plan: {s.shape.name} on {s.gpu.name}, weights "
             f"{_short(s.weights)}, KV cache {_short(s.kv)}, KV over "
-            f"{s.link.name}{p2p} ({s.link.source}){staged}; {s.p2p_said}; step times from "
-            "the GPU's datasheet")
+            f"{s.link.name}{p2p} ({s.link.source}){staged}{nodes}; {s.p2p_said}; step times "
+            "from the GPU's datasheet")
 
 
 FALLEN = 2  # rates in a row a placement has collapsed at before its higher ones are skipped
@@ -169,7 +185,7 @@ def grid(s: _Setup, o: PlanOptions, cal: Calibration) -> list[float]:
     prefill)."""
     if o.rates:
         return sorted(o.rates)
-    top = 2 * o.gpus / (cal.ttft_ms[-1] / 1000)
+    top = 2 * o.gpus * o.nodes / (cal.ttft_ms[-1] / 1000)
     return [float(f"{r:.3g}") for r in np.geomspace(top / 50, top, RATES)]
 
 

@@ -117,3 +117,19 @@ def test_a_moe_config_json_is_read_as_one(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     shape = shape_of(str(tmp_path))  # Qwen3-30B-A3B's shapes
     assert shape.experts == 128 and 28e9 < shape.params < 32e9 and 2.5e9 < shape.active_params < 4e9
+
+
+def test_a_two_node_pd_moves_its_kv_over_the_inter_node_link(tmp_path):
+    two = _setup(PlanOptions(model="llama-3.1-8b", gpu="h100-sxm", gpus=8, nodes=2,
+                             inter_node="rdma-100g"))
+    assert all(c.gpus == 16 and max(c.tp, c.dtp) <= 8 for c in two.candidates)
+    split = next(c for c in two.candidates if c.name == "disagg-8p8d")  # P on one, D on other
+    assert candidates.crossing(split, 8) == 1.0 and two.link_for(split)[0].name == "rdma-100g"
+    inside = next(c for c in two.candidates if c.name == "disagg-4p12d")
+    assert 0 < candidates.crossing(inside, 8) < 1  # some pairs on one node, some across
+    mixed = next(c for c in two.candidates if c.name == "disagg-1p6d-tp4-2")
+    assert candidates.crossing(mixed, 8) == pytest.approx(4 / 6)  # D on GPUs 4 and 6 stay
+    assert "KV crossing nodes over rdma-100g" in label(two)
+    assert two.link_for(two.candidates[0])[0].name == "nvlink"  # collocated: within a node
+    p = advisor_here("plan", "--nodes", "2", "--inter-node", "pigeon", "--out", tmp_path)
+    assert p.returncode == 2 and "--inter-node 'pigeon'" in p.stderr
