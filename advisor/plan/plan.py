@@ -21,7 +21,7 @@ from advisor.goodput.placements import Placement
 from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
-from advisor.plan import hardware, pareto, runs
+from advisor.plan import hardware, pareto, runs, screen
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.steptime import Step, prefill_step
 from advisor.probe import p2p, p2p_pairs
@@ -203,6 +203,20 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
                                      "candidates": [dataclasses.asdict(c) for c in s.candidates]}})
     prompt = float(cal.prompt_tokens[-1])  # the workload's mean prompt
     rates = grid(s, o, cal)
+    with progress_bars() as bars:
+        task = bars.add_task("screening")
+        finals, screened = screen.finalists(
+            s.candidates, lambda c: cands.system(c, s.shape, s.gpu, s.link_for(c)[0],
+                                                 s.weights, o.max_num_batched_tokens,
+                                                 kv_dtype=s.kv),
+            s.spec, rates, o.slos, o.attainment, o.seed,
+            lambda what: bars.update(task, description=what))
+    if screened:
+        run_dir.update_manifest(screened={"requests_per_rate": screen.SCREEN_REQUESTS,
+                                          "max_goodput_per_gpu": screened})
+        print(f"screened {len(screened)} placements ({screen.SCREEN_REQUESTS} requests per "
+              f"rate); simulating {len(finals)} in full: {', '.join(c.name for c in finals)}")
+    s = dataclasses.replace(s, candidates=finals)
     placements = [Placement(c.name, c.kind) for c in s.candidates]
     done = {p.name: [] for p in placements}
     transfers = {p.name: [] for p in placements}

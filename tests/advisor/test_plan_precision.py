@@ -133,3 +133,27 @@ def test_a_two_node_pd_moves_its_kv_over_the_inter_node_link(tmp_path):
     assert two.link_for(two.candidates[0])[0].name == "nvlink"  # collocated: within a node
     p = advisor_here("plan", "--nodes", "2", "--inter-node", "pigeon", "--out", tmp_path)
     assert p.returncode == 2 and "--inter-node 'pigeon'" in p.stderr
+
+
+def test_many_placements_are_screened_and_the_best_of_each_kind_kept(monkeypatch):
+    from advisor.plan import screen
+    from workloads.presets import preset_spec
+
+    shape, g = shape_of("llama-3.1-8b"), hardware.gpu("h100-sxm")
+    found = candidates.candidates(shape, g, 8)  # 25 placements
+
+    def system_of(c):
+        return candidates.system(c, shape, g, LINKS["nvlink"])
+
+    monkeypatch.setattr(screen, "SCREEN_REQUESTS", 60)
+    seen: list[str] = []
+    kept, per_gpu = screen.finalists(found, system_of, preset_spec("short-chat"), [8.0, 32.0],
+                                     {"ttft": 2000, "itl": 50}, 0.9, 0, seen.append)
+    assert set(per_gpu) == {c.name for c in found} and seen
+    assert [c.kind for c in kept].count("collocated") == screen.FINALISTS
+    assert [c.kind for c in kept].count("disagg") == screen.FINALISTS
+    for kind in ("collocated", "disagg"):  # none left out beat one kept
+        low = min(per_gpu[c.name] for c in kept if c.kind == kind)
+        assert all(per_gpu[c.name] <= low for c in found if c.kind == kind and c not in kept)
+    few = found[:screen.SCREEN_ABOVE]
+    assert screen.finalists(few, system_of, None, [], {}, 0.9, 0, seen.append) == (few, {})
