@@ -124,7 +124,7 @@ class RooflineStep:
         per_byte, kv, state, token, pair = self._per
         tokens = s.decodes + s.prefill_tokens
         # NOTE: an MoE's step reads only the experts its tokens touch (ModelShape's
-        # weight_bytes_read); the all-to-all of expert parallelism is not modelled
+        # weight_bytes_read)
         weights = self.shape.weight_bytes_read(tokens, self.dtype) * per_byte
         # NOTE: a hybrid model reads each running request's SSM state once per step too
         states = s.decodes + (1 if s.prefill_tokens else 0)
@@ -136,9 +136,19 @@ class RooflineStep:
         return STEP_OVERHEAD_MS + 1000 * (slower + self._allreduce_s(tokens))
 
     def _allreduce_s(self, tokens: int) -> float:
-        """Two ring all-reduces of the step's activations per layer."""
+        """The ranks' exchanges per layer over the tier's fabric: a dense model's two ring
+        all-reduces of the step's activations (attention's, the MLP's); an MoE's experts
+        spread over the ranks (expert parallelism): attention's all-reduce, then an
+        all-to-all sending each token's activations to its k experts' ranks and back."""
         if self.tp == 1 or self.fabric is None:
             return 0.0
-        nbytes = tokens * self.shape.hidden * 2 * 2 * (self.tp - 1) / self.tp
-        per = self.fabric.latency_ms / 1000 + nbytes / (self.fabric.gbps * 1e9)
-        return 2 * self.shape.layers * per
+        sh = self.shape
+        share = (self.tp - 1) / self.tp  # of the data that leaves a rank
+        ring = tokens * sh.hidden * 2 * 2 * share  # bf16 activations, reduce + gather
+        latency = self.fabric.latency_ms / 1000
+        per_layer = 2 * (latency + ring / (self.fabric.gbps * 1e9))
+        if sh.experts:
+            a2a = tokens * sh.experts_per_token * sh.hidden * 2 * 2 * share / self.tp
+            per_layer = latency + ring / (self.fabric.gbps * 1e9) \
+                + 2 * latency + a2a / (self.fabric.gbps * 1e9)
+        return sh.layers * per_layer

@@ -157,3 +157,20 @@ def test_many_placements_are_screened_and_the_best_of_each_kind_kept(monkeypatch
         assert all(per_gpu[c.name] <= low for c in found if c.kind == kind and c not in kept)
     few = found[:screen.SCREEN_ABOVE]
     assert screen.finalists(few, system_of, None, [], {}, 0.9, 0, seen.append) == (few, {})
+
+
+def test_expert_parallelism_pays_an_all_to_all_over_the_tiers_fabric():
+    from dataclasses import replace
+
+    moe, g = shape_of("qwen3-235b-a22b"), hardware.gpu("mi300x")
+    fabric = LINKS[g.fabric]
+    ep = RooflineStep(moe, g, 8, fabric, "fp8")
+    none = RooflineStep(moe, g, 8, None, "fp8")  # no fabric: exchanges not priced
+    one, many = prefill_step(16), prefill_step(8192)
+    assert ep.ms(one) > none.ms(one) and ep.ms(many) - none.ms(many) > ep.ms(one) - none.ms(one)
+    # k experts' round trips: more bytes exchanged than a dense model's second all-reduce
+    dense = RooflineStep(replace(moe, experts=0, experts_per_token=0, expert_params=0.0), g, 8,
+                         fabric, "fp8")
+    nodense = RooflineStep(replace(moe, experts=0, experts_per_token=0, expert_params=0.0), g,
+                           8, None, "fp8")
+    assert ep.ms(many) - none.ms(many) > dense.ms(many) - nodense.ms(many)
