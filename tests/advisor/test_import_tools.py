@@ -120,6 +120,8 @@ def test_guidellm_measuring_the_bundled_engine_imports(tmp_path, tokenizer):
     result = run.read_run("collocated", 4.0)
     own = json.loads((out / "benchmarks.json").read_text())["benchmarks"][0]["metrics"]
     assert result.get("completed") == own["request_totals"]["successful"] == PROMPTS
-    assert result.get("median_ttft_ms") == pytest.approx(
-        own["time_to_first_token_ms"]["successful"]["median"], rel=0.05)
+    # the same requests' TTFTs: their mean is guidellm's to rounding (its median is its own
+    # percentile method's, 10% off the middle of 24 values in one CI run)
+    assert result.get("mean_ttft_ms") == pytest.approx(
+        own["time_to_first_token_ms"]["successful"]["mean"], rel=1e-3)
     assert (run.path / "report.html").is_file()
