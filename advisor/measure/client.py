@@ -172,11 +172,7 @@ class Client:
             await asyncio.gather(*tasks)
             probe.cancel()
             cpu = time.process_time() - cpu
-        records = sorted(self._records, key=lambda r: (r.warmup is False, r.scheduled, r.turn))
-        for i, r in enumerate(records):
-            r.index = i
-        ends = [r.end for r in records if not r.warmup and r.end]
-        return ClientRun(records, start, max(ends, default=start), cpu, lags)
+        return ClientRun.of(self._records, start, cpu, lags)
 
     async def _turns(self, conv: Conversation, scheduled: float, warmup: bool = False) -> None:
         history: list[int] = []  # completions: token ids sent and received so far

@@ -77,6 +77,17 @@ class ClientRun:
     loop_lags: list[float] = field(default_factory=list)  # the event loop's wake-ups, s late
     workers: int = 1  # client processes it ran in (advisor.measure.workers), cpu_s their sum
 
+    @classmethod
+    def of(cls, records: list[RequestRecord], start: float, cpu_s: float,
+           loop_lags: list[float], workers: int = 1) -> ClientRun:
+        """A run of `records` from t=0 `start`: warm-ups first, then in schedule order,
+        re-indexed; its end the last response's end."""
+        records = sorted(records, key=lambda r: (r.warmup is False, r.scheduled, r.turn))
+        for i, r in enumerate(records):
+            r.index = i
+        ends = [r.end for r in records if not r.warmup and r.end]
+        return cls(records, start, max(ends, default=start), cpu_s, loop_lags, workers)
+
     @property
     def duration(self) -> float:
         return self.end - self.start

@@ -99,15 +99,11 @@ def _ready(pipe) -> bool:
 
 
 def merge(runs: list[ClientRun], start: float) -> ClientRun:
-    """One run from the workers' runs on one clock: records in schedule order, re-indexed;
-    CPU summed (`workers` says over how many processes)."""
-    records = sorted((r for run in runs for r in run.records),
-                     key=lambda r: (r.warmup is False, r.scheduled, r.turn))
-    for i, r in enumerate(records):
-        r.index = i
-    ends = [r.end for r in records if not r.warmup and r.end]
-    return ClientRun(records, start, max(ends, default=start), sum(r.cpu_s for r in runs),
-                     [lag for run in runs for lag in run.loop_lags], workers=len(runs))
+    """One run from the workers' runs on one clock, CPU summed (`workers` says over how
+    many processes)."""
+    return ClientRun.of([r for run in runs for r in run.records], start,
+                        sum(run.cpu_s for run in runs),
+                        [lag for run in runs for lag in run.loop_lags], len(runs))
 
 
 def _worker(endpoint: Endpoint, workload: Workload, warmups: int, cap: int | None, pipe,
