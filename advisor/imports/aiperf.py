@@ -28,10 +28,12 @@ def read(path: Path) -> Found:
             try:
                 row = json.loads(line)
                 meta = row["metadata"]
-                meta["request_start_ns"] + meta["request_end_ns"]
             except (ValueError, KeyError, TypeError):
+                meta = None
+            if not isinstance(meta, dict) or not all(
+                    isinstance(meta.get(k), int) for k in ("request_start_ns", "request_end_ns")):
                 raise UsageError(f"{path}:{n}: not an aiperf record (no metadata with "
-                                 "request_start_ns and request_end_ns)") from None
+                                 "request_start_ns and request_end_ns)")
             if meta.get("benchmark_phase", "profiling") == "profiling":
                 rows.append(row)
     # NOTE: ns since the epoch lose ~0.2 us as float seconds; from the first start they do not

@@ -8,6 +8,7 @@ from pathlib import Path
 from advisor.errors import UsageError
 from advisor.imports import aiperf, guidellm, vllm
 from advisor.imports.found import Found
+from advisor.rundata.files import read_json_object
 
 # aiperf's other files, read (the summary) or of no use here
 AIPERF_OTHERS = (aiperf.SUMMARY, "inputs.json")
@@ -48,7 +49,7 @@ def runs_at(path_text: str, rate: float | None = None) -> tuple[list[Found], lis
 def _read(path: Path) -> tuple[list[Found], list[str]]:
     if aiperf.is_aiperf(path):
         return [aiperf.read(path)], []
-    data = vllm.load(path)
+    data = read_json_object(path)
     if guidellm.is_guidellm(data):
         return guidellm.read(path, data)
     if vllm.is_vllm(data):

@@ -35,17 +35,15 @@ class Found:
     model: str | None = None  # the model the tool asked for, where the file names it
 
     @property
-    def duration(self) -> float:
-        """From the first request's schedule (or send) to the last end, s."""
-        starts = [r.scheduled or r.sent for r in self.records if r.scheduled or r.sent]
-        ends = [r.end for r in self.records if r.end]
-        return max(ends, default=0.0) - min(starts, default=0.0)
-
-    @property
     def start(self) -> float:
         """The run's t=0: its first request's schedule (or send)."""
         return min((r.scheduled or r.sent for r in self.records if r.scheduled or r.sent),
                    default=0.0)
+
+    @property
+    def duration(self) -> float:
+        """From the run's t=0 to the last end, s."""
+        return max((r.end for r in self.records if r.end), default=0.0) - self.start
 
 
 def record(index: int, sent: float, first: float | None, gaps: Sequence[float], end: float,

@@ -5,7 +5,6 @@ at the commit advisor.measure.vllm_result cites, which writes the same file."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -39,18 +38,15 @@ def read(path: Path, data: dict) -> Found:
         end = sent + (ends[i] if ends and len(ends) == n else ttft + sum(gaps))
         records.append(record(i, sent, sent + ttft if not error else None, gaps, end,
                               int(data["input_lens"][i]), int(data["output_lens"][i]), error))
-    rate = data.get("request_rate")
-    rate = float(rate) if isinstance(rate, (int, float, str)) and str(rate) != "inf" else None
     tool = f"vllm bench serve ({data.get('backend', 'unknown backend')})"
-    return Found(records, rate if rate is None or math.isfinite(rate) else None, tool,
-                 str(path), [NO_SCHEDULE], data.get("max_concurrency"), data.get("model_id"))
+    return Found(records, _rate(data.get("request_rate")), tool, str(path), [NO_SCHEDULE],
+                 data.get("max_concurrency"), data.get("model_id"))
 
 
-def load(path: Path) -> dict:
+def _rate(value) -> float | None:
+    """request_rate as a finite req/s; None for "inf" (all at once) or anything else."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: not a JSON object")
-    return data
+        rate = float(value)
+    except (TypeError, ValueError):
+        return None
+    return rate if math.isfinite(rate) else None

@@ -63,8 +63,8 @@ def write_json(path: str | Path, obj) -> None:
 
 def write_jsonl(path: str | Path, rows: list[dict]) -> None:
     # NOTE: orjson: a plan writes ten thousand rows of chunk times, json.dumps took seconds
-    data = b"".join(orjson.dumps(r, default=str, option=_JSONL) + b"\n" for r in rows)
-    write_atomic(path, data.decode())
+    write_atomic(path, b"".join(orjson.dumps(r, default=str, option=_JSONL) + b"\n"
+                                for r in rows))
 
 
 _JSONL = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from advisor.imports import aiperf, guidellm, vllm
+from advisor.imports import aiperf, guidellm
 from advisor.measure.stats import latency
+from advisor.rundata.files import read_json_object
 from advisor.rundata.rundir import RunDir
 from tests.advisor.helpers import scripted
 from tests.cli import advisor, advisor_here, said
@@ -39,7 +40,7 @@ def test_aiperf_records_give_aiperfs_own_figures():
 
 
 def test_guidellm_records_give_guidellms_own_figures_and_say_what_they_lack():
-    data = vllm.load(GUIDELLM)
+    data = read_json_object(GUIDELLM)
     (found,), skipped = guidellm.read(GUIDELLM, data)
     own = data["benchmarks"][0]["metrics"]
     lats = [latency(r) for r in found.records]
@@ -54,7 +55,7 @@ def test_guidellm_records_give_guidellms_own_figures_and_say_what_they_lack():
 
 
 def test_a_guidellm_benchmark_without_a_rate_is_left_out_saying_why():
-    data = vllm.load(GUIDELLM)
+    data = read_json_object(GUIDELLM)
     sync = json.loads(json.dumps(data["benchmarks"][0]))
     sync["config"]["strategy"].update(type_="synchronous", rate=None)
     found, skipped = guidellm.read(GUIDELLM, {**data, "benchmarks": [sync, data["benchmarks"][0]]})
