@@ -15,14 +15,16 @@ from advisor.rundata.rundir import RunDir
 
 
 def conclude(run_dir: RunDir, evidence: Evidence, placements, done: dict[str, list[Outcome]],
-             model: str | None, where: Where | None = None, **extra) -> Recommendation:
-    """Write `evidence`, decide on it, attach the deploy commands for `model` (and `extra`
-    fields of the Recommendation), write the recommendation and summary.csv (one row per
-    run of `placements`); the recommendation."""
+             model: str | None, where: Where | None = None, more_reasons: tuple[str, ...] = (),
+             **extra) -> Recommendation:
+    """Write `evidence`, decide on it, attach the deploy commands for `model` (and
+    `more_reasons` after the table's, and `extra` fields of the Recommendation), write the
+    recommendation and summary.csv (one row per run of `placements`); the recommendation."""
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
     deploy = from_evidence(rec, evidence, model, where or Where())
-    rec = dataclasses.replace(rec, deploy=deploy, **extra)
+    rec = dataclasses.replace(rec, deploy=deploy, reasons=[*rec.reasons, *more_reasons],
+                              **extra)
     run_dir.write_recommendation(rec)
     write_summary(run_dir, placements, done)
     return rec

@@ -14,6 +14,7 @@ from advisor.plan.hardware import GPU
 from advisor.plan.steptime import RooflineStep
 from advisor.plan.system import EngineSpec, System
 from advisor.probe.links import LINKS, Link
+from advisor.probe.p2p_pairs import place
 from advisor.probe.shapes import ModelShape, kv_dtype_for
 
 MEMORY_USE = 0.9  # vLLM's default gpu_memory_utilization
@@ -99,11 +100,9 @@ def crossing(c: Candidate, per_node: int) -> float:
     its instances placed in order, prefillers first (0 for collocated)."""
     if c.kind != "disagg":
         return 0.0
-    starts = [i * c.tp for i in range(c.prefill)]
-    first = c.prefill * c.tp
-    nodes_p = [s // per_node for s in starts]
-    nodes_d = [(first + i * c.dtp) // per_node for i in range(c.decode)]
-    return sum(p != d for p in nodes_p for d in nodes_d) / (c.prefill * c.decode)
+    placed = place(None, list(range(c.gpus)), c.prefill, c.decode, c.tp, c.dtp)
+    return sum(p[0] // per_node != d[0] // per_node for p in placed.prefill
+               for d in placed.decode) / (c.prefill * c.decode)
 
 
 def engine_defaults(g: GPU) -> tuple[int, int]:

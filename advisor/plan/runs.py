@@ -113,12 +113,9 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     front = FrontendEvidence(placement=shown[0].name,
                              undecided="simulated: the front end's CPU is not modelled")
     ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label, p2p=p2p)
-    rec = conclude(run_dir, ev, every, done, model, Where(tp=tp), ranking=ranking,
-                   compare=compare, pareto=pareto)
     said = pareto_reason(pareto) if pareto is not None else None
-    if said:
-        rec = dataclasses.replace(rec, reasons=[*rec.reasons, said])
-        run_dir.write_recommendation(rec)
+    rec = conclude(run_dir, ev, every, done, model, Where(tp=tp), (said,) if said else (),
+                   ranking=ranking, compare=compare, pareto=pareto)
     if opts.report:
         from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
 
