@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
-from advisor.measure.stats import DEFAULT_SLO, parse_slos
+from advisor.measure.stats import DEFAULT_SLO, check_judged, parse_slos
 from advisor.options import option
 
 KINDS = ("collocated", "disagg")
@@ -41,12 +41,7 @@ class ImportOptions:
         return parse_slos(list(self.slo), "--slo")
 
     def validate(self) -> None:
-        if "ttft" not in self.slos or "itl" not in self.slos:
-            raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
-        if not 0 < self.attainment <= 1:
-            raise UsageError(f"--attainment must be in (0, 1], not {self.attainment}")
-        if self.operating_rate is not None and not self.operating_rate > 0:
-            raise UsageError(f"--operating-rate must be > 0, not {self.operating_rate}")
+        check_judged(self.slos, self.attainment, self.operating_rate)
         if not self.placement:
             raise UsageError("--placement: give at least one, e.g. --placement "
                              "collocated=DIR --placement disagg=DIR")

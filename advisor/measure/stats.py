@@ -46,6 +46,19 @@ def parse_slos(items: list[str], flag: str = "--goodput") -> dict[str, float]:
     return slos
 
 
+def check_judged(slos: dict[str, float], attainment: float | None = None,
+                 operating_rate: float | None = None) -> None:
+    """What every verb that decides asks of its SLO flags: ttft and itl among --slo (the
+    decision table uses both), --attainment in (0, 1], --operating-rate > 0 (None: not
+    checked, or not given); UsageError naming the flag."""
+    if "ttft" not in slos or "itl" not in slos:
+        raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+    if attainment is not None and not 0 < attainment <= 1:
+        raise UsageError(f"--attainment must be in (0, 1], not {attainment}")
+    if operating_rate is not None and not operating_rate > 0:
+        raise UsageError(f"--operating-rate must be > 0, not {operating_rate}")
+
+
 def parse_percentiles(text: str) -> list[float]:
     """"50,90,99" -> [50.0, 90.0, 99.0]; each in (0, 100]."""
     try:

@@ -18,6 +18,7 @@ import numpy as np
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import goodput_interval, max_goodput_rate
 from advisor.goodput.placements import Placement
+from advisor.measure.stats import check_judged
 from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
@@ -70,8 +71,7 @@ class _Setup:
 
 def _setup(o: PlanOptions) -> _Setup:
     """Everything the options name, checked: UsageError naming the flag otherwise."""
-    if "ttft" not in o.slos or "itl" not in o.slos:
-        raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+    check_judged(o.slos)
     for bad, what in ((o.gpus < 1, f"--gpus must be >= 1, not {o.gpus}"),
                       (o.num_prompts < 10, f"--num-prompts must be >= 10, not {o.num_prompts}"),
                       (any(r <= 0 for r in o.rates), "--rates must each be > 0")):

@@ -9,7 +9,13 @@ from dataclasses import dataclass, fields, replace
 
 from advisor.errors import UsageError
 from advisor.goodput.placements import Placement, parse_topologies
-from advisor.measure.stats import DEFAULT_SLO, parse_percentiles, parse_rates, parse_slos
+from advisor.measure.stats import (
+    DEFAULT_SLO,
+    check_judged,
+    parse_percentiles,
+    parse_rates,
+    parse_slos,
+)
 from advisor.measure.urls import check_url
 from advisor.options import option
 from advisor.rundata.files import RunDataError
@@ -154,8 +160,6 @@ class SweepOptions:
                              f"one of {', '.join(PRESETS)}")
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
-        if not 0 < self.attainment <= 1:
-            raise UsageError(f"--attainment must be in (0, 1], not {self.attainment}")
         if any(r <= 0 for r in self.rates):
             raise UsageError("--rates must all be > 0")
         if (self.start_rate is not None and self.start_rate <= 0) or self.max_steps < 1 \
@@ -165,8 +169,6 @@ class SweepOptions:
             raise UsageError(f"--repeats must be >= 1, not {self.repeats}")
         if self.time_budget is not None and not self.time_budget >= 0:
             raise UsageError(f"--time-budget must be >= 0 (0: no limit), not {self.time_budget}")
-        if self.operating_rate is not None and not self.operating_rate > 0:
-            raise UsageError(f"--operating-rate must be > 0, not {self.operating_rate}")
         if not self.ready_timeout >= 0:
             raise UsageError(f"--ready-timeout must be >= 0, not {self.ready_timeout}")
         if self.num_prompts is not None and self.num_prompts < 1:
@@ -181,8 +183,7 @@ class SweepOptions:
                 parse_emulation(self.link_emulation)
             except ValueError as e:
                 raise UsageError(f"--link-emulation: {e}") from None
-        if "ttft" not in self.slos or "itl" not in self.slos:
-            raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+        check_judged(self.slos, self.attainment, self.operating_rate)
         for flag, urls in (("--collocated-url", [self.collocated_url]),
                            ("--disagg-url", [self.disagg_url]),
                            ("--collocated-metrics", self.collocated_metrics),
