@@ -9,6 +9,7 @@ from advisor.errors import UsageError
 from advisor.measure.stats import DEFAULT_SLO, parse_rates, parse_slos
 from advisor.options import option
 from advisor.plan.hardware import GPUS
+from advisor.probe.shapes import SHAPE_ONLY
 from workloads.presets import PRESETS
 
 DEFAULT_MODEL = "qwen2.5-7b"
@@ -38,8 +39,8 @@ class PlanOptions:
     """`advisor plan`'s options, each with its flag (advisor.options)."""
 
     # None: DEFAULT_MODEL; with --calibrate, the sweep's
-    model: str | None = option(None, "preset name (also deepseek-v3, qwen3-next-80b-a3b) or a "
-                                     f"local config.json dir (default {DEFAULT_MODEL}; with "
+    model: str | None = option(None, f"preset name (also {', '.join(SHAPE_ONLY)}) or "
+                                     f"a local config.json dir (default {DEFAULT_MODEL}; with "
                                      "--calibrate, the sweep's)")
     gpu: str = option("l40s", ", ".join(GPUS))
     weights: str | None = option(None, "weights' precision: fp8, bf16 or int4 (default: what "

@@ -38,7 +38,9 @@ class ModelShape:
     kind: str = "gqa"  # gqa | mla | hybrid
     attention_layers: int | None = None  # layers with a per-token KV cache (default: all)
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim
-    state_elements: int = 0  # hybrid: fixed per-request state, summed over the SSM layers
+    # fixed per-request state, summed over its layers: hybrid SSM layers' recurrent state,
+    # or sliding-window layers' cache (full at the window's length)
+    state_elements: int = 0
     weights: str | None = None  # the precision its checkpoint ships in, where its config says
     experts: int = 0  # MoE: routed experts per layer (0: dense)
     experts_per_token: int = 0  # MoE: the experts each token is routed to
@@ -135,14 +137,14 @@ def _nemotron_h(name: str, d: dict, params: float, active: float) -> ModelShape:
 
 def quantized(q) -> str | None:
     """The weights' precision a config's `quantization_config` names: fp8 (quant_method
-    fp8, or compressed-tensors / modelopt in 8-bit floats), int4 (4 bits: AWQ, GPTQ, ...);
-    None where there is none or it is another."""
+    fp8, or compressed-tensors / modelopt in 8-bit floats), int4 (4-bit weights:
+    AWQ, GPTQ, MXFP4, ...); None where there is none or it is another."""
     if not isinstance(q, dict):
         return None
     method = str(q.get("quant_method", "")).lower()
     if method == "fp8" or "fp8" in str(q.get("quant_algo", "")).lower():
         return "fp8"
-    if q.get("bits") == 4 or q.get("w_bit") == 4:
+    if q.get("bits") == 4 or q.get("w_bit") == 4 or method == "mxfp4":
         return "int4"
     return None
 
@@ -160,13 +162,27 @@ def _routed(d: dict) -> tuple[int, int, float]:
 
 
 def _moe_gqa(name: str, d: dict) -> ModelShape:
-    """A grouped-query attention MoE (Qwen3-MoE, Mixtral and alike) from its config.json."""
+    """A grouped-query attention MoE (Qwen3-MoE, Mixtral, gpt-oss and alike) from its
+    config.json."""
     heads = d["num_attention_heads"]
-    return ModelShape(name, d["num_hidden_layers"], d["hidden_size"], heads,
-                      d.get("num_key_value_heads", heads),
-                      d.get("head_dim") or d["hidden_size"] // heads, *_moe_params(d),
-                      d.get("max_position_embeddings", 4096), weights=quantized(
-                          d.get("quantization_config")), **_expert_fields(d))
+    kv_heads = d.get("num_key_value_heads", heads)
+    head_dim = d.get("head_dim") or d["hidden_size"] // heads
+    full, window = _windowed(d, kv_heads, head_dim)
+    return ModelShape(name, d["num_hidden_layers"], d["hidden_size"], heads, kv_heads,
+                      head_dim, *_moe_params(d), d.get("max_position_embeddings", 4096),
+                      attention_layers=full, state_elements=window,
+                      weights=quantized(d.get("quantization_config")), **_expert_fields(d))
+
+
+def _windowed(d: dict, kv_heads: int, head_dim: int) -> tuple[int | None, int]:
+    """(layers caching every token, elements the sliding-window layers cache per request)
+    where `layer_types` names sliding-window layers (gpt-oss alternates them with full
+    attention); (None, 0) where it names none: every layer caches every token."""
+    sliding = list(d.get("layer_types") or ()).count("sliding_attention")
+    if not sliding or not d.get("sliding_window"):
+        return None, 0
+    return (d["num_hidden_layers"] - sliding,
+            sliding * d["sliding_window"] * 2 * kv_heads * head_dim)
 
 
 def _expert_fields(d: dict) -> dict:
@@ -211,6 +227,15 @@ SHAPE_ONLY = {
         "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 12288,
         "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8,
         "vocab_size": 151936, "max_position_embeddings": 40960}),
+    # openai/gpt-oss-120b's config.json: its experts in MXFP4 (4-bit), every other layer
+    # attending over a 128-token window (~117B parameters, ~5.1B active, as its model card)
+    "gpt-oss-120b": _moe_gqa("gpt-oss-120b", {
+        "num_hidden_layers": 36, "hidden_size": 2880, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880,
+        "num_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088,
+        "max_position_embeddings": 131072, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "quantization_config": {"quant_method": "mxfp4"}}),
 }
 NAMES = (*PRESETS, *SHAPE_ONLY)
 
@@ -241,7 +266,7 @@ HF_NAMES = {"qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-7b": "Qwen/Qw
             "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
             "deepseek-v3": "deepseek-ai/DeepSeek-V3",
             "qwen3-next-80b-a3b": "Qwen/Qwen3-Next-80B-A3B-Instruct",
-            "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B"}
+            "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B", "gpt-oss-120b": "openai/gpt-oss-120b"}
 _PRESET_OF = {hf: preset for preset, hf in HF_NAMES.items()}
 
 

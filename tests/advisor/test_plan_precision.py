@@ -3,6 +3,7 @@ change what is read each step, what fits, what P/D moves, and FP8 computes on FP
 cores where the GPU has them (and is refused where it has none)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -117,6 +118,26 @@ def test_a_moe_config_json_is_read_as_one(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     shape = shape_of(str(tmp_path))  # Qwen3-30B-A3B's shapes
     assert shape.experts == 128 and 28e9 < shape.params < 32e9 and 2.5e9 < shape.active_params < 4e9
+
+
+def test_sliding_window_layers_cache_a_window_not_every_token(tmp_path):
+    # gpt-oss-120b's config.json: half its 36 layers attend over 128 tokens, its experts MXFP4
+    cfg = {"architectures": ["GptOssForCausalLM"], "hidden_size": 2880,
+           "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+           "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128,
+           "max_position_embeddings": 131072,
+           "layer_types": ["sliding_attention", "full_attention"] * 18,
+           "quantization_config": {"quant_method": "mxfp4"}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shape = shape_of(str(tmp_path))
+    assert replace(shape, name="gpt-oss-120b") == shape_of("gpt-oss-120b")  # its preset
+    per_token = 18 * 2 * 8 * 64 * 2  # the full-attention layers' K and V, bf16
+    window = 18 * 128 * 2 * 8 * 64 * 2  # the sliding layers': 128 tokens each, whatever the prompt
+    assert shape.kv_bytes_per_token("bfloat16") == per_token
+    assert shape.kv_bytes(10_000, "bfloat16") == 10_000 * per_token + window
+    assert shape.weights == "int4" and shape.experts == 128
+    assert 110e9 < shape.params < 120e9  # its card: ~117B
 
 
 def test_a_two_node_pd_moves_its_kv_over_the_inter_node_link(tmp_path):
