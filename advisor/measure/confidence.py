@@ -83,9 +83,11 @@ def _pooled_p99(gaps: list[np.ndarray], counts: np.ndarray) -> np.ndarray:
     sizes = np.array([g.size for g in gaps])
     owner = np.repeat(np.arange(len(gaps)), sizes)  # [all gaps] its request
     flat = np.concatenate(gaps)
-    order = np.argsort(flat)[::-1]  # largest first
-    keep = order[: max(1, int(np.ceil(TAIL * flat.size)))]
-    weights = counts[:, owner[keep]].cumsum(axis=1)  # [R, kept] multiplicity, running
+    k = max(1, int(np.ceil(TAIL * flat.size)))
+    largest = np.argpartition(flat, flat.size - k)[flat.size - k:]  # unordered
+    keep = largest[np.argsort(flat[largest])[::-1]]  # largest first
+    held = counts.astype(np.int32)[:, owner[keep]]  # [R, kept] times each gap is drawn
+    running = _Running(held)
     total = counts @ sizes  # [R] pooled gaps per resample
     out = np.full(len(counts), np.nan)
     for r, n in enumerate(total):
@@ -94,13 +96,38 @@ def _pooled_p99(gaps: list[np.ndarray], counts: np.ndarray) -> np.ndarray:
         h = (n - 1) * 0.99
         lo = int(np.floor(h))
         top = n - 1 - lo  # 0-based positions from the largest of the ranks lo and lo + 1
-        if top < weights[r, -1]:
-            a = flat[keep[np.searchsorted(weights[r], top, side="right")]]
-            b = flat[keep[np.searchsorted(weights[r], top - 1, side="right")]] if top else a
+        if top < running.total(r):
+            a = flat[keep[running.find(r, top)]]
+            b = flat[keep[running.find(r, top - 1)]] if top else a
             out[r] = a + (h - lo) * (b - a)
         else:  # the tail kept is too short for this resample: pool it
             out[r] = np.percentile(np.repeat(flat, counts[r][owner]), 99)
     return out
+
+
+class _Running:
+    """Running sums of each row of `held` [R, kept], looked up without computing them all:
+    a full cumulative sum of [500, ~20k] is most of a large run's bootstrap, and each row
+    needs only the one block its rank falls in."""
+
+    BLOCK = 256
+
+    def __init__(self, held: np.ndarray):
+        pad = -held.shape[1] % self.BLOCK
+        self.held = np.pad(held, ((0, 0), (0, pad))) if pad else held
+        rows = len(held)
+        self.blocks = self.held.reshape(rows, -1, self.BLOCK).sum(axis=2).cumsum(axis=1)
+
+    def total(self, r: int) -> int:
+        return int(self.blocks[r, -1])
+
+    def find(self, r: int, rank: int) -> int:
+        """The first column whose running sum in row `r` exceeds `rank`: what
+        np.searchsorted(held[r].cumsum(), rank, side="right") gives."""
+        b = int(np.searchsorted(self.blocks[r], rank, side="right"))
+        before = int(self.blocks[r, b - 1]) if b else 0
+        within = self.held[r, b * self.BLOCK:(b + 1) * self.BLOCK].cumsum()
+        return b * self.BLOCK + int(np.searchsorted(within, rank - before, side="right"))
 
 
 def _bounds(samples: np.ndarray) -> list[float] | None:

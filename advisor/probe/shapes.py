@@ -74,7 +74,10 @@ class ModelShape:
         probability (1 - k/E)^tokens: the expected share touched is one minus that."""
         if not self.experts:
             return self.weight_bytes(dtype)
-        touched = 1.0 - (1.0 - self.experts_per_token / self.experts) ** np.maximum(tokens, 1)
+        # NOTE: a float's power for one step: numpy's on a scalar costs ~10x, once per step
+        many = isinstance(tokens, np.ndarray)
+        escape = 1.0 - self.experts_per_token / self.experts
+        touched = 1.0 - escape ** (np.maximum(tokens, 1) if many else max(tokens, 1))
         return (self.params - self.expert_params * (1.0 - touched)) * BYTES[dtype]
 
     def attention_flops_per_pair(self) -> float:
