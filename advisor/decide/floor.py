@@ -101,14 +101,15 @@ def behind_facts(sides: list, target: float, multi_turn: bool = False) -> str | 
     (advisor.rundata.result.KEEP_PACE; for `multi_turn` runs, over conversations), with the
     rate and its pace; None if none did."""
     how = "its conversations carried {:.2f} of the rate's load" if multi_turn else \
-        "it completed requests at {:.2f} of the rate they arrived"
+        "it carried {:.2f} of the rate's load"
     said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but {how.format(pace)})"
             for p in sides if p is not None and p.fell_behind
             for rate, pace, att in [p.fell_behind] if att >= target]
     why = (": fewer were under way at once than that rate keeps, or it fell behind them, so "
            "the server never saw that rate (more requests per rate: --num-prompts)"
-           if multi_turn else ": the queue was still growing when its run ended, and a "
-           "longer run would have missed the SLO")
+           if multi_turn else ": its queue was still growing when the run ended (a longer "
+           "run would have missed the SLO), or fewer were under way at once than that rate "
+           "keeps (more requests per rate would show that load: --num-prompts)")
     return "; ".join(said) + why if said else None
 
 

@@ -6,6 +6,7 @@ of a run needs (`RunResult.pace`). Definitions: docs/concepts/metrics.md."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,13 +106,23 @@ def is_good(lat: RequestLatency | None, slos: dict[str, float]) -> bool:
     """Whether a request met every SLO (ms). A failed request (None) never does."""
     if lat is None:
         return False
-    got = {
-        "ttft": lat.ttft,
-        "e2el": lat.e2el,
-        "itl": lat.p99_itl,
-        "tpot": lat.tpot if lat.tpot is not None else 0.0,
-    }
+    got = _judged(lat)
     return all(got[k] * 1000 <= v for k, v in slos.items())
+
+
+def slo_scale(lat: RequestLatency | None, slos: dict[str, float]) -> float:
+    """The least multiple of every SLO that a request met: its figure over the SLO, the
+    largest of them (at most 1 where `is_good`); infinite for a failed request."""
+    if lat is None:
+        return math.inf
+    got = _judged(lat)
+    return max(got[k] * 1000 / v for k, v in slos.items())
+
+
+def _judged(lat: RequestLatency) -> dict[str, float]:
+    """A request's figures an SLO may name, in seconds."""
+    return {"ttft": lat.ttft, "e2el": lat.e2el, "itl": lat.p99_itl,
+            "tpot": lat.tpot if lat.tpot is not None else 0.0}
 
 
 def _stats(name: str, values_s: list[float], percentiles: list[float]) -> dict[str, float]:
@@ -172,6 +183,9 @@ def summarize(
     if any(r.turn > 0 for r in runs):
         result["per_turn"] = per_turn(runs)
         result.update(conversations(runs))
+    elif runs:
+        life, peak = _under_way([(r.scheduled, _last(r) - r.scheduled) for r in runs])
+        result.update(request_life_ms=life * 1000, peak_requests=peak)
     first = sorted(zip(runs, lats), key=lambda rl: rl[0].scheduled)[:max(1, len(runs) // 5)]
     early = [lat.e2el for _, lat in first if lat is not None]
     result["early_e2el_ms"] = float(np.median(early)) * 1000 if early else None
@@ -191,16 +205,27 @@ def conversations(records: list[RequestRecord]) -> dict:
     spans = []  # (start, lifetime, every turn completed), by start
     for rs in convs.values():
         start = min(r.scheduled for r in rs)
-        end = max(max(r.end, r.sent, r.scheduled) for r in rs)
-        spans.append((start, end - start, all(r.ok for r in rs)))
+        spans.append((start, max(_last(r) for r in rs) - start, all(r.ok for r in rs)))
     spans.sort()
     lives = [life for _, life, _ in spans]
-    # NOTE: an end sorts before a start at the same moment: back to back is not at once
-    events = sorted([(t, 1) for t, _, _ in spans] + [(t + life, -1) for t, life, _ in spans])
-    return {"conversation_life_ms": float(np.median(lives)) * 1000,
+    life, peak = _under_way([(t, life) for t, life, _ in spans])
+    return {"conversation_life_ms": life * 1000,
             "early_conversation_ms": float(np.median(lives[:max(1, len(lives) // 5)])) * 1000,
             "completed_conversations": sum(done for _, _, done in spans),
-            "peak_conversations": int(np.max(np.cumsum([step for _, step in events])))}
+            "peak_conversations": peak}
+
+
+def _last(r: RequestRecord) -> float:
+    """When a request was last heard of: its end, else its send, else its schedule."""
+    return max(r.end, r.sent, r.scheduled)
+
+
+def _under_way(spans: list[tuple[float, float]]) -> tuple[float, int]:
+    """The median lifetime (s) of (start, lifetime) spans, and the most under way at once."""
+    # NOTE: an end sorts before a start at the same moment: back to back is not at once
+    events = sorted([(t, 1) for t, _ in spans] + [(t + life, -1) for t, life in spans])
+    return (float(np.median([life for _, life in spans])),
+            int(np.max(np.cumsum([step for _, step in events]))))
 
 
 def per_turn(records: list[RequestRecord]) -> list[dict]:

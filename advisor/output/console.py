@@ -36,8 +36,9 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
     if pace is not None and result["completed"]:
         rows.append(("kept pace", f"{pace:.2f} of the arrival rate" + (
             "" if pace >= KEEP_PACE else _MULTI_TURN_BEHIND if "per_turn" in result else
-            ": the server fell behind its arrivals (its queue grew), so a longer run at this "
-            "rate would show worse latencies and goodput")))
+            ": the server fell behind its arrivals (its queue grew), or the run held fewer "
+            "requests at once than this rate keeps under way, so a longer run at this rate "
+            "would show worse latencies and goodput")))
     check = result.get("client_check")
     if check:
         rows.append(("measuring client", client_line(check)))

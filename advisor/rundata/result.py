@@ -28,6 +28,17 @@ BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "bas
 KEEP_PACE = 0.85
 
 
+def kept_pace(done: int, arrivals: int, span_s: float, window_s: float,
+              early_s: float) -> float:
+    """How fast `done` requests completed against how fast `arrivals` arrived over `span_s`,
+    in a run lasting `window_s` from its first arrival, allowing one request lifetime
+    (`early_s`, the early requests' median) after the last arrival: near 1 when the
+    placement kept up, lower the more its queue grew (compare with KEEP_PACE).
+
+    done x (span + lifetime) / ((arrivals - 1) x window)"""
+    return done * (span_s + early_s) / ((arrivals - 1) * window_s)
+
+
 @dataclass(frozen=True)
 class _Described:
     """result.json's fields that say what ran (validated on read)."""
@@ -106,32 +117,34 @@ class RunResult:
         """How fast the run's requests completed against how fast they arrived (their own
         draw, not the nominal rate), allowing the one request lifetime after the last
         arrival that a placement keeping up still takes (`early_e2el_ms`): near 1 when it
-        kept up, lower the more its queue grew. None under two arrivals.
-
-        completed x (span + lifetime) / ((arrivals - 1) x (end - first arrival))
+        kept up, lower the more its queue grew (`kept_pace`); and at most the share of the
+        rate's load the run ever carried: the most requests it had under way at once
+        against the number the rate keeps under way (its arrivals per second x their
+        median lifetime, Little's law), since a run of too few requests for its rate and
+        their length never builds that load, however fast they are served. None under two
+        arrivals; without the load's share for a run recorded before it was.
 
         Multi-turn: the same over conversations (a later turn waits on the one before, so
-        turns arrive at no rate of their own), and at most the share of the rate's load
-        the run ever carried: the most conversations it had under way at once against the
-        number the rate keeps under way (conversations per second x their median length),
-        since a run of too few conversations for its rate never builds that load, however
-        fast they start. None for one recorded before those statistics were."""
+        turns arrive at no rate of their own; conversations per second: the rate over the
+        turns each). None for one recorded before those statistics were."""
         offsets = self.described.arrival_offsets
         window = (self.get("duration") or 0.0) - (offsets[0] if offsets else 0.0)
         if len(offsets) < 2 or offsets[-1] <= offsets[0] or window <= 0:
             return None
         span, multi = offsets[-1] - offsets[0], self.described.multi_turn
-        done, early = (self.get("completed_conversations"), self.get("early_conversation_ms")) \
-            if multi else (self.get("completed"), self.get("early_e2el_ms") or 0.0)
-        life, peak = self.get("conversation_life_ms"), self.get("peak_conversations")
-        if multi and (life is None or early is None or peak is None):
-            return None
-        kept = done * (span + early / 1000) / ((len(offsets) - 1) * window)
-        if not multi:
-            return kept
-        # conversations the rate keeps under way: their rate (requests/s over turns each)
-        steady = (self.rate or 0.0) * len(offsets) / self.described.num_prompts * life / 1000
-        return min(kept, peak / steady) if steady > 0 else kept
+        if multi:
+            done, early = self.get("completed_conversations"), self.get("early_conversation_ms")
+            life, peak = self.get("conversation_life_ms"), self.get("peak_conversations")
+            if life is None or early is None or peak is None:
+                return None
+            per_s = (self.rate or 0.0) * len(offsets) / self.described.num_prompts
+        else:
+            done, early = self.get("completed"), self.get("early_e2el_ms") or 0.0
+            life, peak = self.get("request_life_ms"), self.get("peak_requests")
+            per_s = (len(offsets) - 1) / span
+        kept = kept_pace(done, len(offsets), span, window, early / 1000)
+        steady = per_s * (life or 0.0) / 1000  # under way at once at the rate
+        return min(kept, peak / steady) if peak is not None and steady > 0 else kept
 
     def host_cores_busy(self) -> float | None:
         """The instances' cores busy plus the client's where recorded (at least what the

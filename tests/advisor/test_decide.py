@@ -261,8 +261,8 @@ def test_when_every_rate_tried_was_met_but_not_kept_up_with_it_says_so():
     reason = rec.reasons[0]
     assert rec.action == "measure-first"
     assert reason.startswith("neither placement meets the SLO at any rate tried: "
-                             "collocated-2 at 1.5 req/s (100% met the SLO, but it completed "
-                             "requests at 0.52 of the rate they arrived); disagg-1p1d at 1.5")
+                             "collocated-2 at 1.5 req/s (100% met the SLO, but it carried "
+                             "0.52 of the rate's load); disagg-1p1d at 1.5")
     assert reason.endswith("To change: lower rates (--start-rate), faster hardware or another "
                            "dtype (--dtype)")
     assert "under the 90% needed" not in reason
@@ -458,8 +458,8 @@ def test_a_rate_met_only_by_a_queue_still_growing_is_said_to_count_as_missed():
                                max_goodput_interval_rps=[20, 40], fell_behind=[40, 0.76, 1.0])
     said = " ".join(recommend(ev).reasons)
     assert ("counted as missing the SLO, though enough of their requests met it: "
-            "disagg-1p1d at 40 req/s (100% met the SLO, but it completed requests at 0.76 "
-            "of the rate they arrived)") in said
+            "disagg-1p1d at 40 req/s (100% met the SLO, but it carried 0.76 of the rate's "
+            "load)") in said
     ev["disaggregated"]["fell_behind"] = [40, 0.5, 0.6]  # missed it anyway: nothing to explain
     assert "counted as missing" not in " ".join(recommend(ev).reasons)
 

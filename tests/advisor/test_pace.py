@@ -54,6 +54,40 @@ def test_multi_turn_pace_counts_conversations_and_at_most_the_load_they_built():
     assert chats(burst, 3.0, 3.9, 4.0, 10).pace() == pytest.approx(10 / 9)
 
 
+def test_single_turn_pace_is_at_most_the_load_its_requests_built():
+    def run(offsets, life_s, peak):
+        n = len(offsets)
+        stats = {"completed": n, "failed": 0, "slo_attainment": 1.0,
+                 "duration": offsets[-1] + life_s, "early_e2el_ms": life_s * 1000,
+                 "request_life_ms": life_s * 1000, "peak_requests": peak}
+        return RunResult.of(stats, num_prompts=n, arrival_offsets=offsets)
+
+    # 100 requests at 10 req/s lasting 2 s each: 20 under way from 2 s on, all done in time
+    steady = [i * 0.1 for i in range(100)]
+    assert run(steady, 2.0, 20).pace() == pytest.approx(1.0)
+    # the same 100 lasting 20 s: the rate keeps 200 under way, the run never more than 100
+    assert run(steady, 20.0, 100).pace() == pytest.approx(0.5)
+    # a run recorded before the load's statistics: completions alone
+    old = RunResult.of({"completed": 100, "failed": 0, "slo_attainment": 1.0,
+                        "duration": 11.9, "early_e2el_ms": 2000.0}, num_prompts=100,
+                       arrival_offsets=steady)
+    assert old.pace() == pytest.approx(100 / 99)
+
+
+def test_summaries_count_the_requests_under_way_at_once():
+    from advisor.measure.records import RequestRecord
+
+    def rec(i, start, end):  # scheduled at `start`, its one chunk at `end`
+        r = RequestRecord(i, f"c{i}", 0, False, start, start, start, prompt_tokens=4)
+        r.chunks, r.end, r.status, r.output_tokens = [end], end, 200, 1
+        return r
+
+    # three overlapping (0-3, 1-4, 2-5), then one that starts as the first two have ended
+    recs = [rec(0, 0.0, 3.0), rec(1, 1.0, 4.0), rec(2, 2.0, 5.0), rec(3, 4.0, 5.0)]
+    stats = summarize(recs, 5.0, SLOS, [50])
+    assert stats["peak_requests"] == 3 and stats["request_life_ms"] == pytest.approx(3000)
+
+
 @pytest.mark.integration
 def test_a_run_that_fell_behind_its_arrivals_surely_misses_whatever_its_attainment():
     # 40 requests at ~50 req/s of ~100 ms each: the scripted server keeps up with any

@@ -180,6 +180,20 @@ def test_many_placements_are_screened_and_the_best_of_each_kind_kept(monkeypatch
     assert screen.finalists(few, system_of, None, [], {}, 0.9, 0, seen.append) == (few, {})
 
 
+@pytest.mark.parametrize("knee,found", [(7, 7.0), (0, None), (10, 10.0), (1, 1.0)])
+def test_screening_bisects_the_rates_for_the_highest_that_meets(knee, found):
+    from advisor.plan.screen import highest
+
+    tried: list[float] = []
+
+    def meets(rate):
+        tried.append(rate)
+        return rate <= knee
+
+    assert highest([float(r) for r in range(1, 11)], meets) == found
+    assert len(tried) <= 4 and len(set(tried)) == len(tried)  # log2(11) tries, none twice
+
+
 def test_expert_parallelism_pays_an_all_to_all_over_the_tiers_fabric():
     from dataclasses import replace
 
