@@ -60,6 +60,8 @@ class PlanOptions:
     p2p_matrix: str | None = option(None, "a saved `nvidia-smi topo -p2p r` (or topo -m) output "
                                           "of the GPUs planned for (with --p2p auto)")
     workload: str = option("long-prompt", f"workload preset: {', '.join(PRESETS)}")
+    scale: float = option(1.0, "prompt length scale (1.25: long-prompt's ~8k tokens as ~10k)")
+    output_scale: float = option(1.0, "output length scale (4: long-prompt's 256 as 1024)")
     slo: tuple[str, ...] = option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)",
                                   words=True)
     attainment: float = option(0.9, "share of requests that must meet every SLO")

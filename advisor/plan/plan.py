@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 
@@ -83,7 +84,10 @@ def _setup(o: PlanOptions) -> _Setup:
         raise UsageError(f"--model: {e}") from None
     try:
         g = hardware.gpu(o.gpu)
-        spec = preset_spec(o.workload)
+        for flag, v in (("--scale", o.scale), ("--output-scale", o.output_scale)):
+            if not 0 < v < math.inf:
+                raise ValueError(f"{flag} {v:g}: expected a finite number above 0")
+        spec = preset_spec(o.workload, o.scale, output_scale=o.output_scale)
     except ValueError as e:
         raise UsageError(str(e) if str(e).startswith("--") else f"--workload: {e}") from None
     matrix, source, said = _p2p(o)
@@ -236,7 +240,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
                 reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
                 sim = runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
-                               {"preset": o.workload, "simulated": True})
+                               {"preset": o.workload, "scale": o.scale,
+                                "output_scale": o.output_scale, "simulated": True})
                 run_dir.write_run(sim.result)
                 done[p.name].append(sim.outcome)
                 frontier_rows.append((p.name, rate, sim.result.stats, c.gpus, sim.outcome.meets))

@@ -207,7 +207,17 @@ BAD = [
     (["--gpus", "0"], "advisor: error: --gpus must be >= 1, not 0\n"),  # that flag alone
     (["--slo", "ttft:soon", "itl:50"], "--slo item 'ttft:soon': 'soon' is not a number"),
     (["--topology", "disagg-url=disagg:1p1d"], "--topology names a measured deployment's shape"),
+    (["--scale", "0"], "--scale 0: expected a finite number above 0"),
+    (["--output-scale", "nan"], "--output-scale nan: expected a finite number above 0"),
 ]
+
+
+def test_the_workload_scales_as_a_sweeps_does():
+    # the llm-d guide's suggested shape, 10k-token prompts and 1k outputs, from long-prompt's
+    s = _setup(PlanOptions(**GUIDE, scale=1.25, output_scale=4))
+    base = preset_spec("long-prompt")
+    assert s.spec.input.mean == base.input.mean * 1.25 == 10240
+    assert s.spec.output.mean == base.output.mean * 4 == 1024
 
 
 @pytest.mark.integration
