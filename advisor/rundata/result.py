@@ -4,6 +4,7 @@ every placement x rate; read by the sweep's evidence and by the reports."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -119,10 +120,12 @@ class RunResult:
         arrival that a placement keeping up still takes (`early_e2el_ms`): near 1 when it
         kept up, lower the more its queue grew (`kept_pace`); and at most the share of the
         rate's load the run ever carried: the most requests it had under way at once
-        against the number the rate keeps under way (its arrivals per second x their
-        median lifetime, Little's law), since a run of too few requests for its rate and
-        their length never builds that load, however fast they are served. None under two
-        arrivals; without the load's share for a run recorded before it was.
+        against the number the rate keeps under way (the rate x their median lifetime,
+        Little's law; the nominal rate, so that a chance burst in a short draw is not taken
+        for the rate), since a run of too few requests for its rate and their length never
+        builds that load, however fast they are served; all at once ("inf"): its draw's rate.
+        None under two arrivals; without the load's share for a run recorded before it
+        was, or one of no stated rate.
 
         Multi-turn: the same over conversations (a later turn waits on the one before, so
         turns arrive at no rate of their own; conversations per second: the rate over the
@@ -141,7 +144,8 @@ class RunResult:
         else:
             done, early = self.get("completed"), self.get("early_e2el_ms") or 0.0
             life, peak = self.get("request_life_ms"), self.get("peak_requests")
-            per_s = (len(offsets) - 1) / span
+            rate = self.rate or 0.0
+            per_s = rate if math.isfinite(rate) else (len(offsets) - 1) / span
         kept = kept_pace(done, len(offsets), span, window, early / 1000)
         steady = per_s * (life or 0.0) / 1000  # under way at once at the rate
         return min(kept, peak / steady) if peak is not None and steady > 0 else kept

@@ -55,18 +55,22 @@ def test_multi_turn_pace_counts_conversations_and_at_most_the_load_they_built():
 
 
 def test_single_turn_pace_is_at_most_the_load_its_requests_built():
-    def run(offsets, life_s, peak):
+    def run(offsets, life_s, peak, rate=10.0):
         n = len(offsets)
         stats = {"completed": n, "failed": 0, "slo_attainment": 1.0,
                  "duration": offsets[-1] + life_s, "early_e2el_ms": life_s * 1000,
                  "request_life_ms": life_s * 1000, "peak_requests": peak}
-        return RunResult.of(stats, num_prompts=n, arrival_offsets=offsets)
+        return RunResult.of(stats, num_prompts=n, request_rate=rate, arrival_offsets=offsets)
 
     # 100 requests at 10 req/s lasting 2 s each: 20 under way from 2 s on, all done in time
     steady = [i * 0.1 for i in range(100)]
     assert run(steady, 2.0, 20).pace() == pytest.approx(1.0)
     # the same 100 lasting 20 s: the rate keeps 200 under way, the run never more than 100
     assert run(steady, 20.0, 100).pace() == pytest.approx(0.5)
+    # 6 drawn within 20 ms at 64 req/s, 40 ms each: a chance burst (all 6 under way), not a
+    # run short of the 2.6 the rate keeps under way
+    burst = [i * 0.004 for i in range(6)]
+    assert run(burst, 0.04, 6, rate=64.0).pace() == pytest.approx(6 * 0.06 / (5 * 0.06))
     # a run recorded before the load's statistics: completions alone
     old = RunResult.of({"completed": 100, "failed": 0, "slo_attainment": 1.0,
                         "duration": 11.9, "early_e2el_ms": 2000.0}, num_prompts=100,
