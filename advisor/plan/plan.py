@@ -247,7 +247,9 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
                 frontier_rows.append((p.name, rate, sim.result.stats, c.gpus, sim.outcome.meets))
                 transfers[p.name].append(sim.sim)
                 bars.advance(task)
-    ranking = _ranking(s, placements, done)
+    attained = {(name, rate): stats.get("slo_attainment") or 0.0
+                for name, rate, stats, _, _ in frontier_rows}
+    ranking = _ranking(s, placements, done, attained)
     shown = _best(placements, ranking)
     dis = next((p for p in shown if p.kind == "disagg"), None)
     kv = p2p_ev = None
@@ -272,16 +274,20 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     return planned
 
 
-def _ranking(s: _Setup, placements: list[Placement], done: dict) -> list[PlacementRank]:
-    """Placements by max goodput per GPU, best first."""
-    out = []
+def _ranking(s: _Setup, placements: list[Placement], done: dict,
+             attained: dict[tuple[str, float], float]) -> list[PlacementRank]:
+    """Placements by max goodput per GPU, best first; a tie by the SLO attainment at the
+    rate it was judged at (its best, else the lowest tried), so that where none meets the
+    SLO the one nearest to it is shown."""
+    out, near = [], {}
     for c, p in zip(s.candidates, placements):
         if not done[p.name]:
             continue
         best = max_goodput_rate(done[p.name])
         lo, hi = goodput_interval(done[p.name])
+        near[p.name] = attained.get((p.name, best or min(o.rate for o in done[p.name])), 0.0)
         out.append(PlacementRank(p.name, p.kind, c.tp, c.gpus, best, best / c.gpus, [lo, hi]))
-    return sorted(out, key=lambda r: -r.goodput_per_gpu)
+    return sorted(out, key=lambda r: (-r.goodput_per_gpu, -near[r.placement]))
 
 
 def _best(placements: list[Placement], ranking: list[PlacementRank]) -> list[Placement]:

@@ -212,6 +212,23 @@ BAD = [
 ]
 
 
+def test_placements_meeting_no_rate_are_ranked_by_how_near_they_came():
+    from types import SimpleNamespace
+
+    from advisor.goodput.outcomes import Outcome
+    from advisor.plan.plan import _ranking
+
+    found = candidates.candidates(shape_of("qwen2.5-7b"), hardware.gpu("l40s"), 2)
+    places = [Placement(c.name, c.kind) for c in found]
+    done = {p.name: [Outcome(0.5, False, False), Outcome(1.0, False, False)] for p in places}
+    near = {(p.name, 0.5): share for p, share in zip(places, (0.2, 0.7, 0.4))}
+    ranked = _ranking(SimpleNamespace(candidates=found), places, done, near)
+    assert [r.placement for r in ranked] == [places[i].name for i in (1, 2, 0)]
+    done[places[0].name][1] = Outcome(1.0, True, False)  # a rate met outranks any nearness
+    ranked = _ranking(SimpleNamespace(candidates=found), places, done, near)
+    assert ranked[0].placement == places[0].name
+
+
 def test_the_workload_scales_as_a_sweeps_does():
     # the llm-d guide's suggested shape, 10k-token prompts and 1k outputs, from long-prompt's
     s = _setup(PlanOptions(**GUIDE, scale=1.25, output_scale=4))
