@@ -183,17 +183,25 @@ def summarize(
     if any(r.turn > 0 for r in runs):
         result["per_turn"] = per_turn(runs)
         result.update(conversations(runs))
-    elif runs:
-        life, peak = _under_way([(r.scheduled, _last(r) - r.scheduled) for r in runs])
-        result.update(request_life_ms=life * 1000, peak_requests=peak)
-    first = sorted(zip(runs, lats), key=lambda rl: rl[0].scheduled)[:max(1, len(runs) // 5)]
-    early = [lat.e2el for _, lat in first if lat is not None]
-    result["early_e2el_ms"] = float(np.median(early)) * 1000 if early else None
+    result.update(pace_figures(runs, lats))
     result["ci95"] = intervals([is_good(lat, slos) for lat in lats],
                                [lat.ttft * 1000 if lat else None for lat in lats],
                                [lat.itls * 1000 if lat else [] for lat in lats],
                                [r.conversation_id for r in runs] if "per_turn" in result else None)
     return result
+
+
+def pace_figures(records: list[RequestRecord], lats: list[RequestLatency | None]) -> dict:
+    """What `RunResult.pace` reads of a run besides its counts: the median end-to-end
+    latency of its first fifth by schedule (ms) and, single-turn, its requests' median
+    lifetime (ms) and the most under way at once (multi-turn: `conversations`)."""
+    first = sorted(zip(records, lats), key=lambda rl: rl[0].scheduled)[:max(1, len(records) // 5)]
+    early = [lat.e2el for _, lat in first if lat is not None]
+    out = {"early_e2el_ms": float(np.median(early)) * 1000 if early else None}
+    if records and not any(r.turn > 0 for r in records):
+        life, peak = _under_way([(r.scheduled, _last(r) - r.scheduled) for r in records])
+        out.update(request_life_ms=life * 1000, peak_requests=peak)
+    return out
 
 
 def conversations(records: list[RequestRecord]) -> dict:

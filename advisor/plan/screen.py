@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from advisor.measure.stats import is_good, latency, slo_scale
+from advisor.measure.stats import is_good, latency, pace_figures, slo_scale
 from advisor.plan import runs
 from advisor.plan.simulate import simulate
-from advisor.rundata.result import KEEP_PACE, kept_pace
+from advisor.rundata.result import KEEP_PACE, RunResult
 from workloads.presets import seed_for
 
 SCREEN_ABOVE = 12  # placements; this many or fewer are all simulated in full
@@ -55,30 +55,30 @@ def _screen(c, system, spec, rates: list[float], slos: dict[str, float], attainm
     def meets(rate: float) -> bool:
         progress(f"screening {c.name} at {rate:g} req/s")
         reqs = runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
-        met, scales[rate] = _judge(simulate(system, reqs), slos, attainment)
+        met, scales[rate] = _judge(simulate(system, reqs), rate, slos, attainment)
         return met
 
     best = highest(rates, meets)
     return (0.0, math.inf) if best is None else (best, scales[best])
 
 
-def _judge(sim, slos: dict[str, float], attainment: float) -> tuple[bool, float]:
-    """Whether a screening run met the SLO as a full one would be judged (its attainment,
-    and its placement keeping pace with the arrivals: a few hundred requests can arrive and
-    be served before a queue that never stops growing shows in their latencies), and the
-    least multiple of the SLO that its `attainment` share of requests met."""
+def _judge(sim, rate: float, slos: dict[str, float], attainment: float) -> tuple[bool, float]:
+    """Whether a screening run at `rate` met the SLO as a full one is judged (its
+    attainment, and its pace: `RunResult.pace`, since a few hundred requests can arrive
+    and be served before a growing queue or the rate's full load shows in their
+    latencies), and the least multiple of the SLO that its `attainment` share of requests
+    met."""
     lats = [latency(r) for r in sim.records]
     scale = float(np.quantile([slo_scale(lat, slos) for lat in lats], attainment,
                               method="inverted_cdf"))
     if np.mean([is_good(lat, slos) for lat in lats]) < attainment:
         return False, scale
-    arrivals = [r.scheduled for r in sim.records]
-    early = [lat.e2el for lat in lats[:max(1, len(lats) // 5)] if lat is not None]
-    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0] or sim.duration <= 0 or not early:
-        return True, scale  # too few to judge a pace by (as RunResult.pace)
-    pace = kept_pace(sum(lat is not None for lat in lats), len(arrivals),
-                     arrivals[-1] - arrivals[0], sim.duration, float(np.median(early)))
-    return pace >= KEEP_PACE, scale
+    stats = {"completed": sum(lat is not None for lat in lats), "duration": sim.duration,
+             **pace_figures(sim.records, lats)}
+    run = RunResult.of(stats, num_prompts=len(sim.records), request_rate=rate,
+                       arrival_offsets=[r.scheduled - sim.start for r in sim.records])
+    pace = run.pace()
+    return pace is None or pace >= KEEP_PACE, scale
 
 
 def highest(rates: list[float], meets: Callable[[float], bool]) -> float | None:

@@ -29,17 +29,6 @@ BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "bas
 KEEP_PACE = 0.85
 
 
-def kept_pace(done: int, arrivals: int, span_s: float, window_s: float,
-              early_s: float) -> float:
-    """How fast `done` requests completed against how fast `arrivals` arrived over `span_s`,
-    in a run lasting `window_s` from its first arrival, allowing one request lifetime
-    (`early_s`, the early requests' median) after the last arrival: near 1 when the
-    placement kept up, lower the more its queue grew (compare with KEEP_PACE).
-
-    done x (span + lifetime) / ((arrivals - 1) x window)"""
-    return done * (span_s + early_s) / ((arrivals - 1) * window_s)
-
-
 @dataclass(frozen=True)
 class _Described:
     """result.json's fields that say what ran (validated on read)."""
@@ -118,8 +107,9 @@ class RunResult:
         """How fast the run's requests completed against how fast they arrived (their own
         draw, not the nominal rate), allowing the one request lifetime after the last
         arrival that a placement keeping up still takes (`early_e2el_ms`): near 1 when it
-        kept up, lower the more its queue grew (`kept_pace`); and at most the share of the
-        rate's load the run ever carried: the most requests it had under way at once
+        kept up, lower the more its queue grew:
+        completed x (span + lifetime) / ((arrivals - 1) x (end - first arrival));
+        and at most the share of the rate's load the run ever carried: the most requests it had under way at once
         against the number the rate keeps under way (the rate x their median lifetime,
         Little's law; the nominal rate, so that a chance burst in a short draw is not taken
         for the rate), since a run of too few requests for its rate and their length never
@@ -146,7 +136,7 @@ class RunResult:
             life, peak = self.get("request_life_ms"), self.get("peak_requests")
             rate = self.rate or 0.0
             per_s = rate if math.isfinite(rate) else (len(offsets) - 1) / span
-        kept = kept_pace(done, len(offsets), span, window, early / 1000)
+        kept = done * (span + early / 1000) / ((len(offsets) - 1) * window)
         steady = per_s * (life or 0.0) / 1000  # under way at once at the rate
         return min(kept, peak / steady) if peak is not None and steady > 0 else kept
 
