@@ -109,13 +109,13 @@ class RunResult:
         arrival that a placement keeping up still takes (`early_e2el_ms`): near 1 when it
         kept up, lower the more its queue grew:
         completed x (span + lifetime) / ((arrivals - 1) x (end - first arrival));
-        and at most the share of the rate's load the run ever carried: the most requests it had under way at once
-        against the number the rate keeps under way (the rate x their median lifetime,
-        Little's law; the nominal rate, so that a chance burst in a short draw is not taken
-        for the rate), since a run of too few requests for its rate and their length never
-        builds that load, however fast they are served; all at once ("inf"): its draw's rate.
-        None under two arrivals; without the load's share for a run recorded before it
-        was, or one of no stated rate.
+        and at most the share of the rate's load the run ever carried: the most requests
+        it had under way at once against the number the rate keeps under way (the rate x
+        their median lifetime, Little's law; the nominal rate, so that a chance burst in a
+        short draw is not taken for the rate), since a run of too few requests for its rate
+        and their length never builds that load, however fast they are served; all at once
+        ("inf"): its draw's rate. None under two arrivals; without the load's share for a
+        run recorded before it was, or one of no stated rate.
 
         Multi-turn: the same over conversations (a later turn waits on the one before, so
         turns arrive at no rate of their own; conversations per second: the rate over the
