@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from rich.console import Console
 
 from advisor.errors import UsageError
-from advisor.options import option
+from advisor.flags import option
 from engine import api
 from engine.api import (
     CONNECTORS,
@@ -25,7 +25,7 @@ from engine.api import (
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """`advisor serve`'s options, each with its flag (advisor.options): the topology to
+    """`advisor serve`'s options, each with its flag (advisor.flags): the topology to
     start (engine.api.Topology's fields by name) and its front end's."""
 
     mode: str = option("collocated", "collocated (N replicas), disagg (xPyD + proxy) or render "

@@ -18,7 +18,7 @@ import numpy as np
 
 from advisor.measure.client import Client
 from advisor.measure.records import Endpoint
-from engine.serve.launch import serve_module
+from engine.processes.launch import serve_module
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize

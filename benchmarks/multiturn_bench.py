@@ -27,7 +27,7 @@ import statistics
 import time
 import urllib.request
 
-from engine.serve.launch import Topology, launch
+from engine.processes.launch import Topology, launch
 
 TURNS, LATE = 6, 5
 

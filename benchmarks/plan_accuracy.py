@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from advisor.plan import candidates, hardware, runs
+from advisor.plan import candidates, hardware, sim_runs
 from advisor.plan.calibrated import run_calibrated
 from advisor.plan.loadfit import below_collapse
 from advisor.plan.simulate import simulate
@@ -147,7 +147,7 @@ def speed() -> float:
     c = candidates.candidates(shape, g, 2)[0]
     system = candidates.system(c, shape, g, hardware.link("pcie4", True, g))
     spec = preset_spec("long-prompt")
-    reqs = [runs.requests(spec, 0.1 * 1.3 ** i, 1000, i) for i in range(10)]
+    reqs = [sim_runs.requests(spec, 0.1 * 1.3 ** i, 1000, i) for i in range(10)]
     t = time.process_time()
     for r in reqs:
         simulate(system, r)

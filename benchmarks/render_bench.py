@@ -29,9 +29,9 @@ import aiohttp
 from advisor.measure.client import WORDS
 from advisor.measure.prom import parse_frontend, scrape_text
 from engine.core.config import load_model_config
+from engine.processes.launch import serve_module
 from engine.render.derender import StreamState, derender_chunk
 from engine.render.tokenizer import TextTokenizer
-from engine.serve.launch import serve_module
 
 RENDER = "/v1/chat/completions/render"
 
@@ -114,7 +114,7 @@ def render_throughput(model: str, seconds: float, workers: int = 1,
     mine = cores[:1] if workers == 1 else cores
     # NOTE: SO_REUSEPORT spreads connections, not requests: 8 per worker leave none idle
     in_flight = 8 * workers
-    with serve_module("engine.serve.render_server", ["--model", model, "--workers", str(workers)],
+    with serve_module("engine.fronts.render_server", ["--model", model, "--workers", str(workers)],
                       cores=mine) as url:
         os.sched_setaffinity(0, cores[1:] if workers == 1 and len(cores) > 1 else cores)
         tokens = asyncio.run(prompt_tokens(url, raw[0]))  # the prompt `chars` counts

@@ -49,7 +49,7 @@ import aiohttp
 from attacks import Attacks, listening_ports
 
 from advisor.measure.prom import kv_blocks_in_use
-from engine.serve.processes import free_port
+from engine.processes.children import free_port
 
 HOSTILE = [b"[" * 100_000, b"{" * 5_000, b"\xff\xfe", b"",
            json.dumps({"prompt": [5, 6], "max_tokens": 2, "seed": 2**64}).encode(),
@@ -88,7 +88,7 @@ def role_of(pid: int) -> tuple[str, str | None]:
     args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     args = [a.decode() for a in args]
     port = args[args.index("--port") + 1] if "--port" in args else None
-    role = "front" if "engine.serve.proxy" in args else args[args.index("--role") + 1]
+    role = "front" if "engine.fronts.proxy" in args else args[args.index("--role") + 1]
     return role, f"http://127.0.0.1:{port}" if port else None
 
 

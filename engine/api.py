@@ -38,12 +38,12 @@ _EXPORTS = {
     "check_history": ("engine.render.history", "check_history"),
     "error_body": ("engine.render.protocol", "error_body"),
     # deployments
-    "MODES": ("engine.serve.launch", "MODES"),
-    "Topology": ("engine.serve.launch", "Topology"),
-    "launch": ("engine.serve.launch", "launch"),
-    "supervise": ("engine.serve.supervise", "supervise"),
-    "LaunchError": ("engine.serve.processes", "LaunchError"),
-    "serve_proxy": ("engine.serve.proxy", "serve"),
+    "MODES": ("engine.processes.launch", "MODES"),
+    "Topology": ("engine.processes.launch", "Topology"),
+    "launch": ("engine.processes.launch", "launch"),
+    "supervise": ("engine.processes.supervise", "supervise"),
+    "LaunchError": ("engine.processes.children", "LaunchError"),
+    "serve_proxy": ("engine.fronts.proxy", "serve"),
 }
 
 

@@ -18,12 +18,14 @@ ENGINE_LAYERS = {
     "model": {"core"},
     "kv": {"core", "model"},
     "render": {"core"},
-    "serve": {"core", "model", "kv", "render"},
+    "processes": {"core", "model"},  # launching and supervising children; no HTTP of ours
+    "serve": {"core", "model", "kv", "render"},  # one engine instance's server, HTTP basics
+    "fronts": {"core", "render", "serve", "processes"},  # proxy, round-robin, render tier
 }
 # advisor's sub-packages (and top-level modules), lowest first: each may import only those
 # of the layers below its own; two of one layer are siblings and import neither the other
 ADVISOR_LAYERS = (
-    {"errors", "options"},
+    {"errors", "flags"},
     {"rundata"},
     {"output"},  # the console, the reports built from run data
     {"measure"},
@@ -37,7 +39,7 @@ ADVISOR_LAYERS = (
 )
 # NOTE: the planner, the advice and the CLI's start too: `advisor plan` and every bad-flag
 # message answer in a fraction of a second without loading torch (~1 s here)
-TORCH_FREE = ("engine.core", "engine.render", "engine.serve.render_server", "engine.serve.proxy",
+TORCH_FREE = ("engine.core", "engine.render", "engine.fronts.render_server", "engine.fronts.proxy",
               "advisor.plan", "advisor.decide", "advisor.cli")
 
 
@@ -78,11 +80,10 @@ GRAPH = {m: {i for i in _imports(m) if i in MODULES and i != m} for m in MODULES
 
 
 def _folder(module: str) -> str:
-    """The layer folder a module sits in (engine.kv for engine.kv.connectors.shm), or its
-    top-level package for a module at the top (engine.api, advisor.errors)."""
+    """The layer folder a module sits in (engine.kv for engine.kv.connectors.shm); a module at
+    a package's top (engine.api, advisor.errors, advisor.conclude) is a layer of its own."""
     parts = module.split(".")
-    inner = len(parts) > 2 or (len(parts) == 2 and MODULES[module].name == "__init__.py")
-    return ".".join(parts[:2]) if inner else parts[0]
+    return ".".join(parts[:2])
 
 
 def _layer(module: str) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from advisor.cli.app import user_errors
 from advisor.cli.params import options_command
 from advisor.measure.bench_options import BenchOptions
-from advisor.proxy.proxy import ProxyOptions
+from advisor.proxy import ProxyOptions
 from advisor.serve import ServeOptions
 
 
@@ -22,7 +22,7 @@ def serve(opts: ServeOptions) -> None:
 @options_command(ProxyOptions)
 def proxy(opts: ProxyOptions) -> None:
     """Run the P/D proxy in front of prefill and decode instances (vLLM's or ours), until ^C."""
-    from advisor.proxy.proxy import run_proxy
+    from advisor.proxy import run_proxy
 
     with user_errors():
         run_proxy(opts)

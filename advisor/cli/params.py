@@ -1,4 +1,4 @@
-"""Typer commands built from an options dataclass (advisor.options): one parameter per
+"""Typer commands built from an options dataclass (advisor.flags): one parameter per
 flagged field, and the values given turned back into that dataclass."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 import typer
 
 from advisor.cli.app import app, slo_items, user_errors
-from advisor.options import flags
+from advisor.flags import flags
 
 _KW = inspect.Parameter.KEYWORD_ONLY
 

@@ -133,7 +133,7 @@ def _front(plan: DeployPlan, urls: dict[str, str]) -> list[str] | None:
                 "--host", "0.0.0.0", "--port", str(port)] + (
             ["--bidirectional"] if plan.placement.endswith("bidirectional") else [])
     if "render" in urls:
-        return ["python", "-m", "engine.serve.render_front", "--render", urls["render"],
+        return ["python", "-m", "engine.fronts.render_front", "--render", urls["render"],
                 "--engine", urls["engine"], "--host", "0.0.0.0", "--port", str(port)]
     return None
 

@@ -11,7 +11,7 @@ from advisor.deploy.advice import Where, from_evidence
 from advisor.deploy.shell import as_shell
 from advisor.deploy.vllm import Site
 from advisor.errors import UsageError
-from advisor.options import option
+from advisor.flags import option
 from advisor.probe import p2p
 from advisor.rundata.recommendation import Deployment
 from advisor.rundata.rundir import RunDir
@@ -21,7 +21,7 @@ FORMATS = ("sh", "json", "k8s", "llm-d")
 
 @dataclass(frozen=True)
 class DeployOptions:
-    """`advisor deploy`'s options, each with its flag (advisor.options)."""
+    """`advisor deploy`'s options, each with its flag (advisor.flags)."""
 
     format: str = option("sh", "sh, json, k8s (Deployments and Services) or llm-d (values "
                                "for llm-d's model-service chart)", "--format")

@@ -173,7 +173,7 @@ def render_split(model: str, groups: list[list[int]], frontend_cpu_ms: float | N
         engines.append(f"http://{site.address(h)}:{port}")
         commands.append(Command("engine", _serve(model, port, "--tokens-only", *_tp(tp)),
                                 {"CUDA_VISIBLE_DEVICES": ",".join(map(str, groups[i]))}, h))
-    front = ["python", "-m", "engine.serve.render_front", "--port", str(site.base_port),
+    front = ["python", "-m", "engine.fronts.render_front", "--port", str(site.base_port),
              "--render", *(f"http://{site.address(host)}:{p}" for p in renders),
              "--engine", *engines]
     commands.append(Command("front", front, {}, host))

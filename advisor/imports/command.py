@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from advisor.conclude.conclude import conclude
+from advisor.conclude import conclude
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, outcome_of
 from advisor.goodput.placements import Placement
 from advisor.imports.discover import runs_at
 from advisor.imports.found import NEVER_KEPT, Found
 from advisor.imports.options import ImportOptions, parse_placement
-from advisor.measure.run import record_row
 from advisor.measure.stats import parse_percentiles, summarize
+from advisor.measure.workload_run import record_row
 from advisor.output import console
 from advisor.rundata.evidence import ImportedEvidence
 from advisor.rundata.files import manifest
@@ -76,7 +76,7 @@ def run_import(opts: ImportOptions, argv: list[str] | None = None) -> Imported:
             run_dir.write_run(result)
             done[p.name].append(outcome_of(result, f.rate, opts.attainment, opts.slos["itl"]))
     # NOTE: imported here: pandas takes ~0.5 s, and a bad flag must answer before that
-    from advisor.goodput.evidence import build_evidence
+    from advisor.goodput.from_runs import build_evidence
 
     grid = sorted({f.rate for f in found})
     ev = build_evidence(opts, placements, done, grid, run_dir, None, None)

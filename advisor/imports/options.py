@@ -1,19 +1,19 @@
-"""`advisor import`'s options, each with its flag (advisor.options)."""
+"""`advisor import`'s options, each with its flag (advisor.flags)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
+from advisor.flags import option
 from advisor.measure.stats import DEFAULT_SLO, check_judged, parse_slos
-from advisor.options import option
 
 KINDS = ("collocated", "disagg")
 
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """`advisor import`'s options, each with its flag (advisor.options)."""
+    """`advisor import`'s options, each with its flag (advisor.flags)."""
 
     placement: tuple[str, ...] = option(
         (), "NAME=PATH[@RATE]: a placement's runs (repeat the flag per placement). NAME is "

@@ -24,11 +24,11 @@ from advisor.measure.ready import (
     wait_ready,
 )
 from advisor.measure.records import Endpoint
-from advisor.measure.run import max_send_lateness_ms, measure, record_row
 from advisor.measure.selfcheck import client_check
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.measure.urls import check_url
 from advisor.measure.workers import default_workers
+from advisor.measure.workload_run import max_send_lateness_ms, measure, record_row
 from advisor.output import console
 from advisor.rundata.files import manifest, write_json
 from advisor.rundata.result import RunResult

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.flags import option
 from advisor.measure.records import COMPLETIONS
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
-from advisor.options import option
 from workloads.presets import PRESETS
 
 DATASETS = ("random",)

@@ -13,8 +13,8 @@ import urllib.request
 from collections.abc import Callable
 
 from advisor.errors import UsageError
-from advisor.measure.run import discover_model, list_models
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
+from advisor.measure.workload_run import discover_model, list_models
 from workloads.spec import Workload
 
 HEALTH_PATHS = ("/health", "/healthcheck", "/v1/models")

@@ -13,7 +13,7 @@ from advisor.errors import UsageError
 from advisor.goodput.placements import Placement, counts
 from advisor.measure.stats import DEFAULT_SLO
 from advisor.output import console
-from advisor.plan import runs
+from advisor.plan import sim_runs
 from advisor.plan.loadfit import fit_to_runs, instances, requests_of
 from advisor.plan.options import PlanOptions
 from advisor.plan.steptime import FittedStep, fit
@@ -95,7 +95,7 @@ def _shapes(names: list[str], kinds: dict[str, str], given: tuple[str, ...]) -> 
 
 def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                    report: bool = True, topologies: tuple[str, ...] = (),
-                   model: str | None = None) -> runs.Planned:
+                   model: str | None = None) -> sim_runs.Planned:
     """Fit to `measured`, predict `replay` (default: `measured` itself); the recommendation
     with `compare` (predicted beside measured, per placement and rate); with `report`, its
     report drawn too. `topologies` (NAME=SHAPE) give a deployment measured by URL its shape,
@@ -158,7 +158,7 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
         p = next(x for x in placements if x.name == run.placement)
         reqs = requests_of(run)
         system = systems[p.name]
-        sim = runs.run(system, reqs, p, run.rate, opts.slos, opts.attainment, label,
+        sim = sim_runs.run(system, reqs, p, run.rate, opts.slos, opts.attainment, label,
                        run.described.workload, run.described.workload_params)
         run_dir.write_run(sim.result)
         done[p.name].append(sim.outcome)
@@ -168,10 +168,10 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     shown = [next(p for p in placements if p.kind == k) for k in ("collocated", "disagg")
              if any(p.kind == k for p in placements)]
     dis = next((p for p in shown if p.kind == "disagg"), None)
-    kv = runs.kv_evidence(sims[dis.name], shape.kv_bytes_per_token(dtype), link.name) \
+    kv = sim_runs.kv_evidence(sims[dis.name], shape.kv_bytes_per_token(dtype), link.name) \
         if dis else None
     prompt = float(np.mean([x["prompt_tokens"] for r in measured_runs for x in r.records]))
-    planned = runs.decide(run_dir, opts, shown, placements, done, grid, _calibration(target),
+    planned = sim_runs.decide(run_dir, opts, shown, placements, done, grid, _calibration(target),
                           prompt, kv, label, opts.model, compare=compare)
     if as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))

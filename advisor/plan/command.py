@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from advisor.errors import UsageError
 from advisor.plan.options import PlanOptions
-from advisor.plan.runs import Planned
+from advisor.plan.sim_runs import Planned
 
 
 def plan_command(opts: PlanOptions, calibrate: str | None = None, replay: str | None = None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
+from advisor.flags import option
 from advisor.measure.stats import DEFAULT_SLO, parse_rates, parse_slos
-from advisor.options import option
 from advisor.plan.hardware import GPUS
 from advisor.probe.shapes import SHAPE_ONLY
 from workloads.presets import PRESETS
@@ -36,7 +36,7 @@ def _choice(flag: str, allowed: tuple[str, ...]):
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """`advisor plan`'s options, each with its flag (advisor.options)."""
+    """`advisor plan`'s options, each with its flag (advisor.flags)."""
 
     # None: DEFAULT_MODEL; with --calibrate, the sweep's
     model: str | None = option(None, f"preset name (also {', '.join(SHAPE_ONLY)}) or "

@@ -23,7 +23,7 @@ from advisor.measure.stats import check_judged
 from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
-from advisor.plan import hardware, pareto, runs, screen
+from advisor.plan import hardware, pareto, screen, sim_runs
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.steptime import Step, prefill_step
 from advisor.probe import p2p, p2p_pairs
@@ -193,7 +193,7 @@ def grid(s: _Setup, o: PlanOptions, cal: Calibration) -> list[float]:
     return [float(f"{r:.3g}") for r in np.geomspace(top / 50, top, RATES)]
 
 
-def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
+def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     """Simulate, rank and decide; the recommendation (with `ranking` and `simulated`)."""
     o = dataclasses.replace(o, model=o.model or DEFAULT_MODEL)
     s = _setup(o)
@@ -238,8 +238,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
                     bars.advance(task)
                     continue
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
-                reqs = runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
-                sim = runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
+                reqs = sim_runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
+                sim = sim_runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
                                {"preset": o.workload, "scale": o.scale,
                                 "output_scale": o.output_scale, "simulated": True})
                 run_dir.write_run(sim.result)
@@ -256,12 +256,12 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> runs.Planned:
     if dis:
         c = next(c for c in s.candidates if c.name == dis.name)
         lk, placed = s.link_for(c)
-        kv = runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(s.kv),
+        kv = sim_runs.kv_evidence(transfers.get(dis.name, []), s.shape.kv_bytes_per_token(s.kv),
                               lk.name)
         if s.matrix is not None:
             p2p_ev = p2p_pairs.evidence(s.matrix, s.p2p_source or "nvidia-smi", placed,
                                         o.model, prompt, s.kv)
-    planned = runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
+    planned = sim_runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
                           o.model, tp=s.candidates[0].tp, ranking=ranking, p2p=p2p_ev,
                           pareto=pareto.points(frontier_rows))
     if o.as_json:

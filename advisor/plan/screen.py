@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from advisor.measure.stats import is_good, latency, pace_figures, slo_scale
-from advisor.plan import runs
+from advisor.plan import sim_runs
 from advisor.plan.simulate import simulate
 from advisor.rundata.result import KEEP_PACE, RunResult
 from workloads.presets import seed_for
@@ -54,7 +54,7 @@ def _screen(c, system, spec, rates: list[float], slos: dict[str, float], attainm
 
     def meets(rate: float) -> bool:
         progress(f"screening {c.name} at {rate:g} req/s")
-        reqs = runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
+        reqs = sim_runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
         met, scales[rate] = _judge(simulate(system, reqs), rate, slos, attainment)
         return met
 

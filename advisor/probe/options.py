@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.flags import option
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
-from advisor.options import option
 from advisor.probe.wakeup import IDLE_S
 
 

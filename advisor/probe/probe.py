@@ -14,9 +14,9 @@ from advisor.errors import UsageError
 from advisor.measure.prom import read, scrape_text, transfer_of
 from advisor.measure.ready import served_model, wait_ready
 from advisor.measure.records import Endpoint
-from advisor.measure.run import measure
 from advisor.measure.transfer import HEALTHY_MS, LINK_FLOORS_GBPS, SLOW_MS, verdict
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S, check_url
+from advisor.measure.workload_run import measure
 from advisor.output.console import say, show_table
 from advisor.probe import hardware, p2p
 from advisor.probe.cores import CoreSharing, host_core_sharing

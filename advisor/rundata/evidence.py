@@ -47,7 +47,7 @@ class PlacementEvidence:
     median_ttft_ci_ms: list | None = None
     p99_itl_ci_ms: list | None = None
     # the median ITL at its lowest rate against the calibrated decode step at the batch it
-    # ran (advisor.goodput.evidence.decode_slowdown): over 1, the host ran slower than when
+    # ran (advisor.goodput.from_runs.decode_slowdown): over 1, the host ran slower than when
     # calibrated; null without a calibration
     slowdown: float | None = None
     # [rate, pace, attainment] of the lowest rate at which it completed requests slower

@@ -13,8 +13,8 @@ import numpy as np
 from advisor.errors import UsageError
 from advisor.measure.failures import reason
 from advisor.measure.records import Endpoint
-from advisor.measure.run import measure
 from advisor.measure.stats import latency
+from advisor.measure.workload_run import measure
 from advisor.probe.wakeup import NOTABLE, Wakeup
 from advisor.rundata.evidence import Calibration
 from workloads.arrivals import Arrivals

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from advisor.errors import UsageError
+from advisor.flags import option
 from advisor.goodput.placements import Placement, parse_topologies
 from advisor.measure.stats import (
     DEFAULT_SLO,
@@ -17,7 +18,6 @@ from advisor.measure.stats import (
     parse_slos,
 )
 from advisor.measure.urls import check_url
-from advisor.options import option
 from advisor.rundata.files import RunDataError
 from advisor.rundata.rundir import MANIFEST, RunDir
 from engine.api import CONNECTORS, DTYPES, parse_emulation
@@ -40,7 +40,7 @@ DEFAULT_BUDGET_S = 280.0
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """`advisor sweep`'s options, each with its flag (advisor.options)."""
+    """`advisor sweep`'s options, each with its flag (advisor.flags)."""
 
     workload: str = option("long-prompt", f"workload preset: {', '.join(PRESETS)}")
     # None: the sweep's default model (and a default SLO it may widen)

@@ -9,9 +9,9 @@ import dataclasses
 from functools import partial
 from pathlib import Path
 
-from advisor.conclude.conclude import conclude
+from advisor.conclude import conclude
 from advisor.errors import UsageError
-from advisor.goodput.evidence import build_evidence
+from advisor.goodput.from_runs import build_evidence
 from advisor.goodput.placements import Placement, on_p2p, p2p_evidence
 from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
@@ -31,12 +31,12 @@ from advisor.sweep.calibrate import warm_up
 from advisor.sweep.deployments import metric_urls, started
 from advisor.sweep.kept import KeptDeployments
 from advisor.sweep.manifest import sweep_manifest
+from advisor.sweep.one_rate import run_rate
 from advisor.sweep.options import (
     SweepOptions,
     collocated_instances,
     first_pass_run_s,
 )
-from advisor.sweep.rate_run import run_rate
 from advisor.sweep.state import SweepState
 from advisor.sweep.steps import Steps, Urls
 from engine import api
@@ -182,7 +182,7 @@ class Sweep(Steps):
 
     def run(self, url: str, metrics: list[str], p: Placement, rate: float,
             before: RunResult | None = None) -> RunResult:
-        """`p` at `rate` (advisor.sweep.rate_run); with `before`, measured again."""
+        """`p` at `rate` (advisor.sweep.one_rate); with `before`, measured again."""
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s"
                          + (" again" if before else ""))
         return run_rate(self.state.opts, partial(self._endpoint, url), metrics, p, rate,

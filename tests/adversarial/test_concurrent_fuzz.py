@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.fronts.render_server import RenderServer
+from engine.processes.launch import Topology, launch
 from engine.render.frontend import FrontendConfig
-from engine.serve.launch import Topology, launch
-from engine.serve.render_server import RenderServer
 from tests.serving.helpers import blocks_in_use, post_stream, running_app
 
 pytestmark = pytest.mark.integration  # starts servers

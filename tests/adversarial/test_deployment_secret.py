@@ -21,8 +21,8 @@ import pytest
 from engine.core import deployment
 from engine.core.kv_layout import KVLayout
 from engine.kv import connectors, frame
-from engine.serve.launch import Topology, launch
-from engine.serve.processes import LaunchError, wait_healthy
+from engine.processes.children import LaunchError, wait_healthy
+from engine.processes.launch import Topology, launch
 from tests.serving.helpers import post
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 
 from engine.core.kv_layout import KVLayout
+from engine.fronts.proxy import FALLBACK
 from engine.kv import connector, connectors, frame
-from engine.serve.launch import Topology, launch
-from engine.serve.proxy import FALLBACK
+from engine.processes.launch import Topology, launch
 from tests.cli import advisor
 from tests.serving.helpers import blocks_in_use, post, running_server
 
@@ -217,7 +217,7 @@ def test_advisor_serve_bad_flags_are_one_line(args, needle):
 def test_a_chatty_child_never_blocks_on_its_stderr():
     """A child's stderr is a file, not a pipe nobody reads: 1 MB of tracebacks (aiohttp logs
     each handler's) must not block it."""
-    from engine.serve.processes import log_tail, spawn, stop
+    from engine.processes.children import log_tail, spawn, stop
 
     code = "import sys; sys.stderr.write('x' * 1_000_000 + 'end'); sys.stderr.flush()"
     proc = spawn(["-c", code], None, dict(os.environ))
@@ -231,7 +231,7 @@ def test_a_chatty_child_never_blocks_on_its_stderr():
 def test_sigterm_lets_a_prefiller_unlink_its_shared_memory():
     from pathlib import Path
 
-    from engine.serve.processes import free_port, log_tail, spawn, stop, wait_healthy
+    from engine.processes.children import free_port, log_tail, spawn, stop, wait_healthy
 
     before = set(Path("/dev/shm").iterdir())
     port = free_port()
@@ -357,7 +357,7 @@ def test_a_pull_aimed_at_another_service_never_echoes_what_answered():
 
 @pytest.mark.slow  # waits out stalls and restarts
 def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
-    from engine.serve.supervise import supervise
+    from engine.processes.supervise import supervise
 
     logs: list[str] = []
     body = {"prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0}
@@ -390,7 +390,7 @@ def test_a_killed_instance_is_restarted_ejected_meanwhile_and_served_again():
 def test_a_killed_render_tier_is_restarted_and_chats_are_answered_again():
     """render-split: the render tier and its front are children the supervisor watches,
     as the engines are; while the tier is down a chat gets a clear 502, never a hang."""
-    from engine.serve.supervise import supervise
+    from engine.processes.supervise import supervise
 
     logs: list[str] = []
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
@@ -419,7 +419,7 @@ def test_a_killed_render_tier_is_restarted_and_chats_are_answered_again():
             stop.set()
             watcher.join(10)
     port = tier.url.rsplit(":", 1)[1]
-    alive = subprocess.run(["pgrep", "-f", f"engine.serve.render_server.*--port {port}"],
+    alive = subprocess.run(["pgrep", "-f", f"engine.fronts.render_server.*--port {port}"],
                            capture_output=True, text=True).stdout
     assert alive == ""  # the restarted tier went down with the rest
 

@@ -6,8 +6,8 @@ import urllib.request
 
 import pytest
 
-from engine.serve.proxy import Proxy
-from engine.serve.render_front import RenderFront
+from engine.fronts.proxy import Proxy
+from engine.fronts.render_front import RenderFront
 from tests.serving.helpers import running_app
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,9 @@ import pytest
 from aiohttp import web
 
 from engine.core.config import load_model_config, max_body_bytes
-from engine.serve import connections, proxy
-from engine.serve.launch import Topology, launch
+from engine.fronts import proxy
+from engine.processes.launch import Topology, launch
+from engine.serve import connections
 from tests.serving.helpers import post, running_app, running_server
 
 pytestmark = pytest.mark.integration

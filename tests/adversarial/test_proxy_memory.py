@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from engine.serve import liveness, proxy
-from engine.serve.recent import Recent
+from engine.fronts import liveness, proxy
+from engine.fronts.recent import Recent
 from tests.serving.helpers import running_app
 from tests.serving.test_proxy_vllm_bidirectional import D_KEPT, chat, vllm_instances
 

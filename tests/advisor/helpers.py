@@ -5,7 +5,7 @@ import json
 import os
 import urllib.request
 
-from engine.serve.launch import serve_module
+from engine.processes.launch import serve_module
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize

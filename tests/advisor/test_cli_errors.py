@@ -10,7 +10,7 @@ import typer
 from advisor.cli.app import user_errors
 from advisor.errors import UsageError
 from advisor.rundata.files import RunDataError
-from engine.serve.processes import LaunchError
+from engine.processes.children import LaunchError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -105,7 +105,7 @@ def test_render_split_runs_render_servers_tokens_only_engines_and_the_front():
     assert all("--tokens-only" in c.argv and "--reasoning-parser" not in c.argv
                for c in engines)
     a = front.argv
-    assert a[:3] == ["python", "-m", "engine.serve.render_front"]
+    assert a[:3] == ["python", "-m", "engine.fronts.render_front"]
     assert a[a.index("--render") + 1:a.index("--engine")] == [
         f"http://localhost:{flag(c.argv, '--port')}" for c in renders]
     assert a[a.index("--engine") + 1:] == [

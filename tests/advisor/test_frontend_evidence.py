@@ -10,7 +10,7 @@ import pytest
 from advisor.measure.client import text_of
 from advisor.measure.prom import FrontendTotals, parse_frontend
 from advisor.measure.records import CHAT, Endpoint
-from advisor.measure.run import measure
+from advisor.measure.workload_run import measure
 from advisor.sweep.options import SweepOptions
 from engine.render.frontend import Frontend, FrontendConfig
 from engine.render.protocol import parse_request

@@ -12,7 +12,7 @@ import pytest
 
 from advisor.decide.table import recommend
 from advisor.decide.thresholds import Thresholds
-from advisor.measure.run import discover_model
+from advisor.measure.workload_run import discover_model
 from advisor.rundata.rundir import RunDir
 from engine.api import Topology, launch
 from tests.cli import advisor as cli

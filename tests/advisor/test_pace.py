@@ -5,8 +5,8 @@ import pytest
 
 from advisor.goodput.outcomes import outcome_of
 from advisor.measure.records import Endpoint
-from advisor.measure.run import measure
 from advisor.measure.stats import summarize
+from advisor.measure.workload_run import measure
 from advisor.rundata.result import KEEP_PACE, RunResult
 from tests.advisor.helpers import scripted, workload
 from workloads.arrivals import Arrivals

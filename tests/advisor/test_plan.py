@@ -10,7 +10,7 @@ import pytest
 
 from advisor.errors import UsageError
 from advisor.goodput.placements import Placement
-from advisor.plan import candidates, hardware, runs
+from advisor.plan import candidates, hardware, sim_runs
 from advisor.plan.calibrated import run_calibrated
 from advisor.plan.loadfit import PROXY_MS, scaled
 from advisor.plan.options import PlanOptions
@@ -296,8 +296,8 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
                        System((engine,), (engine,), link, kv, TRUTH_FRONT_MS, PROXY_MS,
                               contention=contention))):
         for rate in collocated_rates if p.kind == "collocated" else RATES:
-            sim = runs.run(system, runs.requests(spec, rate, 200, int(rate)), p, rate, slos, 0.9,
-                           "truth", "long-prompt", {})
+            sim = sim_runs.run(system, sim_runs.requests(spec, rate, 200, int(rate)), p, rate,
+                               slos, 0.9, "truth", "long-prompt", {})
             run_dir.write_run(sim.result)
     run_dir.write_evidence(Evidence(
         slo=SloEvidence(2000, 100), collocated=PlacementEvidence(), workload=WorkloadEvidence(

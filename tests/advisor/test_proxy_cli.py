@@ -2,7 +2,7 @@
 
 import pytest
 
-from advisor.proxy.proxy import urls
+from advisor.proxy import urls
 from tests.cli import advisor, advisor_here
 
 pytestmark = pytest.mark.integration

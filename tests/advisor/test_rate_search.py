@@ -1,6 +1,6 @@
 """The rate search, driven by fabricated outcomes, and the rate its rows are judged at."""
 
-from advisor.goodput.evidence import judged_rate
+from advisor.goodput.from_runs import judged_rate
 from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
 from advisor.sweep.rate_search import (
     SearchPlan,

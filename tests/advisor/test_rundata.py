@@ -8,8 +8,8 @@ import pytest
 
 from advisor.errors import UsageError
 from advisor.measure.records import RequestRecord
-from advisor.measure.run import record_row, records_of
 from advisor.measure.stats import summarize
+from advisor.measure.workload_run import record_row, records_of
 from advisor.rundata.evidence import Calibration, Evidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import FORMAT, RunDir

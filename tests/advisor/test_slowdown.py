@@ -3,7 +3,7 @@ records alone: the median inter-token gap over the calibrated step at the batch 
 
 import pytest
 
-from advisor.goodput.evidence import decode_slowdown
+from advisor.goodput.from_runs import decode_slowdown
 from advisor.rundata.evidence import Calibration
 
 # steps of 10 ms alone and 24 ms at 8 running requests: 12 ms at 2

@@ -31,7 +31,7 @@ def engine_processes() -> list[str]:
     return [
         line
         for line in ps.splitlines()
-        if "-m engine.serve.server" in line or "-m engine.serve.proxy" in line
+        if "-m engine.serve.server" in line or "-m engine.fronts.proxy" in line
     ]
 
 
@@ -265,7 +265,7 @@ def test_a_deployment_that_refuses_every_request_stops_the_sweep_naming_why(tmp_
 def test_a_deployment_whose_command_exits_mid_sweep_stops_it_naming_the_log(tmp_path):
     """The disaggregated deployment's command serves for 6 s, then exits (as a server that
     crashes under load): the run it died in is kept, and no rate is measured after it."""
-    from engine.serve.processes import free_port
+    from engine.processes.children import free_port
 
     port = free_port()
     cmd = (f"timeout 6 {sys.executable} -m advisor.testing.scripted_server --port {port} "

@@ -3,7 +3,7 @@
 import pytest
 
 from advisor.probe.probe import transfer_check
-from engine.serve.launch import Topology, launch
+from engine.processes.launch import Topology, launch
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI
 

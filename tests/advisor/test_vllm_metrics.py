@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from advisor.decide.table import Row
-from advisor.goodput.evidence import _frontend
+from advisor.goodput.from_runs import _frontend
 from advisor.goodput.outcomes import Outcome
 from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, read, recognised, transfer_of

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from advisor.measure.records import Endpoint
-from advisor.measure.run import measure
 from advisor.measure.selfcheck import client_check
 from advisor.measure.workers import deal, default_workers
+from advisor.measure.workload_run import measure
 from tests.advisor.helpers import received, scripted, workload
 from tests.cli import advisor_here
 

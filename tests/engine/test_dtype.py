@@ -11,7 +11,7 @@ import torch
 
 from engine import LLM
 from engine.model import dtype
-from engine.serve.launch import Topology
+from engine.processes.launch import Topology
 
 ZEN3 = {"float32": 62.0, "bfloat16": 1.0}  # AVX2 only: bf16 emulated (measured, Zen 3)
 ZEN4 = {"float32": 80.0, "bfloat16": 160.0}  # AVX-512-BF16

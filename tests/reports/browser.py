@@ -17,7 +17,7 @@ import urllib.request
 
 import aiohttp
 
-from engine.serve.processes import free_port
+from engine.processes.children import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.measure.prom import kv_blocks_in_use, scrape_text
 from engine.core.config import EngineConfig
-from engine.serve.processes import free_port
+from engine.processes.children import free_port
 from engine.serve.server import EngineServer
 
 

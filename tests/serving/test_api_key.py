@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from advisor.measure.records import Endpoint
-from advisor.measure.run import measure
-from engine.serve.launch import Topology, launch
+from advisor.measure.workload_run import measure
+from engine.processes.launch import Topology, launch
 from workloads.presets import preset
 
 pytestmark = pytest.mark.integration  # starts servers

@@ -10,7 +10,7 @@ import pytest
 
 from engine.core.sequence import SamplingParams
 from engine.llm import LLM
-from engine.serve.launch import Topology, launch
+from engine.processes.launch import Topology, launch
 from tests.engine.helpers import random_prompts
 from tests.serving.helpers import counter
 

@@ -206,7 +206,7 @@ def test_scatter_gather_send_survives_partial_writes():
 
 
 def test_launcher_gives_each_instance_its_gpu_and_keeps_both_visible_for_cuda_ipc():
-    from engine.serve.launch import Topology
+    from engine.processes.launch import Topology
 
     ipc = Topology(mode="disagg", device="cuda", connector="cuda")
     env: dict = {}

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.serve.launch import Topology, launch
+from engine.processes.launch import Topology, launch
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import pytest
 from advisor.rundata.evidence import Evidence, PlacementEvidence, SloEvidence, WorkloadEvidence
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
-from engine.serve.processes import free_port, wait_healthy
+from engine.processes.children import free_port, wait_healthy
 from tests.cli import advisor
 from tests.engine.helpers import random_prompts
 from tests.serving.helpers import counter, post

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from engine.serve.processes import LaunchError, _ephemeral_low, free_port, wait_healthy
+from engine.processes.children import LaunchError, _ephemeral_low, free_port, wait_healthy
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from aiohttp import web
 
-from engine.serve.proxy import PREFILL_KV_PARAMS, Proxy
+from engine.fronts.proxy import PREFILL_KV_PARAMS, Proxy
 from tests.serving.helpers import post, running_app
 
 pytestmark = pytest.mark.integration

@@ -9,10 +9,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from engine.fronts.render_front import RenderFront
+from engine.fronts.render_server import RenderServer
+from engine.processes.children import free_port
 from engine.render.frontend import FrontendConfig
-from engine.serve.processes import free_port
-from engine.serve.render_front import RenderFront
-from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, running_app, running_server
 
 pytestmark = pytest.mark.integration  # starts servers

@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
+from engine.fronts.render_server import RenderServer
 from engine.render.frontend import FrontendConfig
-from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, post_stream, running_app, running_server
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI

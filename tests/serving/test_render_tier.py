@@ -4,10 +4,10 @@ input and front ends configured differently are refused with 400s."""
 
 import pytest
 
+from engine.fronts.render_server import RenderServer
 from engine.render.chat import message
 from engine.render.frontend import FrontendConfig
 from engine.render.parsing import Parsed, parse
-from engine.serve.render_server import RenderServer
 from tests.engine.test_render_parsing import TRICKY
 from tests.serving.helpers import post, post_stream, running_app, running_server
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from engine.core.config import PRESETS
+from engine.fronts.render_server import RenderServer
 from engine.render.frontend import FrontendConfig
-from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, post_stream, running_app, running_server
 from tests.serving.test_render_tier import CHAT, DERENDER, chat_body, own_chat, via_render_tier
 

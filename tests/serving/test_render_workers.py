@@ -11,7 +11,7 @@ import urllib.parse
 
 import pytest
 
-from engine.serve.launch import Topology, launch, serve_module
+from engine.processes.launch import Topology, launch, serve_module
 from tests.serving.helpers import post
 
 pytestmark = pytest.mark.integration  # starts servers
@@ -100,7 +100,7 @@ def _renders(conn: http.client.HTTPConnection) -> float:
 
 
 def test_a_killed_worker_is_replaced_and_stop_leaves_none():
-    with serve_module("engine.serve.render_server", ["--model", "tiny", "--workers", "2"]) as url:
+    with serve_module("engine.fronts.render_server", ["--model", "tiny", "--workers", "2"]) as url:
         pid = call(connection_to(url, 1), "GET", "/health")["pid"]
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30

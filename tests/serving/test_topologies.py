@@ -8,10 +8,10 @@ import pytest
 from openai import OpenAI
 
 from engine.core.sequence import SamplingParams
+from engine.fronts.render_server import RenderServer
 from engine.llm import LLM
+from engine.processes.launch import Topology, launch
 from engine.render.frontend import Frontend, FrontendConfig
-from engine.serve.launch import Topology, launch
-from engine.serve.render_server import RenderServer
 from tests.serving.helpers import post, running_app
 from tests.serving.test_render_tier import chat_body, own_chat, via_render_tier
 
@@ -146,7 +146,7 @@ def test_a_render_tier_in_front_of_every_topology_gives_the_topologys_own_chat_a
 
 
 def test_only_the_front_follows_host_instances_and_side_channels_stay_on_loopback():
-    from engine.serve.launch import _instance_args
+    from engine.processes.launch import _instance_args
 
     args = _instance_args(Topology(mode="disagg", host="0.0.0.0"), "prefill", 8101, "cpu")
     assert args[args.index("--host") + 1] == "127.0.0.1"  # the server's and its side channel's

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from advisor.testing.toy_proxy import make_app
-from engine.serve.launch import Topology, launch
-from engine.serve.processes import free_port
+from engine.processes.children import free_port
+from engine.processes.launch import Topology, launch
 from tests.cli import advisor, advisor_here, said
 from tests.serving.helpers import post, post_stream, running_app
 

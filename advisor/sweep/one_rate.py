@@ -12,10 +12,10 @@ from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import check_fits
 from advisor.measure.records import Endpoint
-from advisor.measure.run import measure, record_row, records_of
 from advisor.measure.selfcheck import client_check, pooled
 from advisor.measure.stats import summarize
 from advisor.measure.workers import default_workers
+from advisor.measure.workload_run import measure, record_row, records_of
 from advisor.rundata.result import RunResult
 from advisor.sweep.options import SweepOptions, prompts_for
 from workloads.presets import seed_for

@@ -7,7 +7,7 @@ import dataclasses
 
 from advisor.decide.table import recommend
 from advisor.deploy.advice import Where, from_evidence
-from advisor.goodput.evidence import write_summary
+from advisor.goodput.from_runs import write_summary
 from advisor.goodput.outcomes import Outcome
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.recommendation import Recommendation

@@ -6,7 +6,7 @@ servers and engines are taken in turn (the render tier is stateless, and a deren
 stream state travels with each chunk, so any render server serves any chunk); it speaks
 the protocol of vLLM's render servers and tokens-only engines as well as ours.
 
-    python -m engine.serve.render_front --render URL [URL ...] --engine URL [URL ...]"""
+    python -m engine.fronts.render_front --render URL [URL ...] --engine URL [URL ...]"""
 
 from __future__ import annotations
 

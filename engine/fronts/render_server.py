@@ -2,9 +2,9 @@
 (`/v1/chat/completions/render`) and generated token IDs back into chat completions
 (`/v1/chat/completions/derender`, streaming with a `stream_state` that travels with the
 client), for an engine serving tokens only. No model, no torch; `--workers N` runs N
-processes behind one port (engine.serve.workers).
+processes behind one port (engine.processes.workers).
 
-    python -m engine.serve.render_server --port 8200 [--workers 2]"""
+    python -m engine.fronts.render_server --port 8200 [--workers 2]"""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from engine.core.config import DEFAULT_BODY_BYTES
+from engine.processes.workers import Board, serve_workers
 from engine.render.derender import DerenderError, StreamState
 from engine.render.frontend import (
     STAGES,
@@ -30,7 +31,6 @@ from engine.render.frontend import (
 from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
 from engine.serve.http_app import add_api_key_flag, application, health, run_app, server_key
 from engine.serve.metrics import frontend_registry
-from engine.serve.workers import Board, serve_workers
 
 # a worker's counters on the shared board: CPU seconds and requests per stage, its process CPU
 BOARD_FIELDS = (*(f"{st}_s" for st in STAGES), *(f"{st}_n" for st in STAGES), "process_s")
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server = RenderServer(frontend_config(a), a.model, a.workers)
     except (ValueError, OSError) as e:
-        raise SystemExit(f"engine.serve.render_server: {e}") from None
+        raise SystemExit(f"engine.fronts.render_server: {e}") from None
     key = server_key(a)
 
     def run_worker(index: int, sock=None) -> None:

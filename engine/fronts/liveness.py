@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from engine.core import deployment
+from engine.fronts.recent import Recent
 from engine.serve.http_app import NONCE_HEADER, PROOF_HEADER
-from engine.serve.recent import Recent
 
 CHECK_EVERY_S = 0.25
 CHECK_TIMEOUT_S = 2.0

@@ -2,21 +2,21 @@
 the bundled engine's: vLLM's proxy protocol (prefill leg with max_tokens=1, then the
 decoder with the prefill's kv_transfer_params), conversation affinity, health checks that
 serve around a tier that is down, and bidirectional transfer in either engine's protocol
-(engine.serve.proxy)."""
+(engine.fronts.proxy)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
+from advisor.flags import option
 from advisor.measure.urls import check_url
-from advisor.options import option
 from engine import api
 
 
 @dataclass(frozen=True)
 class ProxyOptions:
-    """`advisor proxy`'s options, each with its flag (advisor.options)."""
+    """`advisor proxy`'s options, each with its flag (advisor.flags)."""
 
     prefill: tuple[str, ...] = option((), "a prefiller's base URL (repeat it, or give them "
                                           "comma-separated); none: round-robin over --decode")

@@ -25,6 +25,8 @@ from aiohttp import web
 
 from engine.core import deployment
 from engine.core.config import DEFAULT_BODY_BYTES
+from engine.fronts.liveness import Impostor, Liveness, UpstreamDown
+from engine.fronts.recent import Recent
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import (
     KEPT_HEADER,
@@ -36,8 +38,6 @@ from engine.serve.http_app import (
     server_key,
     upstream_headers,
 )
-from engine.serve.liveness import Impostor, Liveness, UpstreamDown
-from engine.serve.recent import Recent
 from engine.serve.sse import EventTail, error_event, relay
 
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,

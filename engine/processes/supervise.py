@@ -1,6 +1,6 @@
 """Keeping a deployment up: a child that exits is restarted with backoff, and said so.
 
-While an instance is down the front has already ejected it (engine.serve.liveness): its
+While an instance is down the front has already ejected it (engine.fronts.liveness): its
 requests fail at once and new ones go to the others, or get a 503 when none is left.
 """
 
@@ -10,8 +10,8 @@ import threading
 from collections.abc import Callable
 
 from engine.core import deployment
-from engine.serve.launch import Child, Deployment
-from engine.serve.processes import LaunchError, log_tail, wait_healthy
+from engine.processes.children import LaunchError, log_tail, wait_healthy
+from engine.processes.launch import Child, Deployment
 
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits before each restart of one child
 POLL_S = 0.5

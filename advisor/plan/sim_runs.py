@@ -11,15 +11,15 @@ import dataclasses
 
 import numpy as np
 
-from advisor.conclude.conclude import conclude
+from advisor.conclude import conclude
 from advisor.deploy.advice import Where
 from advisor.goodput.outcomes import Outcome as RateOutcome
 from advisor.goodput.outcomes import outcome_of
 from advisor.goodput.placements import Placement
 from advisor.measure.prom import TransferTotals
-from advisor.measure.run import record_row
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.transfer import verdict
+from advisor.measure.workload_run import record_row
 from advisor.plan.pareto import reason as pareto_reason
 from advisor.plan.simulate import Outcome, simulate
 from advisor.plan.system import SimRequest, System
@@ -107,7 +107,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     commands (and a plan's `ranking` and `pareto`, or a replay's `compare`), summary.csv
     and (with `opts.report`) the report, written to `run_dir`."""
     # NOTE: imported here: pandas takes ~0.5 s, and a bad flag must answer before that
-    from advisor.goodput.evidence import build_evidence
+    from advisor.goodput.from_runs import build_evidence
 
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
     front = FrontendEvidence(placement=shown[0].name,

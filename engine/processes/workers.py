@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from engine.serve.processes import die_with_parent
+from engine.processes.children import die_with_parent
 
 RESTART_WAIT_S = 1.0  # before forking a worker again (a worker crashing at once must not spin)
 STOP_GRACE_S = 5.0

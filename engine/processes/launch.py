@@ -3,10 +3,10 @@
 collocated: N `both` replicas behind a round-robin front; disagg: x prefillers +
 y decoders behind the P/D proxy; render: one render-tier server (no model, W workers);
 render-split: collocated engines fed token IDs by a render tier, behind a render front
-(engine.serve.render_front). Each
+(engine.fronts.render_front). Each
 instance is pinned to its CPU cores (sched_setaffinity + its torch thread count)
 or, on GPUs, to one device via CUDA_VISIBLE_DEVICES. The processes themselves (ports,
-logs, health, teardown): engine.serve.processes.
+logs, health, teardown): engine.processes.children.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from engine.core import deployment
 from engine.core.config import API_KEY_ENV, DTYPES, load_model_config, max_body_bytes
-from engine.serve.processes import free_port, spawn, stop, wait_healthy
+from engine.processes.children import free_port, spawn, stop, wait_healthy
 
 MODES = ("collocated", "disagg", "render", "render-split")
 # NOTE: instances and their KV side channels are reached only by the front on this host, so
@@ -177,9 +177,9 @@ def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
     inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None, "secret": secret,
               "internal": True}
     with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines:
-        tier = _module_child("render", "engine.serve.render_server", INTERNAL_HOST,
+        tier = _module_child("render", "engine.fronts.render_server", INTERNAL_HOST,
                              free_port(INTERNAL_HOST), _internal_env(secret), _render_args(t))
-        front = _module_child("render front", "engine.serve.render_front", t.host,
+        front = _module_child("render front", "engine.fronts.render_front", t.host,
                               t.port or free_port(t.host), _front_env(t, secret),
                               ["--render", tier.url, "--engine", engines.url,
                                "--max-body-bytes", str(t.max_body)])
@@ -232,7 +232,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         return
     if t.mode == "render":
         with serve_module(
-            "engine.serve.render_server",
+            "engine.fronts.render_server",
             _render_args(t),
             t.host,
             health_timeout=health_timeout,
@@ -270,7 +270,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         port = t.port or free_port(t.host)
         front = [
             "-m",
-            "engine.serve.proxy",
+            "engine.fronts.proxy",
             "--host",
             t.host,
             "--port",
