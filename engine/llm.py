@@ -52,4 +52,6 @@ class LLM:
 
     def export_kv(self, request_id: str) -> KVPayload:
         """Prompt KV of a request this (prefill-role) instance finished."""
-        return self.engine.export_kv(request_id)
+        payload = self.engine.export_kv(request_id)
+        assert isinstance(payload, KVPayload)  # what this engine's model runner exports
+        return payload

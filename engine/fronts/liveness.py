@@ -139,6 +139,7 @@ class Liveness:
         """Inside, the current task is cancelled if `base_url` goes down; that cancellation
         comes out as UpstreamDown (a client's own disconnect stays a CancelledError)."""
         me = asyncio.current_task()
+        assert me is not None  # guarded code runs in a task
         self._waiting[base_url].add(me)
         try:
             yield
@@ -178,6 +179,7 @@ class Liveness:
                 if r.status != 200 or nonce is None:
                     return r.status == 200
                 said = (await r.json(content_type=None)).get("proof")
-                return deployment.proven(self.secret, nonce, base_url, said) or None
+                return (self.secret is not None
+                        and deployment.proven(self.secret, nonce, base_url, said)) or None
         except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
             return False

@@ -30,13 +30,13 @@ from engine.fronts.recent import Recent
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import (
     KEPT_HEADER,
+    Upstream,
     add_api_key_flag,
     add_max_body_flag,
     application,
     health,
     run_app,
     server_key,
-    upstream_headers,
 )
 from engine.serve.sse import EventTail, error_event, relay
 
@@ -52,7 +52,6 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1")
 KEPT_TTL_S = 480.0
 KEPT_BYTES = 64 << 20  # the notes' JSON, all conversations together
 STREAMING = web.RequestKey("streaming", web.StreamResponse)  # a response already under way
-_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 
 
 def _err(message: str, status: int, err_type: str = "upstream_error") -> web.Response:
@@ -72,7 +71,7 @@ class Proxy:
             KEPT_TTL_S, KEPT_BYTES, lambda cid, kept: len(cid) + len(kept[1]))
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
-        self.session: aiohttp.ClientSession | None = None
+        self.upstream = Upstream()
         self.liveness = Liveness(self.prefill_urls + decode_urls, deployment.current())
         self.app = application(max_body)
         self.app.add_routes([
@@ -86,16 +85,12 @@ class Proxy:
         self.app.on_cleanup.append(self._stop)
 
     async def _start(self, _app) -> None:
-        # NOTE: no cap on upstream connections: streams whose clients stopped reading would
-        # hold aiohttp's default 100 and leave every later request waiting
-        self.session = aiohttp.ClientSession(timeout=_TIMEOUT, headers=upstream_headers(),
-                                             connector=aiohttp.TCPConnector(limit=0),
-                                             trace_configs=[self.liveness.trace()])
+        self.upstream.open([self.liveness.trace()])
         self.liveness.start()
 
     async def _stop(self, _app) -> None:
         await self.liveness.close()
-        await self.session.close()
+        await self.upstream.close()
 
     async def health(self, request: web.Request) -> web.Response:
         """Up: nothing more (it is open without the key; the instances stay unnamed)."""
@@ -103,7 +98,7 @@ class Proxy:
 
     async def models(self, _req) -> web.Response:
         try:
-            async with self.session.get(self.decode_urls[0] + "/v1/models") as r:
+            async with self.upstream.http.get(self.decode_urls[0] + "/v1/models") as r:
                 return web.Response(body=await r.read(), status=r.status,
                                     content_type="application/json")
         except aiohttp.ClientError as e:
@@ -115,7 +110,7 @@ class Proxy:
         parts = []
         for url in self.decode_urls:
             try:
-                async with self.session.get(url + "/metrics") as r:
+                async with self.upstream.http.get(url + "/metrics") as r:
                     parts.append(f"# instance {url}\n" + (await r.text()))
             except aiohttp.ClientError as e:
                 return _err(f"upstream {url} unreachable: {e}", 502)
@@ -197,7 +192,7 @@ class Proxy:
             leg["sampling_params"] = {**leg["sampling_params"], "max_tokens": 1}
         sent = {**headers, **self.liveness.nonce()}
         try:
-            async with self.liveness.guard(base), self.session.post(
+            async with self.liveness.guard(base), self.upstream.http.post(
                     base + path, json=leg, headers=sent) as r:
                 self.liveness.ours(base, sent, r)
                 data = await r.read()
@@ -221,7 +216,7 @@ class Proxy:
                        headers: dict) -> web.StreamResponse:
         url, sent = base + path, {**headers, **self.liveness.nonce()}
         try:
-            upstream = await self.session.post(url, json=body, headers=sent)
+            upstream = await self.upstream.http.post(url, json=body, headers=sent)
         except (aiohttp.ClientOSError, Impostor):
             raise  # nothing (of ours) listens there: the caller tries another instance
         except (TimeoutError, aiohttp.ClientError) as e:

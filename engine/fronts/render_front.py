@@ -21,19 +21,18 @@ from aiohttp import web
 from engine.core.config import DEFAULT_BODY_BYTES
 from engine.render.protocol import RequestError, error_body, parse_json
 from engine.serve.http_app import (
+    Upstream,
     add_api_key_flag,
     add_max_body_flag,
     application,
     health,
     run_app,
     server_key,
-    upstream_headers,
 )
 from engine.serve.sse import DONE, DataEvents, error_event, event, relay
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 GENERATE = "/inference/v1/generate"
-_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 
 
 class _Upstream(Exception):
@@ -63,7 +62,7 @@ class RenderFront:
         self.engine_urls = [u.rstrip("/") for u in _listed(engine_urls)]
         self._renders, self._engines = (itertools.cycle(self.render_urls),
                                         itertools.cycle(self.engine_urls))
-        self.session: aiohttp.ClientSession | None = None
+        self.upstream = Upstream()
         self.app = application(max_body)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -83,11 +82,10 @@ class RenderFront:
         return next(self._engines)
 
     async def _start(self, _app) -> None:
-        self.session = aiohttp.ClientSession(timeout=_TIMEOUT, headers=upstream_headers(),
-                                             connector=aiohttp.TCPConnector(limit=0))
+        self.upstream.open()
 
     async def _stop(self, _app) -> None:
-        await self.session.close()
+        await self.upstream.close()
 
     async def health(self, request: web.Request) -> web.Response:
         """Up: nothing more (it is open without the key; the upstreams stay unnamed)."""
@@ -95,7 +93,7 @@ class RenderFront:
 
     async def models(self, _req) -> web.Response:
         try:
-            async with self.session.get(self.engine_url + "/v1/models") as r:
+            async with self.upstream.http.get(self.engine_url + "/v1/models") as r:
                 return web.Response(body=await r.read(), status=r.status,
                                     content_type="application/json")
         except (TimeoutError, aiohttp.ClientError) as e:
@@ -104,7 +102,7 @@ class RenderFront:
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """The request to the engines as it came, their answer back as it comes."""
         try:
-            upstream = await self.session.post(
+            upstream = await self.upstream.http.post(
                 self.engine_url + request.path, data=await request.read(),
                 headers={"Content-Type": "application/json"})
         except (TimeoutError, aiohttp.ClientError) as e:
@@ -119,7 +117,7 @@ class RenderFront:
     async def _json(self, url: str, body: dict, what: str) -> dict:
         """`body` posted to `url`: its 200 answer, else _Upstream."""
         try:
-            async with self.session.post(url, json=body) as r:
+            async with self.upstream.http.post(url, json=body) as r:
                 data = await r.read()
         except (TimeoutError, aiohttp.ClientError) as e:
             raise _Upstream.failed(what, e) from None
@@ -137,7 +135,7 @@ class RenderFront:
                 return web.json_response(await self._json(
                     self.render_url + DERENDER, {"generate_response": out, "prompt_tokens": prompt,
                                                  "chat_request": body}, "derender"))
-            upstream = await self.session.post(self.engine_url + GENERATE, json=gen)
+            upstream = await self.upstream.http.post(self.engine_url + GENERATE, json=gen)
         except RequestError as e:
             return web.json_response(e.body(), status=e.status)
         except _Upstream as e:

@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 
 from engine.core.config import DEFAULT_BODY_BYTES
 from engine.processes.workers import Board, serve_workers
-from engine.render.derender import DerenderError, StreamState
+from engine.render.derender import DerenderError, StreamState, check_ids
 from engine.render.frontend import (
     STAGES,
     Frontend,
@@ -82,6 +82,7 @@ class RenderServer:
         """This worker's counters onto the board (after every request: a scrape by any
         worker then sees them)."""
         f = self.frontend
+        assert self.board is not None  # published only with workers (__init__)
         self.board.publish(self.worker, {
             **{f"{st}_s": f.cpu_seconds[st] for st in STAGES},
             **{f"{st}_n": f.requests[st] for st in STAGES},
@@ -123,7 +124,7 @@ class RenderServer:
         gen = _object(body, "generate_response")
         self.frontend.check(gen.get("fingerprint"), "generate_response")
         rid = _request_id(gen)
-        ids = gen.get("token_ids")
+        ids = check_ids(self.frontend.vocab_size, gen.get("token_ids"))
         msg, reason = self.frontend.chat_whole(
             rid, ids, chat_req, gen.get("finish_reason") or "stop"
         )
@@ -147,7 +148,8 @@ class RenderServer:
             else StreamState.from_json(state)
         )
         delta, reason, state = self.frontend.chat_chunk(
-            state, rid, gen.get("token_ids"), gen.get("finish_reason")
+            state, rid, check_ids(self.frontend.vocab_size, gen.get("token_ids")),
+            gen.get("finish_reason")
         )
         out = {
             "id": rid,

@@ -15,7 +15,6 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
@@ -51,7 +50,8 @@ class PulledKV:
     """A pulled payload; its buffer goes back to the pool once the engine has imported it."""
 
     def __init__(self, payload: KVPayload, record: TransferRecord, buffer: torch.Tensor | None):
-        self.payload, self.record, self._buffer = payload, record, buffer
+        self.payload: KVPayload | None = payload
+        self.record, self._buffer = record, buffer
 
     def close(self, imported: bool = True) -> None:
         """Drop the payload. Pass imported=False when the engine might still read it (an
@@ -65,7 +65,7 @@ class PulledKV:
 
 def can_pull(params: dict | None) -> bool:
     """vLLM's rule: pull only when engine id, request id, host and port are all present."""
-    return bool(params) and params.get("do_remote_prefill") is True and all(
+    return params is not None and params.get("do_remote_prefill") is True and all(
         params.get(k) not in (None, "") for k in REQUIRED)
 
 
@@ -107,7 +107,7 @@ class KVConnector(ABC):
     """One transport. The producer half runs on the prefiller's side-channel threads
     (`describe`, `send`); the consumer half in the decoder (`receive`, via `pull`)."""
 
-    name: ClassVar[str]
+    name: str  # the connector's name: a class's own, or (link emulation) the one it wraps
 
     # ---- producer side ---------------------------------------------------------------------------
     @abstractmethod

@@ -74,7 +74,7 @@ class KVSource:
         self._deployment = deployment_secret
         self._lock = threading.Lock()
         # open connections, oldest first: True once it showed a valid request
-        self._open: OrderedDict[object, bool] = OrderedDict()
+        self._open: OrderedDict[socket.socket, bool] = OrderedDict()
         source = self
 
         class Handler(socketserver.BaseRequestHandler):

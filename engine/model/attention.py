@@ -45,8 +45,9 @@ def _causal_mask(num_queries: int, context_len: int, device) -> torch.Tensor:
 def _decode_attention(q: torch.Tensor, cache: KVCache, layer: int,
                       meta: AttentionMetadata) -> torch.Tensor:
     # q: [Bd, H, hd] -> [Bd, H, hd]
-    # NOTE: torch's CPU SDPA kernel, not batched matmuls: it reads K and V in place, where the
+    # torch's CPU SDPA kernel, not batched matmuls: it reads K and V in place, where the
     # matmuls copy them into their layout first (2-3x slower for single-token queries)
+    assert meta.decode_block_tables is not None  # a step with decodes has them
     kc, vc = cache.gather(layer, meta.decode_block_tables)  # [Bd, L, kvh, hd]
     bd, heads, hd = q.shape
     kvh = kc.shape[2]

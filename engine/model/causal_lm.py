@@ -35,7 +35,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, ..., dim] -> the same; normalised over dim, NORM_CHUNK elements at a time
-        # NOTE: in 128-token pieces, so that each pass's float32 temporaries stay in the cache
+        # in 128-token pieces, so that each pass's float32 temporaries stay in the cache
         # (a whole prefill's go to memory, ~2.5x slower)
         rows = max(1, NORM_CHUNK // x[0].numel())
         out = torch.empty_like(x)
@@ -48,7 +48,7 @@ class RMSNorm(nn.Module):
 
     def _norm(self, x: torch.Tensor, out: torch.Tensor) -> None:
         # as HF: x * rsqrt(mean(x^2) + eps) in float32, rounded, times weight
-        # NOTE: one float32 reduction and the product rounded as written (out=), as HF's .to()
+        # one float32 reduction and the product rounded as written (out=), as HF's .to()
         # does, not F.rms_norm on x.float(), which runs ~6 passes over a float32 copy
         s = torch.linalg.vector_norm(x, 2, -1, keepdim=True, dtype=torch.float32)  # [..., 1]
         r = s.mul_(s).mul_(1 / x.shape[-1]).add_(self.eps).rsqrt_()
@@ -65,7 +65,7 @@ class Rotary:
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32, device=device),
                             inv_freq)
         self.cos = torch.cat([freqs, freqs], dim=-1).cos()  # [max_pos, hd]
-        # NOTE: sin with its first half negated, so rotate-half is a roll (apply_rotary)
+        # sin with its first half negated, so rotate-half is a roll (apply_rotary)
         self.sin = torch.cat([-freqs, freqs], dim=-1).sin()  # [max_pos, hd]
 
     def at(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +99,7 @@ class Attention(nn.Module):
         qkv = self.qkv_proj(x)  # [T, (H + 2 kvh) hd]
         nq = self.nh * self.hd
         v = qkv[:, nq + self.nkv * self.hd:].view(T, self.nkv, self.hd)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q = apply_rotary(self.q_norm(qkv[:, :nq].view(T, self.nh, self.hd)), *rope)
             k = apply_rotary(self.k_norm(qkv[:, nq:nq + self.nkv * self.hd]
                                          .view(T, self.nkv, self.hd)), *rope)
@@ -123,7 +123,8 @@ class MLP(nn.Module):
         """Pack gate and up apart for prefill-sized inputs (`linear.gated`), where that
         runs; decode keeps the fused gate|up (one GEMV streams both)."""
         w = self.gate_up_proj.weight
-        self.halves = (pack(w[: self.inter]), pack(w[self.inter:])) if can_gate(w) else None
+        gate, up = (pack(w[: self.inter]), pack(w[self.inter:])) if can_gate(w) else (None, None)
+        self.halves = (gate, up) if gate is not None and up is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, D] -> [T, D]
@@ -152,7 +153,7 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig, device: torch.device):
         super().__init__()
         self.cfg = cfg
-        # NOTE: the weight is given so that no init runs on "meta", where normal_ would import
+        # the weight is given so that no init runs on "meta", where normal_ would import
         # torch._dynamo (~3 s per engine start)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
                                          _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
@@ -183,7 +184,7 @@ class CausalLM(nn.Module):
             if isinstance(module, (Linear, MLP)):
                 module.pack_weights()
         if self.lm_head is None:
-            # NOTE: a copy where vector_layout re-lays it: the embedding's lookup reads rows
+            # a copy where vector_layout re-lays it: the embedding's lookup reads rows
             w = self.embed_tokens.weight.detach()
             self._head, self._head_packed = vector_layout(w), pack(w)
             warm(self._head, None, self._head_packed)
@@ -192,4 +193,5 @@ class CausalLM(nn.Module):
         # hidden: [N, D] -> logits: [N, vocab] in float32
         if self.lm_head is not None:
             return self.lm_head(hidden).float()
+        assert self._head is not None  # laid out by pack_weights
         return linear(hidden, self._head, None, self._head_packed).float()

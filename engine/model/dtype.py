@@ -16,7 +16,7 @@ from functools import cache
 
 AUTO = "auto"
 _SHAPE = (256, 512, 512)  # m, k, n: big enough to run the kernels, small enough for ~1 ms
-# NOTE: each dtype's rate is the best of ROUNDS alternating measurements, so that a slow burst
+# each dtype's rate is the best of ROUNDS alternating measurements, so that a slow burst
 # of the host landing on one dtype's window alone cannot turn the choice
 ROUNDS = 3
 
@@ -32,7 +32,7 @@ class DtypeChoice:
 
 def matmul_gflops(dtype: str, seconds: float = 0.01) -> float:
     """Single-thread matmul rate in `dtype` on the CPU, GFLOP/s."""
-    import torch  # NOTE: here, not above: a sweep of deployments by URL never loads torch
+    import torch  # here, not above: a sweep of deployments by URL never loads torch
 
     m, k, n = _SHAPE
     a, b = torch.randn(m, k).to(getattr(torch, dtype)), torch.randn(k, n).to(getattr(torch, dtype))

@@ -70,7 +70,7 @@ class KVCache:
             # masked garbage that happens to be NaN would poison the softmax @ V
             self.data = torch.zeros(shape, dtype=dtype, device=device)
         if self.data.device.type == "cpu":
-            # NOTE: touched now (~0.2 s per GiB): pages committed on first use would fault
+            # touched now (~0.2 s per GiB): pages committed on first use would fault
             # inside measured steps, and a host without the memory fails here, not mid-run
             self.data.view(-1)[:: max(1, 4096 // self.data.element_size())].zero_()
 
@@ -99,7 +99,7 @@ class KVCache:
         two, nb_total, bs, kvh, hd = self.data.shape[1:]
         b, width = block_table.shape
         src = self.data[layer].view(two, nb_total, bs * kvh * hd)
-        # NOTE: index_select on the flattened blocks is ~2x faster than advanced indexing
+        # index_select on the flattened blocks is ~2x faster than advanced indexing
         kv = src.index_select(1, block_table.reshape(-1)).view(two, b, width * bs, kvh, hd)
         return kv[0], kv[1]
 

@@ -12,11 +12,11 @@ from torch import nn
 
 SMALL_BATCH = 128  # rows up to which the packed kernel is used (decode batches)
 _PACK_FOR = 32  # the batch size oneDNN lays the weight out for
-# NOTE: rows up to which torch's own kernel streams the weights faster than the packed one:
+# rows up to which torch's own kernel streams the weights faster than the packed one:
 # in float32 MKL's GEMV reaches the read limit at 1-2 rows, and in bfloat16 torch.mv on the
 # plain weight beats the packed kernel at 1 row
 GEMV_ROWS = 2
-# NOTE: with AMX, oneDNN's bfloat16 kernel for 17-32 rows streams the weights 10-30% slower
+# with AMX, oneDNN's bfloat16 kernel for 17-32 rows streams the weights 10-30% slower
 # than the one for 33-48, so such batches run padded to 48 rows there
 _SKIP_32 = hasattr(torch.cpu, "_is_amx_tile_supported") and torch.cpu._is_amx_tile_supported()
 
@@ -75,7 +75,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     n = x.shape[0]
     if packed is None or n > SMALL_BATCH or (n <= GEMV_ROWS and x.dtype == torch.float32):
         return F.linear(x, weight, bias)
-    if n == 1:  # NOTE: bfloat16 here (packed, not float32)
+    if n == 1:  # bfloat16 here (packed, not float32)
         y = torch.mv(weight, x[0]) if bias is None else torch.addmv(bias, weight, x[0])
         return y.unsqueeze(0)  # [1, out]
     return torch.ops.mkldnn._linear_pointwise(_padded(x), packed, bias, "none", [], "")[:n]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -22,6 +23,8 @@ from engine.model.kv_payload import KVPayload
 from engine.model.sampler import Sampler
 from engine.model.weights import init_dummy, load_safetensors_dir
 
+Model = TypeVar("Model", bound=torch.nn.Module)
+
 _GIB = 1 << 30
 
 
@@ -33,13 +36,13 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
-def _allocated(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+def _allocated(model: Model, device: torch.device) -> Model:
     """`model`, built on "meta", with its parameters and buffers allocated on `device`
     (uninitialized; the same tensor where one is shared).
 
     Not Module.to_empty, whose empty_like of a meta tensor imports sympy (~1.3 s of every
     engine start)."""
-    made: dict[int, torch.Tensor] = {}
+    made: dict[int, Any] = {}  # a parameter's or a buffer's allocated twin
     for module in model.modules():
         for store in (module._parameters, module._buffers):
             for name, t in store.items():
@@ -57,7 +60,7 @@ class ModelRunner:
 
     def __init__(self, cfg: EngineConfig):
         self.cfg = cfg
-        mcfg = cfg.model_config
+        mcfg = cfg.model_shape
         self.device = resolve_device(cfg.device)
         if self.device.type == "cpu" and cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
@@ -87,7 +90,7 @@ class ModelRunner:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             budget = min(budget, 0.9 * free)
-        enough = cfg.max_num_seqs * -(-cfg.model_config.max_position_embeddings // cfg.block_size)
+        enough = cfg.max_num_seqs * -(-cfg.model_shape.max_position_embeddings // cfg.block_size)
         return max(1, min(int(budget // block_bytes), enough))
 
     # ---- one step ----------------------------------------------------------------------------
@@ -96,7 +99,9 @@ class ModelRunner:
         """Run the scheduled tokens; return request id -> sampled token for every
         request whose computed tokens reach its tokens this step."""
         for req in out.kv_imports:
-            self.cache.import_(req.block_ids, req.pending_kv.kv, req.pending_kv.start)
+            kv = req.pending_kv
+            assert isinstance(kv, KVPayload)  # what this runner's connectors import
+            self.cache.import_(req.block_ids, kv.kv, kv.start)
             req.pending_kv = None
         entries = sorted(out.scheduled, key=lambda e: e[1] != 1)  # single-token queries first
         ids, pos, meta, sample_rows, sample_reqs = self._prepare(entries)
@@ -117,7 +122,7 @@ class ModelRunner:
         prefills: list[PrefillSegment] = []
         sample_rows: list[int] = []
         sample_reqs: list[Request] = []
-        # NOTE: plain Python ints, one tensor per kind at the end: per-request tensors cost
+        # plain Python ints, one tensor per kind at the end: per-request tensors cost
         # more than a decode step's attention at batch 32
         for req, n in entries:
             start, row = req.num_computed_tokens, len(ids)
@@ -142,7 +147,7 @@ class ModelRunner:
             padded = [t + [0] * (width - len(t)) for t in decode_tables]
             meta.decode_block_tables = torch.tensor(padded, device=dev)
             lens = torch.tensor(decode_lens, device=dev)
-            # NOTE: additive, in the model's dtype: SDPA converts a boolean mask in every layer
+            # additive, in the model's dtype: SDPA converts a boolean mask in every layer
             pad = torch.arange(width * bs, device=dev)[None, :] >= lens[:, None]  # [Bd, W*bs]
             meta.decode_mask = torch.zeros(pad.shape, dtype=self.dtype, device=dev).masked_fill_(
                 pad, float("-inf"))[:, None, None, :]

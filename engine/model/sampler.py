@@ -22,7 +22,7 @@ def first_argmax(x: torch.Tensor) -> torch.Tensor:
     n, v = x.shape
     full = v - v % _BLOCK
     if n * v < _BLOCKED_FROM or not full:
-        return x.max(dim=-1).indices  # NOTE: ~3x faster than argmax on CPU
+        return x.max(dim=-1).indices  # ~3x faster than argmax on CPU
     block_max = x[:, :full].view(n, -1, _BLOCK).amax(-1)  # [N, V // block]
     if full < v:
         block_max = torch.cat([block_max, x[:, full:].amax(-1, keepdim=True)], dim=-1)

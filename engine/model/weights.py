@@ -70,7 +70,7 @@ def load_state_dict(model: CausalLM, tensors: dict[str, torch.Tensor]) -> None:
             continue  # tied: some checkpoints still store it
         if name not in params:
             raise ValueError(f"unexpected tensor {hf_name!r} in checkpoint")
-        dst = params[name]
+        dst: torch.Tensor = params[name]
         if idx is not None:
             sizes = _slices(model, name.split(".")[-2])
             dst = dst.narrow(0, sum(sizes[:idx]), sizes[idx])
@@ -101,7 +101,7 @@ def hf_state_dict(model: CausalLM) -> dict[str, torch.Tensor]:
                 out[f"model.{prefix}.{inverse[(fused, i)]}.{kind}"] = part.contiguous()
         elif name == "lm_head.weight":
             out[name] = p.detach().contiguous()
-        else:  # NOTE: contiguous: pack_weights may have re-laid it (linear.vector_layout)
+        else:  # contiguous: pack_weights may have re-laid it (linear.vector_layout)
             out[f"model.{name}"] = p.detach().contiguous()
     return out
 

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from typing import IO
 
 from engine.core import deployment
 
@@ -65,28 +66,34 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def spawn(args: list[str], cores: list[int] | None, env: dict) -> subprocess.Popen:
+class Process(subprocess.Popen[bytes]):
+    """A child process whose stderr goes to `log`, a file kept open while it runs."""
+
+    log: IO[bytes]
+
+
+def spawn(args: list[str], cores: list[int] | None, env: dict[str, str]) -> Process:
     """Start `python *args`, its stderr into an unlinked temporary file: a pipe nobody reads
     after start-up would fill and block the child."""
     log = tempfile.TemporaryFile()  # noqa: SIM115  (open as long as the child runs)
     # NOTE: the parent-death signal can only be asked for in the child; die_with_parent
     # makes one prctl call there, nothing that could wait on a lock another thread held
-    proc = subprocess.Popen([sys.executable, *args], env=env,
-                            preexec_fn=die_with_parent,  # noqa: PLW1509
-                            stdout=subprocess.DEVNULL, stderr=log)
+    proc = Process([sys.executable, *args], env=env,
+                   preexec_fn=die_with_parent,
+                   stdout=subprocess.DEVNULL, stderr=log)
     proc.log = log
     if cores:
         os.sched_setaffinity(proc.pid, cores)
     return proc
 
 
-def log_tail(proc: subprocess.Popen, nbytes: int = 2000) -> str:
+def log_tail(proc: Process, nbytes: int = 2000) -> str:
     """The last `nbytes` of what a spawned process wrote to stderr."""
     proc.log.seek(max(0, os.fstat(proc.log.fileno()).st_size - nbytes))
     return proc.log.read().decode(errors="replace")
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float,
+def wait_healthy(url: str, proc: Process, timeout: float,
                  secret: bytes | None = None) -> None:
     """Return once `url`/health answers 200 (inside a deployment, with the proof that only
     one of its processes can give); LaunchError if `proc` exits, another process answers
@@ -105,7 +112,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float,
             if r.status == 200 and secret is None:
                 return
             said = json.loads(r.read()).get("proof")
-            if r.status == 200 and deployment.proven(secret, nonce, url, said):
+            if r.status == 200 and secret and deployment.proven(secret, nonce, url, said):
                 return
             raise LaunchError(f"{url}: another process holds its port (it answered /health "
                               "without this deployment's proof)")
@@ -113,7 +120,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float,
     raise LaunchError(f"instance {url} not healthy after {timeout:.0f} s")
 
 
-def stop(processes: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+def stop(processes: list[Process], grace_s: float = 5.0) -> None:
     """SIGTERM everything, then SIGKILL what is still alive after `grace_s`."""
     for p in processes:
         if p.poll() is None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.core import deployment
 from engine.core.config import API_KEY_ENV, DTYPES, load_model_config, max_body_bytes
-from engine.processes.children import free_port, spawn, stop, wait_healthy
+from engine.processes.children import Process, free_port, spawn, stop, wait_healthy
 
 MODES = ("collocated", "disagg", "render", "render-split")
 # NOTE: instances and their KV side channels are reached only by the front on this host, so
@@ -109,9 +109,9 @@ class Child:
     args: list[str]
     cores: list[int] | None
     env: dict[str, str]
-    proc: subprocess.Popen | None = None
+    proc: Process | None = None
 
-    def start(self) -> subprocess.Popen:
+    def start(self) -> Process:
         self.proc = spawn(self.args, self.cores, self.env)
         return self.proc
 
@@ -131,10 +131,10 @@ class Deployment:
         return deployment.instance_key(bytes.fromhex(self.secret)) if self.secret else None
 
     @property
-    def processes(self) -> list[subprocess.Popen]:
+    def processes(self) -> list[Process]:
         """The children's current processes: instances in start order, then the front
         (render-split: then the render tier and the render front)."""
-        return [c.proc for c in self.children]
+        return [c.proc for c in self.children if c.proc is not None]
 
 
 @contextlib.contextmanager
@@ -174,7 +174,7 @@ def _render_split(t: Topology, health_timeout: float) -> Iterator[Deployment]:
     the engines. The render tier shares the engines' cores here; on a GPU host it would take
     CPU from the host's other work, which is what splitting it off elsewhere frees."""
     secret = t.secret or deployment.new()
-    inside = {"host": INTERNAL_HOST, "port": 0, "api_key": None, "secret": secret,
+    inside: dict[str, Any] = {"host": INTERNAL_HOST, "port": 0, "api_key": None, "secret": secret,
               "internal": True}
     with launch(dataclasses.replace(t, mode="collocated", **inside), health_timeout) as engines:
         tier = _module_child("render", "engine.fronts.render_server", INTERNAL_HOST,
@@ -249,6 +249,7 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
         else ["prefill"] * t.prefill + ["decode"] * t.decode
     )
     children: list[Child] = []
+    procs: list[Process] = []
     urls: dict[str, list[str]] = {"both": [], "prefill": [], "decode": []}
     try:
         share = max(1, len(cores) // len(roles))
@@ -263,10 +264,10 @@ def launch(t: Topology, health_timeout: float = 120.0) -> Iterator[Deployment]:
             url = f"http://{INTERNAL_HOST}:{port}"
             children.append(Child(f"{role} {url}", url, _instance_args(t, role, port, device),
                                   mine, env))
-            children[-1].start()
+            procs.append(children[-1].start())
             urls[role].append(url)
-        for c in children:
-            wait_healthy(c.url, c.proc, health_timeout, bytes.fromhex(secret))
+        for c, proc in zip(children, procs):
+            wait_healthy(c.url, proc, health_timeout, bytes.fromhex(secret))
         port = t.port or free_port(t.host)
         front = [
             "-m",

@@ -24,7 +24,7 @@ def supervise(dep: Deployment, stop: threading.Event, log: Callable[[str], None]
     failures = {id(c): 0 for c in dep.children}
     while not stop.wait(POLL_S):
         for child in dep.children:
-            if stop.is_set() or child.proc.poll() is None:
+            if stop.is_set() or child.proc is None or child.proc.poll() is None:
                 continue
             code, tail = child.proc.returncode, log_tail(child.proc, 300).strip()
             wait = BACKOFF_S[min(failures[id(child)], len(BACKOFF_S) - 1)]
@@ -41,7 +41,8 @@ def supervise(dep: Deployment, stop: threading.Event, log: Callable[[str], None]
 
 def _restart(child: Child) -> bool:
     """Start `child` again and wait until it is healthy; False when it failed to."""
-    child.proc.log.close()
+    if child.proc is not None:
+        child.proc.log.close()
     try:
         wait_healthy(child.url, child.start(), HEALTH_TIMEOUT_S, deployment.current(child.env))
         return True

@@ -62,7 +62,7 @@ def serve_workers(workers: int, host: str, port: int,
     own SO_REUSEPORT socket of host:port (port 0: a free one, the same for all), until
     SIGTERM or SIGINT reaches this process or a worker exits cleanly (a stop sent to the
     whole process group); a worker that fails meanwhile is forked again."""
-    hold = reuseport_socket(host, port)  # NOTE: bound, never listening: holds the port only
+    hold = reuseport_socket(host, port)  # bound, never listening: holds the port only
     port = hold.getsockname()[1]
     stopping = False
 

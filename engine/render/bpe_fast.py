@@ -72,4 +72,5 @@ def _ranked_by_merge_order(tok: Tokenizer, vocab: dict[str, int]) -> bool:
     merges' order: then a token's id ranks it as its merge does."""
     merges = json.loads(tok.to_str())["model"]["merges"]
     made = [vocab.get("".join(m if isinstance(m, list) else m.split(" ", 1))) for m in merges]
-    return None not in made and all(a < b for a, b in itertools.pairwise(made))
+    ids = [i for i in made if i is not None]
+    return len(ids) == len(made) and all(a < b for a, b in itertools.pairwise(ids))

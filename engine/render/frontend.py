@@ -96,7 +96,7 @@ class Frontend:
         try:
             yield
         finally:
-            with self._count_lock:  # NOTE: large requests render on worker threads
+            with self._count_lock:  # large requests render on worker threads
                 self.cpu_seconds[stage] += time.thread_time() - start
                 self.requests[stage] += request_done
 
@@ -106,6 +106,7 @@ class Frontend:
             return req.prompt
         with self.timed("render", request_done=True):
             if req.messages is None:
+                assert isinstance(req.prompt, str)  # IDs returned above
                 return self.tokenizer.encode(req.prompt)
             return self.tokenizer.chat_ids(req.messages, req.tools)
 
@@ -150,8 +151,8 @@ class Frontend:
     # NOTE: the engine's chat endpoint and the render server both answer through the two
     # methods below, which makes render -> generate -> derender equal the engine's own
     def chat_whole(
-        self, request_id: str, ids, chat: ParsedRequest | None, engine_reason: str
-    ) -> tuple[dict, str]:
+        self, request_id: str, ids, chat: ParsedRequest | None, engine_reason: str | None
+    ) -> tuple[dict, str | None]:
         """A whole output's ChatCompletion message and finish_reason."""
         parsed = self.derender(request_id, ids, chat)
         return message(parsed), finish_reason(engine_reason, bool(parsed.tool_calls))

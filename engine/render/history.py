@@ -42,7 +42,7 @@ def check_history(tok: TextTokenizer) -> HistoryCheck:
     dropped = None
     if kept < len(computed):
         text = tok.render_chat(second)
-        # NOTE: the reasoning itself counts, not "<think>": a generation prompt may hold an
+        # the reasoning itself counts, not "<think>": a generation prompt may hold an
         # empty block
         dropped = ("earlier reasoning (<think> blocks)" if REASONING not in text
                    else "part of the earlier reply")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from engine.core.sequence import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplingParams
 
@@ -67,10 +68,11 @@ def parse_json(raw: bytes) -> dict:
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # OpenAI fields this engine does not implement, with the values that ask for nothing: any
 # other value is refused, not ignored (the client would get output it did not ask for)
-UNSUPPORTED = {"stop": ("", []), "logprobs": (False,), "top_logprobs": (0,),
-               "presence_penalty": (0,), "frequency_penalty": (0,), "repetition_penalty": (1,),
-               "best_of": (1,), "echo": (False,), "suffix": ("",), "min_tokens": (0,),
-               "use_beam_search": (False,), "response_format": ({"type": "text"},)}
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "stop": ("", []), "logprobs": (False,), "top_logprobs": (0,), "presence_penalty": (0,),
+    "frequency_penalty": (0,), "repetition_penalty": (1,), "best_of": (1,), "echo": (False,),
+    "suffix": ("",), "min_tokens": (0,), "use_beam_search": (False,),
+    "response_format": ({"type": "text"},)}
 
 
 def _messages(body: dict) -> list[dict]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -46,8 +47,10 @@ class TextTokenizer:
         self.vocab_size = tokenizer.get_vocab_size()
         self.piece_chars = PIECE_CHARS if _cuttable(tokenizer) else None
         fast_pair = fast_encoder(tokenizer) if fast else None
-        self.fast_encode, self.fast_encode_text = fast_pair or (None, None)
-        # NOTE: a twin that reads special-token strings as text: a message's content is text
+        self.fast_encode: Callable[[str], list[int]] | None = fast_pair[0] if fast_pair else None
+        self.fast_encode_text: Callable[[str], list[int]] | None = \
+            fast_pair[1] if fast_pair else None
+        # a twin that reads special-token strings as text: a message's content is text
         self.plain = Tokenizer.from_str(tokenizer.to_str())
         self.plain.encode_special_tokens = True
         self.specials = tuple(t.content for t in tokenizer.get_added_tokens_decoder().values())
@@ -82,7 +85,7 @@ class TextTokenizer:
         if fast:
             return fast(text)
         tok = self.tok if specials else self.plain
-        # NOTE: the batch "fast" path skips offset tracking, which nothing here uses, and
+        # the batch "fast" path skips offset tracking, which nothing here uses, and
         # halves a long prompt's CPU; pieces of ~2k characters cost less than one long text
         pieces = _pieces(text, self.piece_chars) if self.piece_chars else [text]
         encoded = tok.encode_batch_fast(pieces, add_special_tokens=False)

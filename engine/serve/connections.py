@@ -26,7 +26,7 @@ async def watch(server: web.Server) -> None:
         born = {h: born.get(h, now) for h in handlers}
         by_client: dict[object, list] = defaultdict(list)
         for h in handlers:
-            # NOTE: aiohttp counts the requests whose headers it parsed on a connection
+            # aiohttp counts the requests whose headers it parsed on a connection
             if h._request_count == 0 and now - born[h] > HEADERS_S:
                 h.force_close()
                 continue

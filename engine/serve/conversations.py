@@ -54,11 +54,13 @@ async def pull_prefix(kv_connector: KVConnector, params: dict, layout: KVLayout,
         return None, 0
     finally:  # the next turn's decoder keeps its own copy: this one can go now
         asyncio.get_running_loop().run_in_executor(None, connector.release, params)
-    tokens = pulled.payload.token_ids
+    payload = pulled.payload
+    assert payload is not None  # just pulled, not closed
+    tokens = payload.token_ids
     m = common_prefix(tokens, prompt)
     mismatch = min(len(tokens), len(prompt)) - m
-    if m <= pulled.payload.start:  # nothing beyond what this prefiller holds
+    if m <= payload.start:  # nothing beyond what this prefiller holds
         pulled.close(imported=False)
         return None, mismatch
-    pulled.payload = pulled.payload.prefix(m)
+    pulled.payload = payload.prefix(m)
     return pulled, mismatch

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 
+import aiohttp
 from aiohttp import web
 
 from engine.core import deployment
@@ -90,9 +91,9 @@ def served_port(request: web.Request) -> int:
 
 
 async def _prove(request: web.Request, response: web.StreamResponse) -> None:
-    nonce = request.headers.get(NONCE_HEADER)  # NOTE: first: most responses carry none
+    nonce = request.headers.get(NONCE_HEADER)  # first: most responses carry none
     secret = deployment.current() if nonce else None
-    if secret:
+    if secret and nonce:
         response.headers[PROOF_HEADER] = deployment.proof(secret, nonce, served_port(request))
 
 
@@ -103,7 +104,7 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     disconnects, which is what aborts an abandoned request."""
     if api_key:
         app.middlewares.append(require_api_key(api_key))
-    # NOTE: a full collection over what torch and the model leave behind took ~150 ms, an ITL
+    # a full collection over what torch and the model leave behind took ~150 ms, an ITL
     # spike to every request in flight, so the startup objects are frozen, as vLLM does
     gc.collect()
     gc.freeze()
@@ -112,6 +113,7 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     await runner.setup()
     site = web.SockSite(runner, sock) if sock else web.TCPSite(runner, host, port)
     await site.start()
+    assert runner.server is not None  # made by setup()
     watcher = asyncio.create_task(connections.watch(runner.server))
     print(f"{banner} ready on http://{host}:{sock.getsockname()[1] if sock else port}",
           flush=True)
@@ -146,3 +148,30 @@ def server_key(args: argparse.Namespace, internal: bool = True) -> str | None:
 def upstream_headers() -> dict[str, str]:
     """What this process, a front, sends its deployment's instances (none outside one)."""
     return deployment.upstream_headers(deployment.current())
+
+
+class Upstream:
+    """A front's client session to its deployment's instances, open while its app runs:
+    no cap on connections (streams whose clients stopped reading would hold aiohttp's
+    default 100 and leave every later request waiting), the deployment's headers on each."""
+
+    TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def open(self, trace_configs: list[aiohttp.TraceConfig] | None = None) -> None:
+        self._session = aiohttp.ClientSession(timeout=self.TIMEOUT, headers=upstream_headers(),
+                                              connector=aiohttp.TCPConnector(limit=0),
+                                              trace_configs=trace_configs)
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The session (opened when the app starts)."""
+        assert self._session is not None, "the app has not started"
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engine.core.llm_engine import RequestOutput
 from engine.kv.connector import PulledKV
@@ -61,8 +62,9 @@ class RequestContext:
         return chat.finish_reason(self._engine_reason(out), False)
 
     def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict:
-        body = {"request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out),
-                "fingerprint": self.responder.frontend.fingerprint}
+        body: dict[str, Any] = {
+            "request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out),
+            "fingerprint": self.responder.frontend.fingerprint}
         if final:
             body["usage"] = self._usage(out)
             self._add_held_kv(body, out)
@@ -79,7 +81,7 @@ class RequestContext:
         if self.tokens_only:
             return self._tokens(out.token_ids, out, final=True)
         fe = self.responder.frontend
-        choice = {"index": 0, "token_ids": out.token_ids}
+        choice: dict[str, Any] = {"index": 0, "token_ids": out.token_ids}
         if self.chat:
             choice["message"], choice["finish_reason"] = fe.chat_whole(
                 self.rid, out.token_ids, self.req, self._engine_reason(out))
@@ -87,7 +89,7 @@ class RequestContext:
             with fe.timed("derender", request_done=True):
                 choice.update(text=fe.tokenizer.decode(out.token_ids),
                               finish_reason=self._finish_reason(out))
-        body = {"id": self.rid, "object": self.obj, "created": self.created,
+        body: dict[str, Any] = {"id": self.rid, "object": self.obj, "created": self.created,
                 "model": self.responder.model, "choices": [choice], "usage": self._usage(out)}
         if self.req.return_token_ids:  # vLLM's places: top level (chat), per choice (text)
             (body if self.chat else choice)["prompt_token_ids"] = self.prompt
@@ -99,11 +101,13 @@ class RequestContext:
         if self.tokens_only:
             return self._tokens(out.new_token_ids, out, final=False)
         fe = self.responder.frontend
-        choice = {"index": 0, "token_ids": out.new_token_ids}
+        choice: dict[str, Any] = {"index": 0, "token_ids": out.new_token_ids}
         if self.chat:
+            assert self.state is not None  # a streamed chat's, made with the context
             choice["delta"], choice["finish_reason"], self.state = fe.chat_chunk(
                 self.state, self.rid, out.new_token_ids, self._engine_reason(out))
         else:
+            assert self.detok is not None  # a streamed completion's, made with the context
             with fe.timed("derender", request_done=out.finished):
                 text = self.detok.feed(out.new_token_ids)
                 if out.finished and self.detok.pending:  # the output ends mid-character

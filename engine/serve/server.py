@@ -195,7 +195,7 @@ class EngineServer:
         ctx = RequestContext(
             self.responder, req, rid, chat, arrival, pulled, kv, prompt, tokens_only
         )
-        if cid:
+        if cid and self.source is not None:
             ctx.headers.update(conversations.kept_header(self.source, cid))
         first = None
         try:

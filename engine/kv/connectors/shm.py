@@ -39,7 +39,7 @@ def _map_cache(name: str, cache_shape: tuple[int, ...], dtype: str) -> torch.Ten
         # NOTE: the prefill side owns (and unlinks) the segment: this process's resource
         # tracker must not unlink it too when it exits
         if name not in LOCAL_SEGMENTS:
-            resource_tracker.unregister(seg._name, "shared_memory")
+            resource_tracker.unregister(f"/{seg.name}", "shared_memory")
         count = math.prod(cache_shape)
         if count * DTYPE_BYTES[dtype] > seg.size:
             seg.close()

@@ -29,7 +29,7 @@ def block_views(data: torch.Tensor, block_ids: list[int], num_tokens: int) -> li
             for i, b in enumerate(block_ids):
                 n = min(bs, num_tokens - i * bs)
                 views.append(
-                    memoryview(data[layer, half, b, :n].view(torch.uint8).numpy()).cast("B")
+                    data[layer, half, b, :n].view(torch.uint8).numpy().data.cast("B")
                 )
     return views
 
@@ -62,7 +62,7 @@ class TcpConnector(KVConnector):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         nbytes = header["nbytes"]
         buf = POOL.take(nbytes)
-        frame.recv_into_exact(sock, memoryview(buf[:nbytes].numpy()))
+        frame.recv_into_exact(sock, buf[:nbytes].numpy().data)
         return buf[:nbytes].view(getattr(torch, dtype)).view(shape), buf  # the import copies it
 
 
