@@ -68,7 +68,7 @@ def repeat(first: str, out: Path) -> list[str]:
     """The sweep in `first` measured again as the same experiment: one fixed-rate sweep per
     placement at the rates it ran, with its workload scales, SLO, model and seed."""
     rd = RunDir(first)
-    slo, config = rd.read_evidence().slo, rd.read_manifest()["config"]
+    slo, config = rd.read_evidence().slo, rd.read_manifest().config
     params = next(r.get("workload_params") for r in rd.read_runs([]))
     rates: dict[str, list[float]] = {}
     for placement, rate in measured([first]):

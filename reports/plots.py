@@ -15,7 +15,7 @@ from matplotlib.collections import LineCollection
 
 from reports.model import Report, Series
 
-# NOTE: labels are run data, drawn as plain text: a name with $ in it is no mathtext formula
+# labels are run data, drawn as plain text: a name with $ in it is no mathtext formula
 matplotlib.rcParams["text.parse_math"] = False
 
 COLORS = {"collocated": "#1f77b4", "disagg": "#d62728", "bidirectional": "#2ca02c",
@@ -29,7 +29,7 @@ def _color(s: Series) -> str:
 def _finish(
     fig, ax, title: str, data: Report, ylabel: str, xlabel: str = "request rate (req/s)"
 ):
-    # NOTE: the emulation on a line of its own, since tight_layout does not shrink a title
+    # the emulation on a line of its own, since tight_layout does not shrink a title
     # that runs past the figure's edge
     ax.set_title(
         title + (f"\n[KV link emulated: {data.emulated}]" if data.emulated else ""), fontsize=10
@@ -185,7 +185,7 @@ def timeline(data: Report):
     fig, axes = plt.subplots(len(shown), 1, figsize=(7, 2.4 * len(shown)), squeeze=False)
     limit = (data.slo.get("itl_ms") or np.inf) / 1000
     for ax, s in zip(axes[:, 0], shown):
-        # NOTE: one collection per kind, not a line per request, which took seconds to draw
+        # one collection per kind, not a line per request, which took seconds to draw
         waiting: list = []
         decoding: list = []
         stalls: tuple[list[float], list[int]] = ([], [])
@@ -196,7 +196,7 @@ def timeline(data: Report):
             late = [b for a, b in itertools.pairwise(c) if b - a > limit]
             stalls[0].extend(late)
             stalls[1].extend([i] * len(late))
-        # NOTE: rasterized: a thousand requests' stalls as vector marks made a 20 MB SVG
+        # rasterized: a thousand requests' stalls as vector marks made a 20 MB SVG
         ax.add_collection(LineCollection(waiting, colors="#bbbbbb", linewidths=2,
                                          rasterized=True))
         ax.add_collection(LineCollection(decoding, colors=_color(s), linewidths=2,

@@ -1,7 +1,7 @@
 """Write docs/reference/run-directory.md from the code that writes run directories: the
-layout (advisor.rundata.rundir), and every field of evidence.json, recommendation.json and
-result.json's description from their dataclasses, with the comment each field carries;
-tests/test_docs.py checks that the file is current.
+layout (advisor.rundata.rundir), and every field of manifest.json, evidence.json,
+recommendation.json and result.json's description from their dataclasses, with the comment
+each field carries; tests/test_docs.py checks that the file is current.
 
 Usage: python scripts/schema_reference.py [--check]
 """
@@ -18,10 +18,11 @@ from pathlib import Path
 
 from generated import write_or_check
 
-from advisor.rundata import evidence, recommendation, result, rundir
+from advisor.rundata import evidence, manifest, recommendation, result, rundir
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "reference" / "run-directory.md"
-ROOTS = (("evidence.json", evidence.Evidence),
+ROOTS = (("manifest.json", manifest.Manifest),
+         ("evidence.json", evidence.Evidence),
          ("recommendation.json", recommendation.Recommendation),
          ("result.json: what ran", result._Described))
 

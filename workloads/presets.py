@@ -72,7 +72,7 @@ def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
     if not scale > 0 or not out_scale > 0:
         raise ValueError(f"scales must be > 0, not {scale} / {out_scale}")
     spec = PRESETS[name][1]
-    # NOTE: think time scales with the outputs, so that a conversation keeps its shape when a
+    # think time scales with the outputs, so that a conversation keeps its shape when a
     # sweep shortens the replies
     spec = replace(spec, input=spec.input.scaled(scale), output=spec.output.scaled(out_scale),
                    turn_input=spec.turn_input.scaled(scale) if spec.turn_input else None,

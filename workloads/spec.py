@@ -106,7 +106,7 @@ def synthesize(spec: SyntheticSpec, seed: int, name: str = "random") -> Workload
     spec.validate()
     rng = np.random.default_rng(seed)
     n_conv = -(-spec.num_prompts // spec.turns)
-    # NOTE: the rate counts requests; each conversation brings num_prompts / n_conv of them
+    # the rate counts requests; each conversation brings num_prompts / n_conv of them
     starts = replace(spec.arrivals, rate=spec.arrivals.rate * n_conv / spec.num_prompts) \
         .times(n_conv, rng)
     prefix = rng.integers(*spec.vocab, spec.shared_prefix_len).tolist()

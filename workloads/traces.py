@@ -150,7 +150,7 @@ def to_workload(rows: list[TraceRow], seed: int, name: str = "trace",
     convs = []
     for i, r in enumerate(rows):
         tokens: list[int] = []
-        # NOTE: only the blocks the prompt covers: a row may name far more hash ids than that
+        # only the blocks the prompt covers: a row may name far more hash ids than that
         for h in r.hash_ids[: -(-r.input_length // MOONCAKE_BLOCK)]:
             block = np.random.default_rng([seed, h]).integers(*vocab, MOONCAKE_BLOCK)
             tokens += block.tolist()

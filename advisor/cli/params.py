@@ -44,6 +44,7 @@ def options_of(cls, given: dict, ctx: typer.Context | None):
     for name, (f, flag) in flags(cls).items():
         v = given[name]
         if flag.words:
+            assert ctx is not None  # a command with word flags is given its context
             v = tuple(slo_items(v, ctx)) or f.default
         elif flag.parse:
             v = flag.parse(v)
@@ -74,7 +75,8 @@ def options_command(cls, name: str | None = None) -> Callable:
                 opts = options_of(cls, {n: given.pop(n) for n in taken}, ctx)
             return fn(opts, **given)
 
-        command.__signature__ = inspect.Signature(params)
+        # typer reads the parameters off the signature
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         settings = {"allow_extra_args": True} if words else None
         return app.command(name, context_settings=settings)(command)

@@ -20,7 +20,7 @@ def compare(ev: Evidence, dis: PlacementEvidence, c: float, d: float) -> Compari
     said = partial(Comparison, c, d, d / c if c > 0 else None, ci_c, ci_d)
     if not (ci_c and ci_d):
         return said(False, "no goodput intervals in this evidence: confidence unknown")
-    confident = ci_d[0] >= _top(ci_c) or ci_c[0] >= _top(ci_d)
+    confident = (ci_d[0] or 0.0) >= _top(ci_c) or (ci_c[0] or 0.0) >= _top(ci_d)
     shown = f"intervals {_interval(ci_c)} collocated and {_interval(ci_d)} disaggregated"
     if confident and c != d:
         return said(True, f"confident: the goodput {shown} do not overlap")
@@ -31,7 +31,7 @@ def compare(ev: Evidence, dis: PlacementEvidence, c: float, d: float) -> Compari
     return said(confident, f"within noise: the goodput {shown} overlap{more}{stopped}")
 
 
-def _top(ci: list) -> float:
+def _top(ci: list[float | None]) -> float:
     return float("inf") if ci[1] is None else ci[1]
 
 
@@ -56,12 +56,12 @@ def _what_would_separate(col, dis, target: float) -> str:
     said = (f"; their attainments at {col.rate_rps:g} req/s are apart, but {name}'s "
             f"({p.attainment_at_rate:.2f}, interval [{p.attainment_ci[0]:.2f}, "
             f"{p.attainment_ci[1]:.2f}]) holds the {target:g} target")
-    if not n:  # NOTE: on the target itself: more requests narrow it around the target
+    if not n:  # on the target itself: more requests narrow it around the target
         return (said + ": it lies on the target itself, so no number of requests at that "
                 "rate would tell; a rate either side would")
     return said + (f": about {n} requests per rate (now {p.requests_at_rate}) would tell "
                    "whether it meets it")
 
 
-def _interval(ci: list) -> str:
+def _interval(ci: list[float | None]) -> str:
     return f"[{ci[0]:g}, {ci[1]:g}] req/s" if ci[1] is not None else f"[{ci[0]:g} req/s, unbounded)"

@@ -4,8 +4,10 @@ into `measure-first`, or put a caveat on what it says."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from advisor.decide.thresholds import Thresholds
-from advisor.rundata.evidence import Evidence
+from advisor.rundata.evidence import Evidence, PlacementEvidence
 from advisor.rundata.fmt import fmt_ms
 
 
@@ -76,7 +78,8 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
     return f"{head}: {'; '.join(facts)}. To change: {change}", floor_missed
 
 
-def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
+def slowdown_note(sides: Sequence[PlacementEvidence | None],
+                  t: Thresholds) -> tuple[str, bool] | None:
     """Where a placement's runs decoded `t.host_slowed` times slower than calibrated or
     more: what to say, naming the slowest, and whether the host as a whole slowed down
     (every placement measured did); None otherwise. One placement alone slowed is not the
@@ -96,7 +99,8 @@ def slowdown_note(sides: list, t: Thresholds) -> tuple[str, bool] | None:
             "the client, or the host slowed while it ran)"), False
 
 
-def behind_facts(sides: list, target: float, multi_turn: bool = False) -> str | None:
+def behind_facts(sides: Sequence[PlacementEvidence | None], target: float,
+                 multi_turn: bool = False) -> str | None:
     """Each placement that met the attainment `target` at a rate it could not keep up with
     (advisor.rundata.result.KEEP_PACE; for `multi_turn` runs, over conversations), with the
     rate and its pace; None if none did."""
@@ -104,7 +108,7 @@ def behind_facts(sides: list, target: float, multi_turn: bool = False) -> str | 
         "it carried {:.2f} of the rate's load"
     said = [f"{p.placement} at {rate:g} req/s ({att:.0%} met the SLO, but {how.format(pace)})"
             for p in sides if p is not None and p.fell_behind
-            for rate, pace, att in [p.fell_behind] if att >= target]
+            for rate, pace, att in [p.fell_behind] if att is not None and att >= target]
     why = (": fewer were under way at once than that rate keeps, or it fell behind them, so "
            "the server never saw that rate (more requests per rate: --num-prompts)"
            if multi_turn else ": its queue was still growing when the run ended (a longer "
@@ -113,7 +117,8 @@ def behind_facts(sides: list, target: float, multi_turn: bool = False) -> str | 
     return "; ".join(said) + why if said else None
 
 
-def behind_note(sides: list, target: float, multi_turn: bool = False) -> str | None:
+def behind_note(sides: Sequence[PlacementEvidence | None], target: float,
+                multi_turn: bool = False) -> str | None:
     """Where a placement met the attainment `target` at a rate it could not keep up with:
     what to say (that rate counted as a miss); None otherwise."""
     facts = behind_facts(sides, target, multi_turn)
@@ -121,7 +126,7 @@ def behind_note(sides: list, target: float, multi_turn: bool = False) -> str | N
         if facts else None
 
 
-def failed_text(sides: list) -> str:
+def failed_text(sides: Sequence[PlacementEvidence]) -> str:
     """How many requests failed on each of `sides` at its judged rate, and why."""
     return "; ".join(f"{p.placement}: {p.failed_at_rate} of {p.requests_at_rate} requests "
                      f"failed at {p.rate_rps:g} req/s ({p.error})" for p in sides)

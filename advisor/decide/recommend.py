@@ -56,4 +56,4 @@ def run_recommend(source: str, as_json: bool = False, overrides: Sequence[str] =
 
 
 def _model_of(run_dir: RunDir) -> str | None:
-    return (run_dir.read_manifest().get("config") or {}).get("model")
+    return run_dir.read_manifest().model

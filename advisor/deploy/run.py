@@ -77,9 +77,9 @@ def run_deploy(source: str, opts: DeployOptions) -> Deployment:
     ev, rec = run_dir.read_evidence(), run_dir.read_recommendation()
     # a plan's placements may need tensor parallelism (its manifest says how much)
     manifest = run_dir.read_manifest()
-    planned = (manifest.get("plan") or {}).get("candidates") or [{}]
+    planned = (manifest.plan or {}).get("candidates") or [{}]
     w = where(opts, planned[0].get("tp", 1))
-    model = opts.model or (manifest.get("config") or {}).get("model")
+    model = opts.model or manifest.model
     try:
         out = from_evidence(rec, ev, model, w)
     except ValueError as e:

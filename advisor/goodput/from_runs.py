@@ -6,12 +6,14 @@ import contextlib
 import os
 import urllib.parse
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
+from advisor.goodput.placements import Placement
 from advisor.measure.failures import commonest
 from advisor.measure.prom import FRONTEND_CPU, PROCESS_CPU, Sample, transfer_of
 from advisor.measure.transfer import link_class, verdict
@@ -27,15 +29,39 @@ from advisor.rundata.evidence import (
     WorkloadEvidence,
 )
 from advisor.rundata.rundir import RunDir
+from advisor.rundata.stats import Intervals
 from engine.api import TextTokenizer, check_history
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class EvidenceOptions(Protocol):
+    """What the evidence reads of a verb's options (a sweep's, a plan's, an import's): the
+    SLO and where it is judged, and, for the bundled engine, what its KV crossed."""
+
+    @property
+    def slos(self) -> dict[str, float]: ...
+    @property
+    def attainment(self) -> float: ...
+    @property
+    def operating_rate(self) -> float | None: ...
+    @property
+    def bundled(self) -> bool: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def connector(self) -> str | None: ...
 SUMMARY_COLUMNS = ("topology", "request_rate", "num_requests", "completed", "failed",
                    "slo_attainment", "request_goodput", "request_throughput", "output_throughput",
                    "median_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "mean_tpot_ms")
 
 
-def decode_slowdown(records: list[dict], cal: Calibration, decoders: int) -> float | None:
+def decode_slowdown(records: list[dict[str, Any]], cal: Calibration,
+                    decoders: int) -> float | None:
     """The median, over the run's inter-token gaps, of each gap over the calibrated decode
     step at the number of requests each of its `decoders` decoding engines ran at that
     gap's midpoint (a request decodes from its first chunk to its last): near 1 where the
@@ -48,7 +74,7 @@ def decode_slowdown(records: list[dict], cal: Calibration, decoders: int) -> flo
         return None
     starts = np.sort([c[0] for c in streams])
     ends = np.sort([c[-1] for c in streams])
-    ratios = []
+    ratios: list[float] = []
     for c in streams:
         t = np.asarray(c)
         mid = (t[1:] + t[:-1]) / 2  # [gaps]
@@ -58,35 +84,36 @@ def decode_slowdown(records: list[dict], cal: Calibration, decoders: int) -> flo
     return float(np.median(ratios))
 
 
-def _decoders(p) -> int:
+def _decoders(p: Placement) -> int:
     """How many engines decode `p`'s requests (1 for a deployment at a URL: unknown)."""
     t = p.topology
     return 1 if t is None else t.decode if t.mode == "disagg" else t.replicas
 
 
-def _side(run_dir: RunDir, p, outcomes: list[Outcome], rate: float,
+def _side(run_dir: RunDir, p: Placement, outcomes: list[Outcome], rate: float,
           cal: Calibration | None) -> PlacementEvidence:
     name = p.name
     r = run_dir.read_run(name, rate)
     # NOTE: a simulated run's gaps come from the calibration itself: nothing to compare
     lowest = run_dir.read_run(name, min(o.rate for o in outcomes), records=True) \
-        if cal and not r.get("simulated") else None
+        if cal is not None and not r.described.simulated else None
     best = max_goodput_rate(outcomes)
-    ci = r.get("ci95") or {}
+    ci = r.stats.ci95 or Intervals()
     behind = min((o.rate for o in outcomes if o.behind), default=None)
     late = run_dir.read_run(name, behind) if behind is not None else None
     failed, error = commonest(run_dir.read_run(name, rate, records=True).records or []) \
-        if r.get("failed") else (0, None)
+        if r.stats.failed else (0, None)
     lat = {k: r.shown(k) for k in ("p50_itl_ms", "p99_itl_ms", "median_ttft_ms", "p99_ttft_ms")}
     return PlacementEvidence(
-        placement=name, rate_rps=rate, **lat, attainment_at_rate=r.get("slo_attainment"),
+        placement=name, rate_rps=rate, **lat, attainment_at_rate=r.stats.slo_attainment,
         max_goodput_rps=best,
         max_goodput_is_lower_bound=best > 0 and best == max(o.rate for o in outcomes),
         max_goodput_interval_rps=list(goodput_interval(outcomes)),
-        requests_at_rate=r.described.num_prompts, attainment_ci=ci.get("slo_attainment"),
-        median_ttft_ci_ms=ci.get("median_ttft_ms"), p99_itl_ci_ms=ci.get("p99_itl_ms"),
-        slowdown=decode_slowdown(lowest.records or [], cal, _decoders(p)) if lowest else None,
-        fell_behind=[behind, late.pace(), late.get("slo_attainment")] if late else None,
+        requests_at_rate=r.described.num_prompts, attainment_ci=ci.slo_attainment,
+        median_ttft_ci_ms=ci.median_ttft_ms, p99_itl_ci_ms=ci.p99_itl_ms,
+        slowdown=decode_slowdown(lowest.records or [], cal, _decoders(p))
+        if lowest and cal is not None else None,
+        fell_behind=[behind, late.pace(), late.stats.slo_attainment] if late else None,
         failed_at_rate=failed, error=error)
 
 
@@ -117,18 +144,18 @@ def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tupl
 def _workload(run_dir: RunDir, name: str, rate: float, lowest: float,
               calibration: Calibration | None, model: str | None) -> WorkloadEvidence:
     r = run_dir.read_run(name, rate, records=True)
-    every = r.records
+    every = r.records or []
     recs = [x for x in every if x["ok"]]
     busy = sum(
         x["end"] - x["sent"] for x in every if x["sent"] is not None and x["end"] is not None
     )
     gaps = np.diff(r.described.arrival_offsets or [0.0])
     cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
-    duration = r.get("duration")
+    duration = r.stats.duration
     prompt = float(np.mean([x["prompt_tokens"] for x in recs])) if recs else 0.0
     # one prompt's prefill: from the calibration, else the median TTFT at the lowest rate
     prefill = calibration.ttft_at(prompt) if calibration else \
-        run_dir.read_run(name, lowest).get("median_ttft_ms")
+        run_dir.read_run(name, lowest).stats.latency_ms("ttft", "median")
     return WorkloadEvidence(
         rate_rps=rate,
         mean_prompt_tokens=prompt,
@@ -142,7 +169,8 @@ def _workload(run_dir: RunDir, name: str, rate: float, lowest: float,
     )
 
 
-def _kv(opts, run_dir: RunDir, dis, outcomes: list[Outcome]) -> KVTransferEvidence | None:
+def _kv(opts: EvidenceOptions, run_dir: RunDir, dis: Placement,
+        outcomes: list[Outcome]) -> KVTransferEvidence | None:
     """The disaggregated placement's KV transfers, summed over its runs' metric deltas (so
     a resumed sweep counts what an uninterrupted one does)."""
     total = None
@@ -156,7 +184,7 @@ def _kv(opts, run_dir: RunDir, dis, outcomes: list[Outcome]) -> KVTransferEviden
     link = link_class(opts.connector if opts.bundled else None)
     v = verdict(t, link)
     per_token = None
-    if opts.bundled:
+    if opts.bundled and opts.model is not None:
         with contextlib.suppress(UsageError):
             per_token = kv_size(opts.model, 1, opts.dtype).bytes_per_token
     return KVTransferEvidence(
@@ -168,7 +196,7 @@ def _kv(opts, run_dir: RunDir, dis, outcomes: list[Outcome]) -> KVTransferEviden
         overhead_ms=v["overhead_ms"], link=v["link"], verdict=v["verdict"])
 
 
-def _frontend(run_dir: RunDir, p, outcomes: list[Outcome]) -> FrontendEvidence | None:
+def _frontend(run_dir: RunDir, p: Placement, outcomes: list[Outcome]) -> FrontendEvidence | None:
     """Front-end CPU over all of a placement's runs: per request, and as a share of the
     engine processes' whole CPU time (model, scheduler, HTTP and front end together).
     Without our front-end counters (vLLM), the API server's own process CPU stands in:
@@ -178,13 +206,14 @@ def _frontend(run_dir: RunDir, p, outcomes: list[Outcome]) -> FrontendEvidence |
     api_s = duration = 0.0
     for o in outcomes:
         r = run_dir.read_run(p.name, o.rate)
-        if r.described.frontend_cpu:
-            cpu = {k: v + r.described.frontend_cpu[k] for k, v in cpu.items()}
+        spent, metrics = r.described.frontend_cpu, r.described.metrics or {}
+        if spent:
+            cpu = {k: v + spent[k] for k, v in cpu.items()}
             requests += r.described.num_prompts
-        elif PROCESS_CPU in (r.described.metrics or {}).get("values", {}):
-            api_s += r.described.metrics["values"][PROCESS_CPU]
+        elif PROCESS_CPU in metrics.get("values", {}):
+            api_s += metrics["values"][PROCESS_CPU]
             api_requests += r.described.num_prompts
-            duration += r.get("duration") or 0.0
+            duration += r.stats.duration or 0.0
     if requests:
         front = cpu["render_s"] + cpu["derender_s"]
         return FrontendEvidence(
@@ -199,14 +228,14 @@ def _frontend(run_dir: RunDir, p, outcomes: list[Outcome]) -> FrontendEvidence |
         return FrontendEvidence(
             cpu_ms_per_request=api_s / api_requests * 1000, placement=p.name,
             requests=api_requests, source=PROCESS_CPU, cores_busy=cores,
-            cpu_share=cores / os.cpu_count() if local else None,
+            cpu_share=cores / (os.cpu_count() or 1) if local else None,
             undecided=None if local else "the API server's host is not this one: its "
             "core count is unknown here")
     where = p.url or p.name
     return FrontendEvidence(placement=p.name, undecided=f"no CPU counters at {where}")
 
 
-def _history(model: str | None) -> dict:
+def _history(model: str | None) -> dict[str, Any]:
     """Whether the model's chat template renders a turn's history as it was computed (the
     bundled tokenizer's template, or the local model directory's)."""
     local = model if model and Path(model).is_dir() else None
@@ -217,20 +246,22 @@ def _history(model: str | None) -> dict:
 LATE_TURN = 5  # the guide: "measure TTFT on turn five"
 
 
-def _turns(run_dir: RunDir, rate: float, col, dis, bid) -> TurnEvidence | None:
+def _turns(run_dir: RunDir, rate: float, col: Placement | None, dis: Placement | None,
+           bid: Placement | None) -> TurnEvidence | None:
     """Each placement's median TTFT on turn five (or the last, if fewer) at `rate`."""
     medians, turn = {}, None
     for side, p in (("collocated", col), ("disaggregated", dis), ("bidirectional", bid)):
-        per_turn = run_dir.read_run(p.name, rate).get("per_turn") if p else None
+        per_turn = run_dir.read_run(p.name, rate).stats.per_turn if p else None
         if not per_turn:
             continue
-        turn = min(LATE_TURN, max(t["turn"] for t in per_turn)) if turn is None else turn
-        at = next((t for t in per_turn if t["turn"] == turn), None)
-        medians[f"{side}_ms"] = at["median_ttft_ms"] if at else None
-    return TurnEvidence(turn=turn, rate_rps=rate, **medians) if medians else None
+        turn = min(LATE_TURN, max(t.turn for t in per_turn)) if turn is None else turn
+        at = next((t for t in per_turn if t.turn == turn), None)
+        medians[f"{side}_ms"] = at.median_ttft_ms if at else None
+    return TurnEvidence(turn=turn, rate_rps=rate, **medians) if turn is not None else None
 
 
-def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[float],
+def build_evidence(opts: EvidenceOptions, placements: list[Placement],
+                   done: dict[str, list[Outcome]], grid: list[float],
                    run_dir: RunDir, calibration: Calibration | None,
                    prompt_tokens: float | None, stopped: str | None = None) -> Evidence:
     """The evidence at the judged rate (judged_rate); with no run at all
@@ -242,26 +273,27 @@ def build_evidence(opts, placements, done: dict[str, list[Outcome]], grid: list[
     dis = next((p for p in placements if p.kind == "disagg" and not p.bidirectional), None)
     bid = next((p for p in placements if p.bidirectional), None)
     split = next((p for p in placements if p.kind == "render-split"), None)
-    lead = col or dis
+    lead = col or dis or placements[0]
+    pd = dis or bid  # the P/D whose KV transfers are judged
     slo = SloEvidence(**{f"{k}_ms": v for k, v in slos.items()}, attainment=opts.attainment)
     if not grid:
         prompt = prompt_tokens or 0.0
         return Evidence(slo=slo, collocated=PlacementEvidence(placement=col.name if col else None),
                         disaggregated=PlacementEvidence(placement=dis.name) if dis else None,
                         workload=WorkloadEvidence(mean_prompt_tokens=prompt, concurrency=0.0,
-                                                  prefill_ms=calibration.ttft_at(prompt)),
+                                                  prefill_ms=calibration.ttft_at(prompt)
+                                                  if calibration else None),
                         calibration=calibration)
     lowest = min(grid)
     rate, why = judged_rate({p.name: done[p.name] for p in placements}, opts.operating_rate)
-    def side(p):
+    def side(p: Placement | None) -> PlacementEvidence | None:
         return _side(run_dir, p, done[p.name], rate, calibration) if p else None
 
     return Evidence(
         slo=slo,
         collocated=side(col) or PlacementEvidence(),
         disaggregated=side(dis),
-        kv_transfer=_kv(opts, run_dir, dis or bid, done[(dis or bid).name]) if dis or bid
-        else None,
+        kv_transfer=_kv(opts, run_dir, pd, done[pd.name]) if pd else None,
         bidirectional=side(bid),
         render_split=side(split),
         turns=_turns(run_dir, rate, col, dis, bid),

@@ -40,14 +40,15 @@ def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float)
     (`RunResult.client_bound`) says nothing either way: neither met nor missed."""
     if result.client_bound():
         return Outcome(rate, False, False, client_bound=True)
-    collapsed = (result.get("p99_itl_ms") or 0) > COLLAPSE * itl_slo_ms \
-        or result.get("failed") > result.described.num_prompts / 2
-    ci = (result.get("ci95") or {}).get("slo_attainment")
+    s = result.stats
+    collapsed = (s.latency_ms("itl", "p99") or 0) > COLLAPSE * itl_slo_ms \
+        or s.failed > result.described.num_prompts / 2
+    ci = s.ci95.slo_attainment if s.ci95 else None
     pace = result.pace()
     behind = pace is not None and pace < KEEP_PACE
-    return Outcome(rate, result.get("slo_attainment") >= target and not behind, collapsed,
-                   sure_meets=bool(ci) and ci[0] >= target and not behind,
-                   sure_misses=behind or (bool(ci) and ci[1] < target),
+    return Outcome(rate, s.slo_attainment >= target and not behind, collapsed,
+                   sure_meets=ci is not None and ci[0] >= target and not behind,
+                   sure_misses=behind or (ci is not None and ci[1] < target),
                    topped_up=bool(result.described.workload_params.get(TOPPED_UP)),
                    behind=behind)
 

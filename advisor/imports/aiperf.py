@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from advisor.errors import UsageError
 from advisor.imports.found import Found, record
@@ -76,7 +77,7 @@ def _asked(summary: Path) -> tuple[float | None, int | None, str | None, str | N
         data = json.loads(summary.read_text())
         config = data.get("input_config") or {}
         phases = config.get("phases") or []
-        phase = next((p for p in phases if p.get("kind") == "profiling"), {})
+        phase: dict[str, Any] = next((p for p in phases if p.get("kind") == "profiling"), {})
         models = (config.get("models") or {}).get("items") or [{}]
     except (OSError, ValueError, AttributeError):
         return None, None, None, None

@@ -22,7 +22,7 @@ from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.workload_run import record_row
 from advisor.output import console
 from advisor.rundata.evidence import ImportedEvidence
-from advisor.rundata.files import manifest
+from advisor.rundata.manifest import ImportedTools, Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
@@ -66,26 +66,26 @@ def run_import(opts: ImportOptions, argv: list[str] | None = None) -> Imported:
     unknown = [*NEVER_KEPT, *dict.fromkeys(u for f in found for u in f.unknown)]
     model = opts.model or _model(found)
     config = {k: v for k, v in dataclasses.asdict(opts).items() if k != "as_json"}
-    run_dir.write_manifest({
-        **manifest(0, {**config, "model": model, "workload": "imported"}, argv),
-        "imported": {"tools": tools, "unknown": unknown, "skipped": skipped}})
+    run_dir.write_manifest(Manifest.new(0, {**config, "model": model, "workload": "imported"},
+                                        argv, imported=ImportedTools(tools, unknown, skipped)))
     done: dict[str, list[Outcome]] = {p.name: [] for p in placements}
     for p in placements:
         for f in runs[p.name]:
             result = _result(f, p, opts)
             run_dir.write_run(result)
+            assert f.rate is not None  # discover refuses a run without one
             done[p.name].append(outcome_of(result, f.rate, opts.attainment, opts.slos["itl"]))
-    # NOTE: imported here: pandas takes ~0.5 s, and a bad flag must answer before that
+    # imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.from_runs import build_evidence
 
-    grid = sorted({f.rate for f in found})
+    grid = sorted({f.rate for f in found if f.rate is not None})
     ev = build_evidence(opts, placements, done, grid, run_dir, None, None)
     ev = dataclasses.replace(ev, imported=ImportedEvidence(
         tools=tools, sources=sorted({f.source for f in found}), unknown=unknown))
     said = f"measured by {', '.join(tools)}; unknown: " + "; ".join(unknown)
     rec = conclude(run_dir, ev, placements, done, model, imported=said)
     if opts.report:
-        from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
+        from advisor.output.report import run_report  # matplotlib: ~1 s to import
 
         run_report(str(run_dir))
     imported = Imported(run_dir, rec, skipped)

@@ -25,9 +25,10 @@ def runs_at(path_text: str, rate: float | None = None) -> tuple[list[Found], lis
         p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".") and (
             aiperf.is_aiperf(p) or (
             p.suffix == ".json" and p.name not in AIPERF_OTHERS)))
-    found, skipped = [], []
-    for f in files:
-        got, left = _read(f)
+    found: list[Found] = []
+    skipped: list[str] = []
+    for file in files:
+        got, left = _read(file)
         found += got
         skipped += left
     if not found:

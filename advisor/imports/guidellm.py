@@ -8,6 +8,7 @@ from pathlib import Path
 
 from advisor.errors import UsageError
 from advisor.imports.found import Found, record
+from advisor.measure.records import RequestRecord
 
 MEAN_GAPS = ("each gap between tokens: guidellm keeps a request's first and last token "
              "times only, so its ITL is that request's mean gap, which hides stalls (p99 ITL "
@@ -38,7 +39,7 @@ def read(path: Path, data: dict) -> tuple[list[Found], list[str]]:
         if not rate:
             skipped.append(f"{where}: no arrival rate (a {kind} benchmark)")
             continue
-        records = []
+        records: list[RequestRecord] = []
         for group in ("successful", "errored", "incomplete"):
             for req in groups.get(group) or []:
                 records.append(_record(len(records), req, group))

@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-# NOTE: Linux's value; Python's socket module does not name it.
+# Linux's value; Python's socket module does not name it.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _ANCILLARY = socket.CMSG_SPACE(16)  # one struct timespec
 # a kernel stamp further than this from the read is not trusted (the wall clock stepped)
@@ -46,14 +46,14 @@ class StampedSocket(socket.socket):
         return n
 
 
-def receive_time(ancillary: list) -> float:
+def receive_time(ancillary: list[tuple[int, int, bytes]]) -> float:
     """When the bytes a recvmsg returned with `ancillary` arrived (time.monotonic()
     seconds): the kernel's stamp among them, else now."""
     stamp = _kernel_stamp(ancillary)
     return stamp if stamp is not None else time.monotonic()
 
 
-def _kernel_stamp(ancillary: list) -> float | None:
+def _kernel_stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
     """The SO_TIMESTAMPNS stamp among a recvmsg's ancillary data, in time.monotonic()
     seconds; None where there is none, or where it is not in the last second (the wall
     clock it is taken on stepped since)."""

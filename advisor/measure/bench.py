@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -23,14 +24,15 @@ from advisor.measure.ready import (
     served_model,
     wait_ready,
 )
-from advisor.measure.records import Endpoint
+from advisor.measure.records import ClientRun, Endpoint
 from advisor.measure.selfcheck import client_check
 from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
 from advisor.measure.urls import check_url
 from advisor.measure.workers import default_workers
 from advisor.measure.workload_run import max_send_lateness_ms, measure, record_row
 from advisor.output import console
-from advisor.rundata.files import manifest, write_json
+from advisor.rundata.files import write_json
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.result import RunResult
 from workloads import traces
 from workloads.arrivals import Arrivals
@@ -145,7 +147,8 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
     bench = {"burstiness": opts.burstiness, "max_concurrency": opts.max_concurrency,
              "endpoint_type": opts.endpoint, "model_id": model, "base_url": opts.base_url,
              "percentiles": percentiles, "max_send_lateness_ms": max_send_lateness_ms(run),
-             "manifest": manifest(opts.seed, dataclasses.asdict(opts) | {"api_key": None}, argv)}
+             "manifest": Manifest.new(opts.seed, dataclasses.asdict(opts) | {"api_key": None},
+                                     argv).to_json()}
     result = RunResult.of(
         summarize(run.records, run.duration, slos, percentiles, metrics),
         [record_row(r, run.start) for r in run.records], bench,
@@ -165,7 +168,8 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
     return result
 
 
-def _save_vllm(opts: BenchOptions, run, stats: dict, model: str, rate: float | None) -> None:
+def _save_vllm(opts: BenchOptions, run: ClientRun, stats: dict[str, Any], model: str,
+               rate: float | None) -> None:
     """`--save-result`: vLLM's result JSON, named and placed as vLLM places it."""
     date = vllm_result.now()
     label = opts.label or opts.backend

@@ -17,6 +17,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -111,7 +112,7 @@ class Client:
         self._cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self._records: list[RequestRecord] = []
         self._session: aiohttp.ClientSession | None = None
-        self._tools: list[dict] | None = None
+        self._tools: list[dict[str, Any]] | None = None
         self._sockets = StampedSockets()
         self._first: dict[str, orjson.Fragment] = {}
 
@@ -119,7 +120,7 @@ class Client:
                   clock: Callable[[], float] | None = None) -> ClientRun:
         """Send `warmups` requests one at a time (recorded, marked warmup), then the workload
         from t=0 = `clock()` (time.monotonic() seconds; default: now, plus a lead)."""
-        gc.disable()  # NOTE: a full collection mid-run stalls every stream's timestamps by ms
+        gc.disable()  # a full collection mid-run stalls every stream's timestamps by ms
         self._tools = workload.tools
         if self.endpoint.path != CHAT:
             self._first = first_prompts(workload)
@@ -133,7 +134,7 @@ class Client:
         headers = (
             {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         )
-        # NOTE: aiohttp's default limit of 100 connections would close the loop
+        # aiohttp's default limit of 100 connections would close the loop
         conn = aiohttp.TCPConnector(limit=0, socket_factory=self._sockets)
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_stamp_sent)
@@ -151,7 +152,7 @@ class Client:
             start = clock() if clock else time.monotonic() + START_LEAD_S
             cpu = time.process_time()
             convs = sorted(workload.conversations, key=lambda c: c.start)
-            tasks: list[asyncio.Task] = []
+            tasks: list[asyncio.Task[None]] = []
             all_started = asyncio.get_running_loop().create_future()
 
             def launch(conv: Conversation) -> None:  # on the loop, at conv's start time
@@ -176,7 +177,7 @@ class Client:
 
     async def _turns(self, conv: Conversation, scheduled: float, warmup: bool = False) -> None:
         history: list[int] = []  # completions: token ids sent and received so far
-        messages: list[dict] = []  # chat: the same history as messages
+        messages: list[dict[str, Any]] = []  # chat: the same history as messages
         multi = len(conv.turns) > 1
         for k, turn in enumerate(conv.turns):
             if k:
@@ -186,7 +187,7 @@ class Client:
             self._records.append(rec)
             if self.endpoint.path == CHAT:
                 messages.append({"role": "user", "content": text_of(turn.new_tokens)})
-                body = {"messages": list(messages)}
+                body: dict[str, Any] = {"messages": list(messages)}
                 if self._tools:
                     body["tools"] = self._tools
             else:
@@ -230,7 +231,7 @@ class Client:
                 self.on_done(rec)
 
     async def _send(
-        self, rec: RequestRecord, body: dict, max_tokens: int, conversation_id: str
+        self, rec: RequestRecord, body: dict[str, Any], max_tokens: int, conversation_id: str
     ) -> tuple[str, list[int] | None]:
         """Stream one request into `rec`; returns (reply text, reply token ids or None)."""
         ep = self.endpoint
@@ -252,6 +253,7 @@ class Client:
             rec.dispatched = rec.sent = time.monotonic()  # sent: replaced when the body goes out
             try:
                 async with asyncio.timeout(ep.timeout_s):
+                    assert self._session is not None  # run() opened it
                     async with self._session.post(
                         ep.base_url.rstrip("/") + ep.path,
                         data=orjson.dumps(body),
@@ -320,7 +322,7 @@ async def _stamp_sent(_session, ctx, _params) -> None:
         rec.sent = time.monotonic()
 
 
-def _content(chunk: dict, chat: bool):
+def _content(chunk: dict[str, Any], chat: bool):
     """(text, token ids or None) of each choice that carries generated content."""
     for choice in chunk.get("choices") or []:
         if chat:

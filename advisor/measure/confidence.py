@@ -52,7 +52,8 @@ def _conversation_counts(groups: list[str], rng: np.random.Generator) -> np.ndar
     return per_conv[:, member]
 
 
-def _weighted(good: np.ndarray, ttft: np.ndarray, counts: np.ndarray) -> dict:
+def _weighted(good: np.ndarray, ttft: np.ndarray,
+              counts: np.ndarray) -> dict[str, list[float] | None]:
     """Attainment and median TTFT intervals of resamples given as request counts."""
     att = counts @ good / counts.sum(axis=1)
     done = ~np.isnan(ttft)
@@ -67,7 +68,7 @@ def _median_bounds(ttft: np.ndarray) -> list[float] | None:
         with warnings.catch_warnings():  # a resample of failed requests only has no median
             warnings.simplefilter("ignore", RuntimeWarning)
             return _bounds(np.nanmedian(ttft, axis=1))
-    # NOTE: nanmedian goes row by row in Python past 600 columns; median does not
+    # nanmedian goes row by row in Python past 600 columns; median does not
     return _bounds(np.median(ttft, axis=1))
 
 
@@ -144,7 +145,7 @@ def requests_to_separate(n: int, a: float, a_ci: list[float], b: float, b_ci: li
     The facing sides, not half widths: near 1 a bootstrap interval is lopsided, and half
     widths would say that the requests already run "would tell"."""
     gap = abs(a - b)
-    if gap < 1e-9:  # NOTE: 63/70 against 0.9 differs by float rounding alone
+    if gap < 1e-9:  # 63/70 against 0.9 differs by float rounding alone
         return 0  # no difference to resolve at any size
     (hi, hi_ci), (lo, lo_ci) = sorted(((a, a_ci), (b, b_ci)), key=lambda v: v[0], reverse=True)
     facing = (hi - hi_ci[0]) + (lo_ci[1] - lo)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,13 +52,13 @@ class Sample:
                 mine[le] = mine.get(le, 0.0) + c
         return Sample(values, buckets, {**self.gauges, **other.gauges})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"values": self.values, "gauges": self.gauges,
                 "buckets": {n: [[le, c] for le, c in sorted(b.items())]
                             for n, b in self.buckets.items()}}
 
     @classmethod
-    def from_json(cls, d: dict) -> Sample:
+    def from_json(cls, d: dict[str, Any]) -> Sample:
         return cls(dict(d.get("values") or {}),
                    {n: {float(le): c for le, c in b} for n, b in (d.get("buckets") or {}).items()},
                    dict(d.get("gauges") or {}))

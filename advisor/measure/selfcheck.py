@@ -13,6 +13,9 @@ where it makes sends late, and that is checked on its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
 import numpy as np
 
 from advisor.measure.records import ClientRun
@@ -22,28 +25,46 @@ SEND_LATE_P99_MS = 10.0
 BUSY_SHARE = 0.7
 
 
-def client_check(run: ClientRun, capped: bool = False) -> dict:
+class ClientCheck(TypedDict):
+    """A run's self-check, as result.json's `client_check` holds it."""
+
+    cpu_share: float | None  # of one core, per client process
+    loop_lag_p99_ms: float | None
+    send_late_p99_ms: float | None  # None under a concurrency cap
+    bound: str | None  # why the client was the bottleneck
+
+
+def client_check(run: ClientRun, capped: bool = False) -> ClientCheck:
     """The run's self-check: cpu_share (of one core, per client process), loop_lag_p99_ms,
     send_late_p99_ms (None under a concurrency cap, where waiting for a slot is the cap's
     doing) and `bound`: why the client was the bottleneck, or None."""
     late = None if capped else _p99([s * 1000 for s in run.send_lateness()])
-    check = {"cpu_share": run.cpu_s / run.duration / run.workers if run.duration > 0 else None,
-             "loop_lag_p99_ms": _p99([lag * 1000 for lag in run.loop_lags]),
-             "send_late_p99_ms": late}
-    return {**check, "bound": bound(check)}
+    check = ClientCheck(
+        cpu_share=run.cpu_s / run.duration / run.workers if run.duration > 0 else None,
+        loop_lag_p99_ms=_p99([lag * 1000 for lag in run.loop_lags]), send_late_p99_ms=late,
+        bound=None)
+    check["bound"] = bound(check)
+    return check
 
 
-def pooled(checks: list[dict | None]) -> dict | None:
+def pooled(checks: list[Mapping[str, Any] | None]) -> ClientCheck | None:
     """One check for runs pooled into one result: the worst of each sign (None when any
     run has none recorded)."""
-    if not checks or any(c is None for c in checks):
+    given = [c for c in checks if c is not None]
+    if not checks or len(given) < len(checks):
         return None
-    worst = {k: max((c[k] for c in checks if c.get(k) is not None), default=None)
-             for k in ("cpu_share", "loop_lag_p99_ms", "send_late_p99_ms")}
-    return {**worst, "bound": bound(worst)}
+    def most(values: list[float | None]) -> float | None:
+        return max((v for v in values if v is not None), default=None)
+
+    worst = ClientCheck(cpu_share=most([c.get("cpu_share") for c in given]),
+                        loop_lag_p99_ms=most([c.get("loop_lag_p99_ms") for c in given]),
+                        send_late_p99_ms=most([c.get("send_late_p99_ms") for c in given]),
+                        bound=None)
+    worst["bound"] = bound(worst)
+    return worst
 
 
-def bound(check: dict) -> str | None:
+def bound(check: Mapping[str, Any]) -> str | None:
     """Why a check says the client was the bottleneck, or None."""
     why = []
     lag, late = check.get("loop_lag_p99_ms"), check.get("send_late_p99_ms")

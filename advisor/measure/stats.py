@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypedDict
 
 import numpy as np
 
 from advisor.errors import UsageError
 from advisor.measure.confidence import intervals
 from advisor.measure.records import RequestRecord
+from advisor.rundata.stats import METRICS, Intervals, Latency, RunStats, TurnStats
 
 DEFAULT_SLO = ("ttft:2000", "itl:50")  # the guide's: TTFT within 2 s, every gap within 50 ms
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 def parse_rates(text: str | None) -> tuple[float, ...]:
@@ -125,20 +126,14 @@ def _judged(lat: RequestLatency) -> dict[str, float]:
             "tpot": lat.tpot if lat.tpot is not None else 0.0}
 
 
-def _stats(name: str, values_s: list[float], percentiles: list[float]) -> dict[str, float]:
+def _latency(values_s: list[float] | np.ndarray, percentiles: list[float]) -> Latency:
+    """Mean, median, std and percentiles (ms) of `values_s`; zeros where there are none,
+    as vLLM writes them."""
     a = np.asarray(values_s, dtype=float) * 1000
-    out = {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"std_{name}_ms": 0.0}
-    out.update({f"p{p:g}_{name}_ms": 0.0 for p in percentiles})
-    if a.size:
-        out.update(
-            {
-                f"mean_{name}_ms": float(a.mean()),
-                f"median_{name}_ms": float(np.median(a)),
-                f"std_{name}_ms": float(a.std()),
-            }
-        )
-        out.update({f"p{p:g}_{name}_ms": float(np.percentile(a, p)) for p in percentiles})
-    return out
+    if not a.size:
+        return Latency(0.0, 0.0, 0.0, {f"p{p:g}": 0.0 for p in percentiles})
+    return Latency(float(a.mean()), float(np.median(a)), float(a.std()),
+                   {f"p{p:g}": float(np.percentile(a, p)) for p in percentiles})
 
 
 def summarize(
@@ -147,64 +142,74 @@ def summarize(
     slos: dict[str, float],
     percentiles: list[float],
     metrics: tuple[str, ...] = METRICS,
-) -> dict:
-    """vLLM's result keys (completed, failed, throughputs, mean_/median_/std_/pNN_ + metric)
-    plus slo_attainment and per-source token counts. Warmup records are ignored."""
+) -> RunStats:
+    """vLLM's result statistics (completed, failed, throughputs, mean/median/std/pNN of each
+    metric) plus slo_attainment, per-source token counts, the pace figures and bootstrap
+    intervals. Warmup records are ignored."""
     runs = [r for r in records if not r.warmup]
     lats = [latency(r) for r in runs]
     done = [(r, lat) for r, lat in zip(runs, lats) if lat is not None]
     good = sum(is_good(lat, slos) for lat in lats)
     out_tokens = sum(r.output_tokens for r, _ in done)
+    in_tokens = sum(r.prompt_tokens for r, _ in done)
     duration = max(duration, 1e-9)
-    result = {
-        "num_requests": len(runs),
-        "completed": len(done),
-        "failed": len(runs) - len(done),
-        "duration": duration,
-        "total_input_tokens": sum(r.prompt_tokens for r, _ in done),
-        "total_output_tokens": out_tokens,
-        "output_tokens_from_usage": sum(r.token_source == "usage" for r, _ in done),
-        "request_throughput": len(done) / duration,
-        "output_throughput": out_tokens / duration,
-        "total_token_throughput": (out_tokens + sum(r.prompt_tokens for r, _ in done)) / duration,
-        "request_goodput": good / duration,
-        "good_requests": good,
-        "slo_attainment": good / len(runs) if runs else 0.0,
-        "goodput_slos": slos,
-    }
     pools = {
         "ttft": [lat.ttft for _, lat in done],
         "e2el": [lat.e2el for _, lat in done],
         "tpot": [lat.tpot for _, lat in done if lat.tpot is not None],
         "itl": np.concatenate([lat.itls for _, lat in done]) if done else [],
     }
-    for m in metrics:
-        result.update(_stats(m, pools[m], percentiles))
-    if any(r.turn > 0 for r in runs):
-        result["per_turn"] = per_turn(runs)
-        result.update(conversations(runs))
-    result.update(pace_figures(runs, lats))
-    result["ci95"] = intervals([is_good(lat, slos) for lat in lats],
-                               [lat.ttft * 1000 if lat else None for lat in lats],
-                               [lat.itls * 1000 if lat else [] for lat in lats],
-                               [r.conversation_id for r in runs] if "per_turn" in result else None)
-    return result
+    multi = any(r.turn > 0 for r in runs)
+    ci = intervals([is_good(lat, slos) for lat in lats],
+                   [lat.ttft * 1000 if lat else None for lat in lats],
+                   [list(lat.itls * 1000) if lat else [] for lat in lats],
+                   [r.conversation_id for r in runs] if multi else None)
+    stats = RunStats(
+        completed=len(done), failed=len(runs) - len(done),
+        slo_attainment=good / len(runs) if runs else 0.0, num_requests=len(runs),
+        duration=duration, total_input_tokens=in_tokens, total_output_tokens=out_tokens,
+        output_tokens_from_usage=sum(r.token_source == "usage" for r, _ in done),
+        request_throughput=len(done) / duration, output_throughput=out_tokens / duration,
+        total_token_throughput=(out_tokens + in_tokens) / duration,
+        request_goodput=good / duration, good_requests=good, goodput_slos=slos,
+        latency={m: _latency(pools[m], percentiles) for m in metrics},
+        per_turn=per_turn(runs) if multi else None, **pace_figures(runs, lats),
+        ci95=Intervals(**ci))
+    return replace(stats, **conversations(runs)) if multi else stats
 
 
-def pace_figures(records: list[RequestRecord], lats: list[RequestLatency | None]) -> dict:
+class PaceFigures(TypedDict, total=False):
+    """RunStats' pace figures (each named there)."""
+
+    early_e2el_ms: float | None
+    request_life_ms: float
+    peak_requests: int
+
+
+class ConversationFigures(TypedDict):
+    """RunStats' multi-turn figures (each named there)."""
+
+    conversation_life_ms: float
+    early_conversation_ms: float
+    completed_conversations: int
+    peak_conversations: int
+
+
+def pace_figures(records: list[RequestRecord],
+                 lats: list[RequestLatency | None]) -> PaceFigures:
     """What `RunResult.pace` reads of a run besides its counts: the median end-to-end
     latency of its first fifth by schedule (ms) and, single-turn, its requests' median
     lifetime (ms) and the most under way at once (multi-turn: `conversations`)."""
     first = sorted(zip(records, lats), key=lambda rl: rl[0].scheduled)[:max(1, len(records) // 5)]
     early = [lat.e2el for _, lat in first if lat is not None]
-    out = {"early_e2el_ms": float(np.median(early)) * 1000 if early else None}
+    out = PaceFigures(early_e2el_ms=float(np.median(early)) * 1000 if early else None)
     if records and not any(r.turn > 0 for r in records):
         life, peak = _under_way([(r.scheduled, _last(r) - r.scheduled) for r in records])
-        out.update(request_life_ms=life * 1000, peak_requests=peak)
+        out["request_life_ms"], out["peak_requests"] = life * 1000, peak
     return out
 
 
-def conversations(records: list[RequestRecord]) -> dict:
+def conversations(records: list[RequestRecord]) -> ConversationFigures:
     """How long conversations lasted, all and the first fifth by start (ms), how many had
     every turn complete and the most under way at once (see the module's docstring)."""
     convs: dict[str, list[RequestRecord]] = {}
@@ -217,10 +222,10 @@ def conversations(records: list[RequestRecord]) -> dict:
     spans.sort()
     lives = [life for _, life, _ in spans]
     life, peak = _under_way([(t, life) for t, life, _ in spans])
-    return {"conversation_life_ms": life * 1000,
-            "early_conversation_ms": float(np.median(lives[:max(1, len(lives) // 5)])) * 1000,
-            "completed_conversations": sum(done for _, _, done in spans),
-            "peak_conversations": peak}
+    return ConversationFigures(
+        conversation_life_ms=life * 1000,
+        early_conversation_ms=float(np.median(lives[:max(1, len(lives) // 5)])) * 1000,
+        completed_conversations=sum(done for _, _, done in spans), peak_conversations=peak)
 
 
 def _last(r: RequestRecord) -> float:
@@ -236,7 +241,7 @@ def _under_way(spans: list[tuple[float, float]]) -> tuple[float, int]:
             int(np.max(np.cumsum([step for _, step in events]))))
 
 
-def per_turn(records: list[RequestRecord]) -> list[dict]:
+def per_turn(records: list[RequestRecord]) -> list[TurnStats]:
     """Multi-turn runs by turn index (1..N): requests, failures, median and p90 TTFT (ms),
     mean prompt tokens and how many of them the server reused (cached_tokens: from its
     prefix cache or a KV pull) or computed, and the mean KV transfer (ms). Where turn k's
@@ -250,13 +255,13 @@ def per_turn(records: list[RequestRecord]) -> list[dict]:
         kv = [r.kv_transfer_ms for r in ok if r.kv_transfer_ms is not None]
         prompt = float(np.mean([r.prompt_tokens for r in ok])) if ok else None
         reused = float(np.mean(cached)) if cached else None
-        out.append({
-            "turn": turn + 1, "requests": len(rs), "failed": len(rs) - len(ok),
-            "median_ttft_ms": float(np.median(ttft)) if ttft else None,
-            "p90_ttft_ms": float(np.percentile(ttft, 90)) if ttft else None,
-            "mean_prompt_tokens": prompt, "mean_reused_tokens": reused,
-            "mean_computed_tokens": prompt - reused if prompt is not None and reused is not None
+        out.append(TurnStats(
+            turn=turn + 1, requests=len(rs), failed=len(rs) - len(ok),
+            median_ttft_ms=float(np.median(ttft)) if ttft else None,
+            p90_ttft_ms=float(np.percentile(ttft, 90)) if ttft else None,
+            mean_prompt_tokens=prompt, mean_reused_tokens=reused,
+            mean_computed_tokens=prompt - reused if prompt is not None and reused is not None
             else None,
-            "mean_kv_transfer_ms": float(np.mean(kv)) if kv else None,
-        })
+            mean_kv_transfer_ms=float(np.mean(kv)) if kv else None,
+        ))
     return out

@@ -5,6 +5,7 @@ expired leases, and how much of each transfer is wire time."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from advisor.measure.prom import TransferTotals
 
@@ -22,7 +23,7 @@ def link_class(connector: str | None) -> str:
     return "tcp" if connector == "tcp" else "fast"
 
 
-def verdict(t: TransferTotals, link: str = "fast") -> dict:
+def verdict(t: TransferTotals, link: str = "fast") -> dict[str, Any]:
     """The verdict on `t` (transfers in one window); `link`: a LINK_FLOORS_GBPS key."""
     if t.count <= 0:
         return {"transfers": 0, "failures": t.failures, "expired": t.expired,
@@ -31,7 +32,7 @@ def verdict(t: TransferTotals, link: str = "fast") -> dict:
     p90 = t.quantile(0.9)
     gbps = t.nbytes / t.seconds / 1e9 if t.seconds > 0 else None
     floor = LINK_FLOORS_GBPS[link]
-    out = {
+    out: dict[str, Any] = {
         "transfers": t.count,
         "mean_ms": mean_ms,
         "p90_ms": p90 * 1000 if p90 is not None and math.isfinite(p90) else None,
@@ -51,7 +52,7 @@ def verdict(t: TransferTotals, link: str = "fast") -> dict:
     return out
 
 
-def _words(v: dict) -> str:
+def _words(v: dict[str, Any]) -> str:
     mean = v["mean_ms"]
     head = ("healthy" if mean < HEALTHY_MS else
             "slow: fix the transfer before anything else" if mean >= SLOW_MS else "marginal")

@@ -14,6 +14,7 @@ import math
 import re
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 from advisor.measure.failures import reason
 from advisor.measure.records import RequestRecord
@@ -36,8 +37,8 @@ def now() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def vllm_result(stats: dict, records: list[RequestRecord], start: float, setup: dict,
-                detailed: bool) -> dict:
+def vllm_result(stats: dict[str, Any], records: list[RequestRecord], start: float,
+                setup: dict[str, Any], detailed: bool) -> dict[str, Any]:
     """The result JSON: `setup` (date, backend, label, model_id, ..., as vLLM orders them),
     then the run's figures from `stats` (our summary, whose metric keys are vLLM's) and
     `records` (times relative to `start`)."""
@@ -73,7 +74,7 @@ def vllm_result(stats: dict, records: list[RequestRecord], start: float, setup: 
     return out
 
 
-def peaks(records: list[RequestRecord]) -> dict:
+def peaks(records: list[RequestRecord]) -> dict[str, float]:
     """vLLM's max_output_tokens_per_s (output chunks in the busiest whole second from the
     first request's start) and max_concurrent_requests (requests under way at some time in
     that second, as vLLM counts them: more than --max-concurrency when some end in it)."""

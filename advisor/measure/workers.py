@@ -48,7 +48,7 @@ def run_workers(endpoint: Endpoint, workload: Workload, n: int, warmups: int = 0
     cap is divided among them (each takes its share, rounded up)."""
     parts = deal(workload, n)
     cap = math.ceil(max_concurrency / len(parts)) if max_concurrency else None
-    ctx = mp.get_context("spawn")  # NOTE: a forked child would inherit the parent's threads
+    ctx = mp.get_context("spawn")  # a forked child would inherit the parent's threads
     counts = ctx.Array("i", len(parts), lock=False)  # requests done, one slot per worker
     pipes, procs = [], []
     try:

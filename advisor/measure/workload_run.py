@@ -9,15 +9,15 @@ import dataclasses
 import json
 import urllib.error
 import urllib.request
+from typing import Any
 
 import numpy as np
-from rich.progress import Progress
 
 from advisor.errors import UsageError
 from advisor.measure.client import Client
 from advisor.measure.records import ClientRun, Endpoint, RequestRecord
 from advisor.measure.workers import run_workers
-from advisor.output.progress import ProgressLines, progress_bars
+from advisor.output.progress import Bars, progress_bars
 from workloads.spec import Workload
 
 REACH_TIMEOUT_S = 5.0
@@ -31,7 +31,7 @@ def discover_model(base_url: str, api_key: str | None = None) -> str:
     return data[0]["id"]
 
 
-def list_models(base_url: str, api_key: str | None = None) -> list[dict]:
+def list_models(base_url: str, api_key: str | None = None) -> list[dict[str, Any]]:
     """/v1/models' entries; UsageError (with the timeout) when unreachable or absent."""
     url = base_url.rstrip("/") + "/v1/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -47,22 +47,21 @@ def list_models(base_url: str, api_key: str | None = None) -> list[dict]:
 
 def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
             max_concurrency: int | None = None, label: str = "requests",
-            bars: Progress | ProgressLines | None = None, workers: int = 1) -> ClientRun:
+            bars: Bars | None = None, workers: int = 1) -> ClientRun:
     """Send `workload` to `endpoint` with a progress bar (in `bars` if given), from
     `workers` client processes (advisor.measure.workers); every record."""
     with contextlib.ExitStack() as stack:
-        if bars is None:
-            bars = stack.enter_context(progress_bars())
-        task = bars.add_task(label, total=workload.num_requests)
-        stack.callback(bars.remove_task, task)
+        shown: Bars = bars if bars is not None else stack.enter_context(progress_bars())
+        task = shown.add_task(label, total=workload.num_requests)
+        stack.callback(shown.remove_task, task)
 
         def done(rec) -> None:
             if not rec.warmup:
-                bars.advance(task)
+                shown.advance(task)
 
         if workers > 1:
             return run_workers(endpoint, workload, workers, num_warmups, max_concurrency,
-                               progress=lambda n: bars.advance(task, n))
+                               progress=lambda n: shown.advance(task, n))
         client = Client(endpoint, max_concurrency, on_done=done)
         return asyncio.run(client.run(workload, num_warmups))
 
@@ -72,14 +71,14 @@ def max_send_lateness_ms(run: ClientRun) -> float:
     return max(run.send_lateness(), default=0.0) * 1000
 
 
-def record_row(r, start: float) -> dict:
+def record_row(r: RequestRecord, start: float) -> dict[str, Any]:
     """A record with times as seconds from the run's t=0 (chunks too)."""
-    # NOTE: fields by name, not dataclasses.asdict, whose deep copy of every chunk list cost
+    # fields by name, not dataclasses.asdict, whose deep copy of every chunk list cost
     # more than the rest of writing a run
     row = {k: getattr(r, k) for k in _ROW_FIELDS}
     for k in ("scheduled", "dispatched", "sent", "end"):
         row[k] = round(row[k] - start, 6) if row[k] else None
-    # NOTE: rounded in numpy, not by round() per chunk: a plan writes millions of chunk times
+    # rounded in numpy, not by round() per chunk: a plan writes millions of chunk times
     row["chunks"] = (np.rint((np.asarray(r.chunks) - start) * 1e6) / 1e6).tolist()
     row["ok"] = r.ok
     return row
@@ -88,7 +87,7 @@ def record_row(r, start: float) -> dict:
 _ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "body_sent")
 
 
-def records_of(rows: list[dict]) -> list[RequestRecord]:
+def records_of(rows: list[dict[str, Any]]) -> list[RequestRecord]:
     """Records again from `record_row`'s rows, for statistics over a stored run.
 
     Times come back 1 s later than the rows say: 0 means "never" in a record (not sent,

@@ -4,6 +4,9 @@ tables that wrap to its width; into a file or a pipe, plain lines with every val
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -19,7 +22,7 @@ _MULTI_TURN_BEHIND = (" (over conversations): fewer were under way at once than 
                       "requests (--num-prompts) or a lower rate")
 
 
-def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[float],
+def print_summary(result: dict[str, Any], metrics: tuple[str, ...], percentiles: list[float],
                   pace: float | None = None, out: Console | None = None,
                   failure: str | None = None) -> None:
     """The headline counts (with the commonest `failure`, where any failed) and
@@ -48,7 +51,7 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
                  ("SLO attainment", f"{result['slo_attainment']:.1%} of all requests"),
                  ("request goodput", f"{result['request_goodput']:.3f} req/s")]
     show_table(out, title, None, [list(r) for r in rows])
-    if not result["completed"]:  # NOTE: vLLM's statistics read 0 ms where none was measured
+    if not result["completed"]:  # vLLM's statistics read 0 ms where none was measured
         out.print("no request completed: no latency was measured")
         return
     cols = ["mean", "median", "std"] + [f"p{p:g}" for p in percentiles]
@@ -57,7 +60,7 @@ def print_summary(result: dict, metrics: tuple[str, ...], percentiles: list[floa
                right=True, whole=len(cols) + 1)
 
 
-def client_line(check: dict) -> str:
+def client_line(check: Mapping[str, Any]) -> str:
     """What the client's self-check found (advisor.measure.selfcheck), in one line."""
     def ms(v) -> str:
         return "-" if v is None else f"{v:.1f} ms"

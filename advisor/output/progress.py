@@ -8,10 +8,26 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, Protocol, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class Bars(Protocol):
+    """What long work asks of its progress: rich's Progress, or ProgressLines."""
+
+    def add_task(self, description: str, *, total: float | None = ..., **fields: Any) -> Any: ...
+
+    def update(self, task_id: Any, *, description: str | None = ..., **fields: Any) -> None: ...
+
+    def advance(self, task_id: Any, advance: float = ...) -> None: ...
+
+    def remove_task(self, task_id: Any) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> Any: ...
 
 
 @dataclass
@@ -41,30 +57,30 @@ class ProgressLines:
         out = self.out or sys.stderr
         print(f"[{self.clock() - self.began:7.1f} s] {text}", file=out, flush=True)
 
-    def add_task(self, description: str, total: float | None = None, **_) -> int:
+    def add_task(self, description: str, *, total: float | None = None, **_) -> int:
         task = len(self._tasks)
         self._tasks[task] = _Task(description, total, began=self.clock())
         if total is None:
             self._say(description)
         return task
 
-    def update(self, task: int, description: str | None = None, **_) -> None:
-        t = self._tasks[task]
+    def update(self, task_id: int, *, description: str | None = None, **_) -> None:
+        t = self._tasks[task_id]
         if description is not None and description != t.description:
             t.description = description
             self._say(description)
 
-    def advance(self, task: int, advance: float = 1) -> None:
-        self._tasks[task].completed += advance
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self._tasks[task_id].completed += advance
 
-    def remove_task(self, task: int) -> None:
-        t = self._tasks.pop(task)
+    def remove_task(self, task_id: int) -> None:
+        t = self._tasks.pop(task_id)
         if t.total is not None:
             self._say(f"{t.description}: {t.completed:g} of {t.total:g} done in "
                       f"{self.clock() - t.began:.1f} s")
 
 
-def progress_bars() -> Progress | ProgressLines:
+def progress_bars() -> Bars:
     """The progress long work shows on standard error: bars (gone when done) where both
     outputs are a terminal, else lines (where either goes to a log or a pipe)."""
     if not (sys.stdout.isatty() and sys.stderr.isatty()):

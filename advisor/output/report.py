@@ -32,7 +32,8 @@ def run_report(
     if "md" in formats:
         # NOTE: each file replaced by a rename, never written through a link at its name
         for fig in figures:
-            write_atomic(out / markdown.png_name(fig), fig.png)
+            if fig.png is not None:  # drawn with PNGs here (png=True)
+                write_atomic(out / markdown.png_name(fig), fig.png)
         write_atomic(out / "report.md", markdown.render(data, figures))
         written.append(out / "report.md")
     return written

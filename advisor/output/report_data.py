@@ -15,6 +15,7 @@ from pathlib import Path
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.files import RunDataError
 from advisor.rundata.fmt import fmt, fmt_items
+from advisor.rundata.manifest import Host, Manifest, ProbeFindings
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import EVIDENCE, MANIFEST, RECOMMENDATION, RunDir
@@ -31,35 +32,36 @@ class _Read:
     run_dir: RunDir
     runs: list[RunResult]
     problems: list[str]
-    manifest: dict | None = None
+    manifest: Manifest | None = None
     evidence: Evidence | None = None
     recommendation: Recommendation | None = None
 
     def placements(self) -> list[str]:
         """Collocated first, then by name."""
-        return sorted({r.placement for r in self.runs},
+        return sorted({r.placement for r in self.runs if r.placement is not None},
                       key=lambda p: (self.kind(p) != "collocated", p))
 
     def kind(self, placement: str) -> str | None:
         return next((r.kind for r in self.runs if r.placement == placement), None)
 
     def series(self, placement: str) -> list[RunResult]:
-        return sorted((r for r in self.runs if r.placement == placement), key=lambda r: r.rate)
+        return sorted((r for r in self.runs if r.placement == placement),
+                      key=lambda r: r.rate or 0.0)
 
     @property
     def simulated(self) -> str | None:
         """What predicted these results, when they were simulated rather than measured."""
-        return (self.manifest or {}).get("simulated") or next(
+        return (self.manifest.simulated if self.manifest else None) or next(
             (r.described.simulated for r in self.runs if r.described.simulated), None)
 
     @property
     def imported(self) -> str | None:
         """Which tools measured these results, when another tool did (`advisor import`)."""
-        said = (self.manifest or {}).get("imported") or {}
-        if not said.get("tools"):
+        said = self.manifest.imported if self.manifest else None
+        if said is None or not said.tools:
             return None
-        return f"measured by {', '.join(said['tools'])}; not in their files: " + "; ".join(
-            said.get("unknown") or ["-"])
+        return f"measured by {', '.join(said.tools)}; not in their files: " + "; ".join(
+            said.unknown or ["-"])
 
     @property
     def emulated(self) -> str | None:
@@ -102,7 +104,7 @@ def load(path: str | Path) -> Report:
 
 
 def _report(data: _Read) -> Report:
-    cfg = (data.manifest or {}).get("config") or {}
+    cfg = data.manifest.config if data.manifest else {}
     title = f"{cfg.get('workload', 'workload')} on {cfg.get('model', 'a model')}"
     p2p = _p2p(data)
     columns, rows = table(data)
@@ -111,7 +113,7 @@ def _report(data: _Read) -> Report:
         title=f"SIMULATED: {title}" if data.simulated else title,
         run_name=data.run_dir.name, series=_series(data), slo=data.slo,
         advice=_advice(data.recommendation), problems=data.problems, emulated=data.emulated,
-        created=(data.manifest or {}).get("created"), columns=columns, rows=rows,
+        created=data.manifest.created if data.manifest else None, columns=columns, rows=rows,
         cores_note=cores_note(data), setup=setup(data),
         p2p=p2p,
         kv_transfer_ms=kv_ms, kv_transfer_share=kv_share, timeline_rate=_timeline_rate(data),
@@ -135,8 +137,9 @@ def _p2p(data: _Read) -> model.P2P | None:
         return model.P2P(ev.gpus, ev.status, ev.source,
                          [f"GPU{p.prefill_gpu}->GPU{p.decode_gpu} {p.status}" for p in ev.used],
                          ev.placed)
-    probe = ((data.manifest or {}).get("probe") or {}).get("p2p")
-    return model.P2P(probe["gpus"], probe["status"]) if probe else None
+    probe = data.manifest.probe if data.manifest else None
+    matrix = probe.p2p if probe else None
+    return model.P2P(matrix["gpus"], matrix["status"]) if matrix else None
 
 
 def _series(data: _Read) -> list[model.Series]:
@@ -147,7 +150,7 @@ def _series(data: _Read) -> list[model.Series]:
         emulated = next((r.emulated for r in runs if r.emulated), None)
         color = "bidirectional" if p.startswith("disagg-bidi") else data.kind(p) or "disagg"
         at = next((r for r in runs if r.rate == rate), None)
-        recs = [x for x in (at.records if at else []) if x.get("chunks")
+        recs = [x for x in ((at.records or []) if at else []) if x.get("chunks")
                 and x.get("sent") is not None]
         out.append(model.Series(
             p, color, f"{p} (emulated link {emulated})" if emulated else p,
@@ -157,23 +160,24 @@ def _series(data: _Read) -> list[model.Series]:
 
 
 def _point(run: RunResult) -> model.Point:
-    turns = [model.Turn(t["turn"], t["median_ttft_ms"]) for t in run.get("per_turn") or []]
-    return model.Point(run.rate, run.get("slo_attainment") or 0.0, run.get("p50_itl_ms"),
-                       run.get("p99_itl_ms"), run.get("median_ttft_ms"), run.get("p99_ttft_ms"),
-                       turns)
+    s = run.stats
+    turns = [model.Turn(t.turn, t.median_ttft_ms) for t in s.per_turn or []]
+    return model.Point(run.rate or 0.0, s.slo_attainment or 0.0, s.latency_ms("itl", "p50"),
+                       s.latency_ms("itl", "p99"), s.latency_ms("ttft", "median"),
+                       s.latency_ms("ttft", "p99"), turns)
 
 
 def _timeline_rate(data: _Read) -> float:
     """The highest rate every placement ran (the timeline's)."""
-    rates = [max(r.rate for r in data.series(p)) for p in data.placements()]
-    return min(rates) if rates else 0
+    rates = [max(r.rate or 0.0 for r in data.series(p)) for p in data.placements()]
+    return min(rates) if rates else 0.0
 
 
 def _kv_transfers(runs: list[RunResult]) -> tuple[list[float], list[float]]:
     """Each disaggregated request's KV transfer (ms), and its share of that request's TTFT."""
     ms, share = [], []
     for run in runs:
-        for rec in run.records:
+        for rec in run.records or []:
             t = rec.get("kv_transfer_ms")
             if t is not None and rec.get("ok") and rec.get("chunks"):
                 ms.append(t)
@@ -203,18 +207,16 @@ def _advice(rec: Recommendation | None) -> model.Advice | None:
 def busy_host(data: _Read) -> int | None:
     """This host's usable cores when the instances ran on it (the sweep launched them), so
     that their CPU and the client's add up to the host's load; else None."""
-    m = data.manifest or {}
-    cfg = m.get("config") or {}
-    if not m or cfg.get("collocated_url") or cfg.get("disagg_url") or data.simulated \
-            or data.imported:
+    m = data.manifest
+    if m is None or m.by_url or data.simulated or data.imported:
         return None
-    return (m.get("host") or {}).get("cpus_usable")
+    return m.host.cpus_usable
 
 
 def fills_host(busy: float | None, cores: int | None) -> bool:
     """Whether `busy` cores (RunResult.host_cores_busy) are BUSY_SHARE of the host's
     `cores` or more (False when either is unknown)."""
-    return busy is not None and bool(cores) and busy >= BUSY_SHARE * cores
+    return busy is not None and cores is not None and cores > 0 and busy >= BUSY_SHARE * cores
 
 
 def _cores(run: RunResult, cores: int | None) -> tuple[str, bool]:
@@ -238,8 +240,8 @@ def cores_note(data: _Read) -> str | None:
 def table(data: _Read) -> tuple[list[Column], list[model.TableRow]]:
     """Every placement x rate with counts, attainment and each latency percentile recorded."""
     pct_keys = sorted(
-        {k for r in data.runs for k in r.stats
-         if k.startswith("p") and k.endswith("_ms") and k[1].isdigit()},
+        {f"{p}_{metric}_ms" for r in data.runs for metric, lat in r.stats.latency.items()
+         for p in lat.percentiles},
         key=lambda k: (k.split("_", 1)[1], float(k[1:].split("_")[0])),
     )
     cols = [
@@ -265,29 +267,33 @@ def table(data: _Read) -> tuple[list[Column], list[model.TableRow]]:
         for run in data.series(p):
             cells = {c.key: fmt(run.shown(c.key)) for c in cols}
             cells.update(placement=p, rate=fmt(run.rate), emulated=run.emulated or "",
-                         failed=fmt(run.get("failed")), pace=fmt(run.pace()),
+                         failed=fmt(run.stats.failed), pace=fmt(run.pace()),
                          cores=_cores(run, cores)[0],
                          client_bound=f"{run.client_bound()}; not used for the decision"
                          if run.client_bound() else "")
-            rows.append(model.TableRow(cells, bool(run.get("failed"))))
+            rows.append(model.TableRow(cells, bool(run.stats.failed)))
     return cols, rows
 
 
 def setup(data: _Read) -> list[tuple[str, str]]:
     """(label, value) pairs: hardware, probe, model, workload, SLO, versions, command line."""
-    m = data.manifest or {}
-    cfg, host, probe = m.get("config") or {}, m.get("host") or {}, m.get("probe") or {}
-    links, ran, sized = probe.get("links") or {}, m.get("dtype") or {}, m.get("sizing") or {}
+    m = data.manifest
+    cfg, host = (m.config, m.host) if m else ({}, Host())
+    probe = (m.probe if m else None) or ProbeFindings()
+    ran, sized = (m.dtype, m.sizing) if m else (None, None)
+    links = probe.links or {}
     items = [("simulated", data.simulated)] if data.simulated else []
     items += [("imported", data.imported)] if data.imported else []
     items += [
-        ("model", f"{cfg.get('model')} ({ran.get('ran', cfg.get('dtype'))}, {cfg.get('device')})"),
-        ("dtype", f"{ran.get('ran')}: {ran.get('reason')}" if ran else cfg.get("dtype")),
+        ("model", f"{cfg.get('model')} ({ran.ran if ran else cfg.get('dtype')}, "
+                  f"{cfg.get('device')})"),
+        ("dtype", f"{ran.ran}: {ran.reason}" if ran else str(cfg.get("dtype"))),
         (
             "workload",
-            f"{cfg.get('workload')}, scale {fmt(sized.get('scale', cfg.get('scale')))}, "
-            f"output scale {fmt(sized.get('output_scale', cfg.get('output_scale')))}"
-            f"{' (sized from the calibration)' if sized else ''}, seed {m.get('seed')}",
+            f"{cfg.get('workload')}, scale {fmt(sized.scale if sized else cfg.get('scale'))}, "
+            f"output scale "
+            f"{fmt(sized.output_scale if sized else cfg.get('output_scale'))}"
+            f"{' (sized from the calibration)' if sized else ''}, seed {m.seed if m else None}",
         ),
         ("placements", ", ".join(data.placements())),
         ("SLO", ", ".join(f"{k} {v}" for k, v in data.slo.items()) or "-"),
@@ -297,24 +303,24 @@ def setup(data: _Read) -> list[tuple[str, str]]:
         ),
         (
             "host",
-            f"{host.get('cpu')}, {host.get('cpus_usable')} usable cores ({host.get('platform')})",
+            f"{host.cpu}, {host.cpus_usable} usable cores ({host.platform})",
         ),
         (
             "GPUs",
-            ", ".join(g.get("name", "?") for g in probe.get("gpus") or [])
-            or (probe.get("gpu_note") or "none"),
+            ", ".join(g.get("name", "?") for g in probe.gpus) or (probe.gpu_note or "none"),
         ),
         (
             "measured links",
             ", ".join(
                 f"{k} {v.get('gbps', 0):.2f} GB/s" for k, v in links.items() if isinstance(v, dict)
             )
-            or probe.get("links_note") or "-",
+            or probe.links_note or "-",
         ),
-        ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)),
+        ("versions", ", ".join(f"{k} {v}" for k, v in
+                               (dataclasses.asdict(m.versions) if m else {}).items() if v)),
         ("calibration", data.evidence.calibration.summary()
          if data.evidence and data.evidence.calibration else "-"),
-        ("sizing", "; ".join(sized.get("notes") or []) or "as given"),
-        ("command line", " ".join(m.get("command") or [])),
+        ("sizing", "; ".join(sized.notes if sized else ()) or "as given"),
+        ("command line", " ".join(m.command if m else [])),
     ]
     return items

@@ -5,23 +5,28 @@ predictions beside the measurements."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 import numpy as np
 
 from advisor.errors import UsageError
+from advisor.goodput.outcomes import Outcome
 from advisor.goodput.placements import Placement, counts
 from advisor.measure.stats import DEFAULT_SLO
 from advisor.output import console
 from advisor.plan import sim_runs
 from advisor.plan.loadfit import fit_to_runs, instances, requests_of
 from advisor.plan.options import PlanOptions
+from advisor.plan.simulate import Simulation
 from advisor.plan.steptime import FittedStep, fit
 from advisor.plan.system import EngineSpec
 from advisor.probe.links import Link
 from advisor.probe.shapes import DTYPE_BYTES, shape_of
 from advisor.rundata.evidence import Calibration
-from advisor.rundata.files import RunDataError, manifest
+from advisor.rundata.files import RunDataError
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.rundir import RunDir
 from engine.api import EngineConfig
 
@@ -38,11 +43,11 @@ def _dir(path: str, flag: str) -> RunDir:
 
 
 def _calibration(run_dir: RunDir) -> Calibration:
-    cal = run_dir.read_manifest().get("calibration")
-    if not cal:
+    cal = run_dir.read_manifest().calibration
+    if cal is None:
         raise UsageError(f"--calibrate {run_dir}: no calibration in its manifest (a sweep of "
                          "the bundled engine has one)")
-    return Calibration.from_json(cal, str(run_dir))
+    return cal
 
 
 def _link(run_dir: RunDir) -> Link:
@@ -106,16 +111,16 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     step = fit(cal)
     link = _link(fitted_on)
     m = target.read_manifest()
-    cfg = m.get("config") or {}
-    ran = (m.get("dtype") or {}).get("ran") or "float32"
+    cfg = m.config
+    ran = m.dtype_ran or "float32"
     # NOTE: a sweep by URL records "auto", and vLLM's auto is the model's dtype: bfloat16
     dtype = ran if ran in DTYPE_BYTES else URL_DTYPE
-    model = model or cfg.get("model") or "small"
+    model = model or m.model or "small"
     try:
         shape = shape_of(model)
     except ValueError as e:
         raise UsageError(f"--model: {e}") from None
-    by_url = bool(cfg.get("collocated_url") or cfg.get("disagg_url"))
+    by_url = m.by_url
     engine = _engine(step, shape, dtype, by_url)
     problems: list[str] = []
     measured_runs = target.read_runs(problems)
@@ -126,7 +131,10 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                          "depends on the previous reply)")
     fitted_runs = fitted_on.read_runs(problems) if replay else measured_runs
     kv_bytes = lambda t: shape.kv_bytes(t, dtype)  # noqa: E731
-    kinds = {r.placement: r.kind for r in measured_runs}
+    # (placement, rate, run): RunDir.read_runs keeps only runs that name both
+    named = [(r.placement, r.rate, r) for r in measured_runs
+             if r.placement is not None and r.rate is not None]
+    kinds = {name: r.kind or "" for name, _, r in named}
     names = sorted(kinds)
     shapes = _shapes(names, kinds, topologies)
     systems, why = fit_to_runs(engine, fitted_runs, names, link, kv_bytes,
@@ -137,42 +145,43 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                   "vLLM's default token budget"
                 + ("" if dtype == ran else f", KV bytes in {dtype} (the deployment's dtype, "
                    f"{ran}, is not known here)"))
-    slo = tuple((m.get("sizing") or {}).get("slo") or cfg.get("slo") or DEFAULT_SLO)
+    slo = tuple(m.sizing.slo if m.sizing else cfg.get("slo") or DEFAULT_SLO)
     opts = PlanOptions(model=model, slo=slo, dtype=dtype,
                        attainment=cfg.get("attainment", 0.9),
-                       operating_rate=cfg.get("operating_rate"), workload=cfg.get("workload"),
-                       report=report)
+                       operating_rate=cfg.get("operating_rate"),
+                       workload=cfg.get("workload") or PlanOptions.workload, report=report)
     label = (f"simulated by advisor plan --calibrate: step times fitted to {fitted_on.name}'s "
              f"calibration, scaled to its measured runs ({why}); KV link "
              f"{link.source}; replaying {target.name}'s requests")
     run_dir = RunDir.create(out, f"plan-replay-{target.name}")
-    run_dir.write_manifest({**manifest(cfg.get("seed", 0), {**cfg, "fitted_on": str(fitted_on),
-                                                            "replayed": str(target)}),
-                            "simulated": label, "dtype": m.get("dtype"),
-                            "calibration": m.get("calibration")})
+    run_dir.write_manifest(Manifest.new(m.seed, {**cfg, "fitted_on": str(fitted_on),
+                                                 "replayed": str(target)},
+                                        simulated=label, dtype=m.dtype, calibration=m.calibration))
     placements = [Placement(n, kinds[n])
                   for n in sorted(kinds, key=lambda n: kinds[n] != "collocated")]
-    done = {p.name: [] for p in placements}
-    sims, compare = {p.name: [] for p in placements}, []
-    for run in sorted(measured_runs, key=lambda r: (r.placement, r.rate)):
-        p = next(x for x in placements if x.name == run.placement)
+    done: dict[str, list[Outcome]] = {p.name: [] for p in placements}
+    sims: dict[str, list[Simulation]] = {p.name: [] for p in placements}
+    compare: list[dict[str, Any]] = []
+    for name, rate, run in sorted(named, key=lambda n: (n[0], n[1])):
+        p = next(x for x in placements if x.name == name)
         reqs = requests_of(run)
         system = systems[p.name]
-        sim = sim_runs.run(system, reqs, p, run.rate, opts.slos, opts.attainment, label,
-                       run.described.workload, run.described.workload_params)
+        sim = sim_runs.run(system, reqs, p, rate, opts.slos, opts.attainment, label,
+                           run.described.workload or opts.workload,
+                           run.described.workload_params)
         run_dir.write_run(sim.result)
         done[p.name].append(sim.outcome)
         sims[p.name].append(sim.sim)
         compare.append(_row(p.name, run, sim.result))
-    grid = sorted({r.rate for r in measured_runs})
+    grid = sorted({rate for _, rate, _ in named})
     shown = [next(p for p in placements if p.kind == k) for k in ("collocated", "disagg")
              if any(p.kind == k for p in placements)]
     dis = next((p for p in shown if p.kind == "disagg"), None)
     kv = sim_runs.kv_evidence(sims[dis.name], shape.kv_bytes_per_token(dtype), link.name) \
         if dis else None
-    prompt = float(np.mean([x["prompt_tokens"] for r in measured_runs for x in r.records]))
+    prompt = float(np.mean([x["prompt_tokens"] for r in measured_runs for x in r.records or []]))
     planned = sim_runs.decide(run_dir, opts, shown, placements, done, grid, _calibration(target),
-                          prompt, kv, label, opts.model, compare=compare)
+                          prompt, kv, label, model, compare=compare)
     if as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))
     else:
@@ -186,7 +195,7 @@ def _row(name: str, measured, predicted) -> dict:
     """Predicted beside measured, with the measurement's bootstrap 95% intervals (where the
     run has them): how far a prediction could be off by the measurement's own chance."""
     keys = ("median_ttft_ms", "p99_itl_ms", "p50_itl_ms", "slo_attainment")
-    ci = measured.get("ci95") or {}
+    ci = dataclasses.asdict(measured.stats.ci95) if measured.stats.ci95 else {}
     return {"placement": name, "rate": measured.rate,
             # the host's cores the measured run kept busy, which the simulation does not model
             "measured_cores_busy": measured.host_cores_busy(),

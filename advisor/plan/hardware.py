@@ -68,11 +68,11 @@ def link(spec: str | None, p2p: bool, on: GPU) -> Link:
         lk = LINKS[name]
     else:
         try:
-            rate = parse_link(spec)  # NOTE: as given: B is bytes, b bits
+            rate = parse_link(spec)  # as given: B is bytes, b bits
         except ValueError:
             raise ValueError(f"--link {spec!r}: expected one of {', '.join(LINKS)} or a rate "
                              "such as 25GBps or 100Gbps") from None
-        lk = Link(spec, rate / 1e9, 0.01, 1.0, f"given: {spec}")
+        lk = Link(spec or name, rate / 1e9, 0.01, 1.0, f"given: {spec}")
     if not p2p and (name.startswith("pcie") or name == "nvlink"):
         return HOST_STAGED
     return lk

@@ -14,9 +14,11 @@ from advisor.goodput.outcomes import COLLAPSE
 from advisor.goodput.placements import counts
 from advisor.measure.stats import latency
 from advisor.plan.simulate import simulate
+from advisor.plan.steptime import FittedStep
 from advisor.plan.system import EngineSpec, SimRequest, System
 from advisor.probe.links import Link
 from advisor.rundata.evidence import wake_text
+from advisor.rundata.result import RunResult
 
 PROXY_MS = 3.0  # the bundled P/D's extra HTTP leg and proxy hop per request (assumed)
 MAX_CONTENTION = 1.0  # a neighbour that doubles a step is the most fitted
@@ -52,6 +54,7 @@ def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
     the same per-step Python), not scaled with the prompt's tokens, so a scale fitted on
     long prompts does not stretch a short one's step."""
     s = engine.step
+    assert isinstance(s, FittedStep)  # what a calibration fits
     return dataclasses.replace(engine, step=dataclasses.replace(
         s, prefill_base_ms=s.prefill_base_ms * decode,
         prefill_ms_per_token=s.prefill_ms_per_token * prefill,
@@ -78,6 +81,7 @@ def _outside_steps(engine: EngineSpec) -> tuple[EngineSpec, float]:
     Both steps run the same layers once with the same per-step Python; only the
     calibration's TTFT line also holds the request's path through the server."""
     s = engine.step
+    assert isinstance(s, FittedStep)  # what a calibration fits
     outside = max(0.0, s.prefill_base_ms - s.decode_base_ms)
     step = dataclasses.replace(s, prefill_base_ms=s.prefill_base_ms - outside)
     return dataclasses.replace(engine, step=step), outside
@@ -167,7 +171,7 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     times one engine alone, where in the runs the client, the proxy and the other instances
     share the cores: every step is slower and varies more.
     """
-    lowest = {}  # each placement's lowest rate below collapse, else its lowest
+    lowest: dict[str | None, RunResult] = {}  # each placement's calm lowest, else lowest
     for r in sorted(measured, key=lambda r: (not _calm(r, slo), r.rate)):
         lowest.setdefault(r.placement, r)
     engine, outside = _outside_steps(engine)
@@ -181,7 +185,8 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     if col is not None:
         target = col.get("median_ttft_ms")
         if target:
-            pre = _solve(lambda x: _figures(system(col.placement, scaled(engine, x, 1.0)), col)[0],
+            name = col.placement or ""  # a stored run's (RunDir.read_runs)
+            pre = _solve(lambda x: _figures(system(name, scaled(engine, x, 1.0)), col)[0],
                          0.25, 4.0, target)
 
     def own_jitter(name: str, dec: float, k: float, low) -> float:
@@ -214,7 +219,7 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
             jitter, fitted_at = host, "the host's, fitted where its noise showed"
         elif own is None:  # past collapse, and no placement ran calm: its own
             jitter = own_jitter(name, dec, k, low)
-        spec, p = dataclasses.replace(scaled(engine, pre, dec), jitter=jitter), pre
+        spec, p = dataclasses.replace(scaled(engine, pre, dec), jitter=jitter or 0.0), pre
         if low.kind == "disagg" and rows:
             # NOTE: one prefiller's queue decides P/D's TTFT from low rates to the knee, so
             # its prefill scale is fitted to all of them

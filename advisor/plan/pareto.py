@@ -6,19 +6,20 @@ SLO with the most goodput per GPU."""
 from __future__ import annotations
 
 from advisor.rundata.recommendation import ParetoPoint
+from advisor.rundata.stats import RunStats
 
 
-def points(rows: list[tuple[str, float, dict, int, bool]]) -> list[ParetoPoint]:
+def points(rows: list[tuple[str, float, RunStats, int, bool]]) -> list[ParetoPoint]:
     """From (placement, rate, a run's statistics, its GPUs, whether it met the SLO) per
     run: the points, the frontier marked, and the choice marked (none where no frontier
     point meets the SLO). Runs that completed nothing or streamed one token are left out."""
     out = []
     for name, rate, stats, gpus, meets in rows:
-        tpot = stats.get("mean_tpot_ms") or 0.0
-        if tpot <= 0 or not stats.get("completed"):
+        tpot = stats.latency_ms("tpot", "mean") or 0.0
+        if tpot <= 0 or not stats.completed:
             continue
-        out.append(ParetoPoint(name, rate, 1000.0 / tpot, stats["output_throughput"] / gpus,
-                               stats["request_goodput"] / gpus, meets))
+        out.append(ParetoPoint(name, rate, 1000.0 / tpot, (stats.output_throughput or 0.0) / gpus,
+                               (stats.request_goodput or 0.0) / gpus, meets))
     marked = [_mark(p, out) for p in out]
     best = max((p for p in marked if p.frontier and p.meets_slo),
                key=lambda p: p.goodput_per_gpu, default=None)

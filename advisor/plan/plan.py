@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from advisor.errors import UsageError
-from advisor.goodput.outcomes import goodput_interval, max_goodput_rate
+from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
 from advisor.goodput.placements import Placement
 from advisor.measure.stats import check_judged
 from advisor.output import console
@@ -25,17 +25,19 @@ from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
 from advisor.plan import hardware, pareto, screen, sim_runs
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
+from advisor.plan.simulate import Simulation
 from advisor.plan.steptime import Step, prefill_step
 from advisor.probe import p2p, p2p_pairs
 from advisor.probe.links import HOST_STAGED, Link
 from advisor.probe.p2p import P2PMatrix
 from advisor.probe.p2p_pairs import GpuPlacement, place
-from advisor.probe.shapes import shape_of
+from advisor.probe.shapes import ModelShape, shape_of
 from advisor.rundata.evidence import Calibration
-from advisor.rundata.files import manifest
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import PlacementRank
 from advisor.rundata.rundir import RunDir
 from workloads.presets import preset_spec, seed_for
+from workloads.spec import SyntheticSpec
 
 RATES = 10  # grid points when no --rates are given
 PRECISION = {"bf16": "bfloat16", "fp8": "fp8", "int4": "int4", None: "bfloat16"}
@@ -43,11 +45,11 @@ PRECISION = {"bf16": "bfloat16", "fp8": "fp8", "int4": "int4", None: "bfloat16"}
 
 @dataclasses.dataclass(frozen=True)
 class _Setup:
-    shape: object
+    shape: ModelShape
     gpu: hardware.GPU
     link: Link  # with P2P as --p2p says (auto without a matrix: assumed)
-    spec: object
-    candidates: list
+    spec: SyntheticSpec
+    candidates: list[cands.Candidate]
     matrix: P2PMatrix | None = None  # --p2p auto: what decides each P/D's link
     p2p_source: str | None = None  # the matrix's file or command
     p2p_said: str = ""  # where P2P came from, or that it was assumed
@@ -61,7 +63,7 @@ class _Setup:
         of the matrix's GPUs): the GPUs' own fabric where every P->D pair it is placed on
         has P2P, else host-staged."""
         if self.inter is not None and cands.crossing(c, self.per_node) > 0:
-            return self.inter, None  # NOTE: every transfer priced on it: an upper bound
+            return self.inter, None  # every transfer priced on it: an upper bound
         if self.matrix is None or c.kind != "disagg":
             return self.link, None
         placed = place(self.matrix, list(range(len(self.matrix.gpus))), c.prefill, c.decode,
@@ -79,7 +81,7 @@ def _setup(o: PlanOptions) -> _Setup:
         if bad:
             raise UsageError(what)
     try:
-        shape = shape_of(o.model)
+        shape = shape_of(o.model or DEFAULT_MODEL)
     except ValueError as e:
         raise UsageError(f"--model: {e}") from None
     try:
@@ -173,10 +175,10 @@ def unloaded(s: _Setup, o: PlanOptions) -> Calibration:
         done, ms = 0, system.front_ms
         while done < p:
             n = min(engine.max_batched_tokens, p - done)
-            ms += engine.step.ms(prefill_step(n, done))
+            ms += float(engine.step.ms(prefill_step(n, done)))
             done += n
         ttft.append(ms)
-    steps = [engine.step.ms(Step(decodes=b, pairs=b * mean, kv_read_tokens=b * mean))
+    steps = [float(engine.step.ms(Step(decodes=b, pairs=b * mean, kv_read_tokens=b * mean)))
              for b in (1, 8)]
     slope, base = np.polyfit(prompts, ttft, 1)
     return Calibration(prompts, ttft, [1, 8], steps, max(float(slope), 1e-9), float(base),
@@ -201,10 +203,9 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     cal = unloaded(s, o)
     run_dir = RunDir.create(o.out, f"plan-{o.workload}")
     config = {k: v for k, v in dataclasses.asdict(o).items() if k != "as_json"}
-    run_dir.write_manifest({**manifest(o.seed, config, argv), "simulated": what,
-                            "plan": {"gpu": dataclasses.asdict(s.gpu),
-                                     "link": dataclasses.asdict(s.link),
-                                     "candidates": [dataclasses.asdict(c) for c in s.candidates]}})
+    run_dir.write_manifest(Manifest.new(o.seed, config, argv, simulated=what, plan={
+        "gpu": dataclasses.asdict(s.gpu), "link": dataclasses.asdict(s.link),
+        "candidates": [dataclasses.asdict(c) for c in s.candidates]}))
     prompt = float(cal.prompt_tokens[-1])  # the workload's mean prompt
     rates = grid(s, o, cal)
     with progress_bars() as bars:
@@ -222,8 +223,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
               f"rate); simulating {len(finals)} in full: {', '.join(c.name for c in finals)}")
     s = dataclasses.replace(s, candidates=finals)
     placements = [Placement(c.name, c.kind) for c in s.candidates]
-    done = {p.name: [] for p in placements}
-    transfers = {p.name: [] for p in placements}
+    done: dict[str, list[Outcome]] = {p.name: [] for p in placements}
+    transfers: dict[str, list[Simulation]] = {p.name: [] for p in placements}
     frontier_rows: list = []  # (placement, rate, statistics, GPUs, met the SLO) per run
     missed = [m for m, v in cal.floors(prompt).items() if v > o.slos[m]]
     if missed:  # as the sweep: the floor misses the SLO, nothing to search
@@ -234,7 +235,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
             system = cands.system(c, s.shape, s.gpu, s.link_for(c)[0], s.weights,
                                   o.max_num_batched_tokens, kv_dtype=s.kv)
             for rate in rates:
-                if not o.rates and _fallen(done[p.name]):  # NOTE: the default grid only
+                if not o.rates and _fallen(done[p.name]):  # the default grid only
                     bars.advance(task)
                     continue
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
@@ -247,7 +248,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
                 frontier_rows.append((p.name, rate, sim.result.stats, c.gpus, sim.outcome.meets))
                 transfers[p.name].append(sim.sim)
                 bars.advance(task)
-    attained = {(name, rate): stats.get("slo_attainment") or 0.0
+    attained = {(name, rate): stats.slo_attainment or 0.0
                 for name, rate, stats, _, _ in frontier_rows}
     ranking = _ranking(s, placements, done, attained)
     shown = _best(placements, ranking)
@@ -262,8 +263,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
             p2p_ev = p2p_pairs.evidence(s.matrix, s.p2p_source or "nvidia-smi", placed,
                                         o.model, prompt, s.kv)
     planned = sim_runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
-                          o.model, tp=s.candidates[0].tp, ranking=ranking, p2p=p2p_ev,
-                          pareto=pareto.points(frontier_rows))
+                              o.model or DEFAULT_MODEL, tp=s.candidates[0].tp, ranking=ranking,
+                              p2p=p2p_ev, pareto=pareto.points(frontier_rows))
     if o.as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))
     else:

@@ -15,6 +15,7 @@ from advisor.measure.stats import is_good, latency, pace_figures, slo_scale
 from advisor.plan import sim_runs
 from advisor.plan.simulate import simulate
 from advisor.rundata.result import KEEP_PACE, RunResult
+from advisor.rundata.stats import RunStats
 from workloads.presets import seed_for
 
 SCREEN_ABOVE = 12  # placements; this many or fewer are all simulated in full
@@ -71,10 +72,12 @@ def _judge(sim, rate: float, slos: dict[str, float], attainment: float) -> tuple
     lats = [latency(r) for r in sim.records]
     scale = float(np.quantile([slo_scale(lat, slos) for lat in lats], attainment,
                               method="inverted_cdf"))
-    if np.mean([is_good(lat, slos) for lat in lats]) < attainment:
+    share = float(np.mean([is_good(lat, slos) for lat in lats]))
+    if share < attainment:
         return False, scale
-    stats = {"completed": sum(lat is not None for lat in lats), "duration": sim.duration,
-             **pace_figures(sim.records, lats)}
+    completed = sum(lat is not None for lat in lats)
+    stats = RunStats(completed, len(lats) - completed, share, duration=sim.duration,
+                     **pace_figures(sim.records, lats))
     run = RunResult.of(stats, num_prompts=len(sim.records), request_rate=rate,
                        arrival_offsets=[r.scheduled - sim.start for r in sim.records])
     pace = run.pace()

@@ -13,15 +13,14 @@ import numpy as np
 
 from advisor.conclude import conclude
 from advisor.deploy.advice import Where
-from advisor.goodput.outcomes import Outcome as RateOutcome
-from advisor.goodput.outcomes import outcome_of
+from advisor.goodput.outcomes import Outcome, outcome_of
 from advisor.goodput.placements import Placement
 from advisor.measure.prom import TransferTotals
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.transfer import verdict
 from advisor.measure.workload_run import record_row
 from advisor.plan.pareto import reason as pareto_reason
-from advisor.plan.simulate import Outcome, simulate
+from advisor.plan.simulate import Simulation, simulate
 from advisor.plan.system import SimRequest, System
 from advisor.rundata.evidence import (
     Calibration,
@@ -50,8 +49,8 @@ class Simulated:
     """One simulated run, ready to write, and the transfers it predicted."""
 
     result: RunResult
-    outcome: RateOutcome
-    sim: Outcome
+    outcome: Outcome
+    sim: Simulation
 
 
 def run(system: System, reqs: list[SimRequest], placement: Placement, rate: float,
@@ -68,7 +67,8 @@ def run(system: System, reqs: list[SimRequest], placement: Placement, rate: floa
     return Simulated(result, outcome_of(result, rate, attainment, slos["itl"]), sim)
 
 
-def kv_evidence(sims: list[Outcome], bytes_per_token: int, link: str) -> KVTransferEvidence | None:
+def kv_evidence(sims: list[Simulation], bytes_per_token: int,
+                link: str) -> KVTransferEvidence | None:
     """The predicted transfers of a disaggregated placement's runs, with the guide's verdict
     (held to the fast links' floor unless the link is TCP)."""
     times = [t for s in sims for t in s.transfers_s]
@@ -98,7 +98,7 @@ class Planned:
 
 
 def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement],
-           done: dict[str, list[RateOutcome]], grid: list[float], calibration: Calibration,
+           done: dict[str, list[Outcome]], grid: list[float], calibration: Calibration,
            prompt: float, kv: KVTransferEvidence | None, label: str, model: str, tp: int = 1,
            ranking: list[PlacementRank] | None = None,
            compare: list[dict] | None = None, p2p: P2PEvidence | None = None,
@@ -106,7 +106,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
     commands (and a plan's `ranking` and `pareto`, or a replay's `compare`), summary.csv
     and (with `opts.report`) the report, written to `run_dir`."""
-    # NOTE: imported here: pandas takes ~0.5 s, and a bad flag must answer before that
+    # imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.from_runs import build_evidence
 
     ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
@@ -117,7 +117,7 @@ def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement]
     rec = conclude(run_dir, ev, every, done, model, Where(tp=tp), (said,) if said else (),
                    ranking=ranking, compare=compare, pareto=pareto)
     if opts.report:
-        from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
+        from advisor.output.report import run_report  # matplotlib: ~1 s to import
 
         run_report(str(run_dir))
     return Planned(run_dir, rec)

@@ -35,7 +35,7 @@ class _Engine:
 
 
 @dataclass
-class Outcome:
+class Simulation:
     """What the simulation gives back: one client record per request, and the transfers."""
 
     records: list[RequestRecord]
@@ -49,7 +49,7 @@ class Outcome:
 EPOCH = 1.0
 
 
-def simulate(system: System, requests: list[SimRequest]) -> Outcome:
+def simulate(system: System, requests: list[SimRequest]) -> Simulation:
     """Every request served (or refused) on `system`; records as the client keeps them."""
     shifted = [SimRequest(r.arrival + EPOCH, r.prompt, r.output) for r in requests]
     return _Sim(system, shifted).run()
@@ -76,7 +76,7 @@ class _Sim:
     def _at(self, t: float, fn, *args) -> None:
         heapq.heappush(self.events, (t, next(self.seq), fn, args))
 
-    def run(self) -> Outcome:
+    def run(self) -> Simulation:
         pd = bool(self.prefillers)
         hop = (self.sys.front_ms + (self.sys.proxy_ms if pd else 0.0)) / 1000
         for i, r in enumerate(self.reqs):
@@ -138,14 +138,14 @@ class _Sim:
                 singles += n == 1
                 pairs += n * (job.before + (n + 1) / 2)
                 read += job.before + n
-            # NOTE: a one-token chunk (a transferred prompt's last token) is a decode's work
+            # a one-token chunk (a transferred prompt's last token) is a decode's work
             ms = spec.step.ms(Step(q.running + singles, tokens - singles, pairs, read)) * shared
             if spec.jitter:
                 ms = self._jittered(spec, ms, 1)[0]
             e.step_ends.append(t + (float(ms) + self._wake_ms(idle_s, float(ms))) / 1000)
         self._at(e.step_ends[-1], self._step_done, e, e.generation)
 
-    def _run_ends(self, t: float, spec: EngineSpec, running: int, context: int, m: int,
+    def _run_ends(self, t: float, spec: EngineSpec, running: int, context: float, m: int,
                   shared: float, idle_s: float | None) -> list[float]:
         """The end times of `m` decode-only steps of `running` requests from `t`, their
         context `context` tokens at the first and growing by `running` a step.
@@ -168,7 +168,7 @@ class _Sim:
             ms = (b - a) * np.arange(m) + a  # [m]
         else:
             grown = context + running * np.arange(m)  # [m] context at each step
-            ms = spec.step.ms(Step(running, 0, grown, grown)) * shared  # [m]
+            ms = np.asarray(spec.step.ms(Step(running, 0, grown, grown))) * shared  # [m]
         if spec.jitter:
             ms = self._jittered(spec, ms, m)
         ms[0] += self._wake_ms(idle_s, ms[0])
@@ -243,6 +243,7 @@ class _Sim:
         """The prompt's KV crosses to the request's decoder (after the proxy's hop), queued
         behind earlier transfers into that decoder; the prefiller frees it when done."""
         d = self.target[job.req]
+        assert self.sys.kv_bytes is not None and self.sys.link is not None  # a P/D's
         nbytes = self.sys.kv_bytes(job.before)
         start = max(t + self.sys.proxy_ms / 1000, self.link_free[d])
         end = start + self.sys.link.seconds(nbytes)
@@ -259,7 +260,7 @@ class _Sim:
         self._arrive(t, dec, nxt)
 
     # ---- records ------------------------------------------------------------------------------
-    def _outcome(self) -> Outcome:
+    def _outcome(self) -> Simulation:
         records, last = [], 0.0
         for i, r in enumerate(self.reqs):
             rec = RequestRecord(i, f"sim-{i}", 0, False, r.arrival, r.arrival, r.arrival,
@@ -277,5 +278,5 @@ class _Sim:
                 rec.end = r.arrival
             records.append(rec)
         start = min((r.arrival for r in self.reqs), default=0.0)
-        return Outcome(records, list(self.transfers.values()), self.moved,
+        return Simulation(records, list(self.transfers.values()), self.moved,
                        max(last - start, 0.0), start)

@@ -16,11 +16,14 @@ from advisor.probe.links import Link
 from advisor.probe.shapes import ModelShape, kv_dtype_for
 from advisor.rundata.evidence import Calibration
 
-# NOTE: one pair of efficiencies for every GPU, typical of serving engines, never fitted to a
+# one pair of efficiencies for every GPU, typical of serving engines, never fitted to a
 # measurement the planner is checked against
 BANDWIDTH_EFFICIENCY = 0.8
 COMPUTE_EFFICIENCY = 0.6
 STEP_OVERHEAD_MS = 1.5  # scheduling, sampling, launches per step (CUDA graphs on)
+
+
+Work = float | np.ndarray  # one step's amount, or an array of them (a run of steps)
 
 
 class Step(NamedTuple):
@@ -32,8 +35,8 @@ class Step(NamedTuple):
 
     decodes: int = 0  # single-token queries
     prefill_tokens: int = 0
-    pairs: float = 0.0  # sum over query tokens of the context tokens each attends to
-    kv_read_tokens: float = 0.0  # context tokens whose KV the step reads
+    pairs: Work = 0.0  # sum over query tokens of the context tokens each attends to
+    kv_read_tokens: Work = 0.0  # context tokens whose KV the step reads
 
 
 def prefill_step(tokens: int, context_before: int = 0) -> Step:
@@ -55,7 +58,7 @@ class FittedStep:
     # has a row per query token, so 2 decodes beside a 30-token chunk run 32 rows
     row_extra_ms: tuple[float, ...] = ()
 
-    def ms(self, s: Step) -> float:
+    def ms(self, s: Step) -> Work:
         base = max(self.prefill_base_ms if s.prefill_tokens else 0.0,
                    self.decode_base_ms if s.decodes else 0.0)
         extra = self.row_extra_ms
@@ -69,7 +72,7 @@ def fit(cal: Calibration, decode_context: float = 28.0) -> FittedStep:
     """Fit to a calibration: its unloaded TTFTs give the prefill line and the attention
     term; its decode steps (at `decode_context` tokens of context: the calibration's 16-token
     prompts, halfway through its 24 steps) give the decode line. Coefficients >= 0."""
-    from scipy.optimize import nnls  # NOTE: 0.5 s to import; only a calibrated plan fits
+    from scipy.optimize import nnls  # 0.5 s to import; only a calibrated plan fits
 
     rows = [[1.0, t, prefill_step(t).pairs] for t in cal.prompt_tokens]
     if len(rows) >= 3:
@@ -77,12 +80,12 @@ def fit(cal: Calibration, decode_context: float = 28.0) -> FittedStep:
     else:  # too few lengths for the attention term: the calibration's own line
         a, b, c = cal.prefill_base_ms, cal.prefill_ms_per_token, 0.0
     y = np.array(cal.step_ms, dtype=float) - c * np.array(cal.batches) * decode_context
-    # NOTE: the line through the smallest and largest batch, with a batch between kept as
+    # the line through the smallest and largest batch, with a batch between kept as
     # an extra over it: a least-squares line would move the fixed cost a prefill step shares
     ends = [0, len(cal.batches) - 1] if len(cal.batches) > 1 else [0]
     x = np.array([[1.0, cal.batches[i]] for i in ends])
     (d, e), _ = nnls(x, np.maximum(y[ends], 0.0))
-    extra = ()
+    extra: tuple[float, ...] = ()
     if len(cal.batches) > 2:
         off = y - (d + e * np.array(cal.batches))  # [batches]: 0 at both ends
         extra = (0.0, *(float(v) for v in np.interp(range(1, max(cal.batches) + 1),
@@ -114,23 +117,23 @@ class RooflineStep:
         sh, d, kv = self.shape, self.dtype, self.kv_dtype or kv_dtype_for(self.dtype)
         read = self.tp * self.gpu.hbm_gbps * 1e9 * BANDWIDTH_EFFICIENCY
         flop = self.tp * self.gpu.tflops(d) * 1e12 * COMPUTE_EFFICIENCY
-        # NOTE: attention runs in bf16 whatever the weights (vLLM's FP8 KV is dequantized)
+        # attention runs in bf16 whatever the weights (vLLM's FP8 KV is dequantized)
         pair_flop = self.tp * self.gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY
         return (1 / read, sh.kv_bytes_per_token(kv) / read,
                 sh.state_bytes(kv) / read, 2 * sh.active_params / flop,
                 sh.attention_flops_per_pair() / pair_flop)
 
-    def ms(self, s: Step) -> float:
+    def ms(self, s: Step) -> Work:
         per_byte, kv, state, token, pair = self._per
         tokens = s.decodes + s.prefill_tokens
-        # NOTE: an MoE's step reads only the experts its tokens touch (ModelShape's
+        # an MoE's step reads only the experts its tokens touch (ModelShape's
         # weight_bytes_read)
         weights = self.shape.weight_bytes_read(tokens, self.dtype) * per_byte
-        # NOTE: a hybrid model reads each running request's SSM state once per step too
+        # a hybrid model reads each running request's SSM state once per step too
         states = s.decodes + (1 if s.prefill_tokens else 0)
         memory_s = weights + s.kv_read_tokens * kv + states * state
         compute_s = token * tokens + pair * s.pairs
-        # NOTE: floats for one step (numpy's scalar maximum costs ~10x a float's max)
+        # floats for one step (numpy's scalar maximum costs ~10x a float's max)
         slower = np.maximum(memory_s, compute_s) if isinstance(memory_s, np.ndarray) \
             else max(memory_s, compute_s)
         return STEP_OVERHEAD_MS + 1000 * (slower + self._allreduce_s(tokens))

@@ -3,9 +3,19 @@ placement around them (advisor.plan.simulate runs it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
+from advisor.plan.steptime import Step, Work
 from advisor.probe.links import Link
+
+
+class StepModel(Protocol):
+    """A step's time: convex in the context at a fixed batch (a line, or the larger of
+    lines), which the simulator's runs of decode steps rely on."""
+
+    def ms(self, s: Step) -> Work: ...
 
 
 @dataclass(frozen=True)
@@ -17,9 +27,7 @@ class SimRequest:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    # a step model: .ms(Step) -> milliseconds, convex in the context at a fixed batch (a
-    # line, or the larger of lines), which the simulator's runs of decode steps rely on
-    step: object
+    step: StepModel
     kv_tokens: int  # KV capacity
     max_batched_tokens: int = 2048
     max_num_seqs: int = 256
@@ -38,7 +46,7 @@ class System:
     decode: tuple[EngineSpec, ...]
     prefill: tuple[EngineSpec, ...] = ()
     link: Link | None = None
-    kv_bytes: object = None  # prompt tokens -> bytes moved (P/D)
+    kv_bytes: Callable[[int], int] | None = None  # prompt tokens -> bytes moved (P/D)
     front_ms: float = 1.0  # client -> engine, per request (HTTP, parsing)
     proxy_ms: float = 1.0  # the P/D proxy's extra hop, per request
     # (idle seconds, extra ms, extra per ms of the step) points, idle growing: what an

@@ -19,7 +19,7 @@ WINDOW_S = 0.3  # seconds of GEMMs per measurement
 ROUNDS = 3  # alone / shared alternations (the host's speed drifts over seconds)
 INDEPENDENT = 0.9  # from this ratio up, the cores count as computing independently
 
-# NOTE: numpy, not torch, in the contender: it imports ~20x faster and its BLAS runs the same
+# numpy, not torch, in the contender: it imports ~20x faster and its BLAS runs the same
 # FMA units (one thread, pinned to the other core before numpy starts any)
 _CONTENDER = f"""
 import os, sys
@@ -84,7 +84,7 @@ def host_core_sharing(window_s: float = WINDOW_S, rounds: int = ROUNDS) -> CoreS
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return None
-    import torch  # NOTE: here, so that importing this module stays torch-free
+    import torch  # here, so that importing this module stays torch-free
 
     core, other = cores[0], cores[1]
     threads_vars = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -97,7 +97,8 @@ def host_core_sharing(window_s: float = WINDOW_S, rounds: int = ROUNDS) -> CoreS
         torch.set_num_threads(1)
         a, w = torch.ones(M, K), torch.ones(K, N)
         a @ w
-        if proc.stdout.readline().strip() != "ready":  # NOTE: blocks until its first GEMM
+        assert proc.stdout is not None  # started with a pipe
+        if proc.stdout.readline().strip() != "ready":  # blocks until its first GEMM
             return None  # it died before computing: there is nothing to compare with
 
         def rate() -> float:

@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from advisor.rundata.files import cpu_model
+from advisor.rundata.manifest import cpu_model
 from engine import api
 
 # The flags that decide whether bfloat16 is fast on a CPU (AMX and AVX-512-BF16) or emulated.

@@ -70,6 +70,8 @@ def run_kv_size(
         for name, lk in api.host_links().items():
             rates[f"measured {name}"] = lk["gbps"] * 1e9
     shape = size.shape
+    times = [{"link": k, "bytes_per_s": v, "ms": size.seconds_on(v) * 1000}
+             for k, v in rates.items()]
     result = {
         "model": model,
         "dtype": dtype,
@@ -83,15 +85,13 @@ def run_kv_size(
         "state_bytes_per_request": shape.state_bytes(dtype),
         "tokens": tokens,
         "total_bytes": size.total_bytes,
-        "links": [
-            {"link": k, "bytes_per_s": v, "ms": size.seconds_on(v) * 1000} for k, v in rates.items()
-        ],
+        "links": times,
     }
     if as_json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{model}: {size.formula()}")
         print(f"{tokens} tokens: {size.total_bytes / 1e6:.1f} MB of KV")
-        for lk in result["links"]:
+        for lk in times:
             print(f"  on {lk['link']}: {lk['ms']:.1f} ms (no overhead)")
     return result

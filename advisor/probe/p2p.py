@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 from advisor.errors import UsageError
 
@@ -85,12 +86,12 @@ class P2PMatrix:
 
     def to_json(self) -> dict:
         codes = sorted({s for row in self.status for s in row})
-        out = {"gpus": self.gpus, "status": self.status,
-               "legend": {c: CODES[c] for c in codes}}
+        legend = {c: CODES[c] for c in codes}
+        out: dict[str, Any] = {"gpus": self.gpus, "status": self.status, "legend": legend}
         if self.paths:
             out["paths"] = self.paths
             for p in sorted({s for row in self.paths for s in row} - {"X"}):
-                out["legend"][p] = PATHS.get(p) or PATHS["NV#"].replace("#", p[2:])
+                legend[p] = PATHS.get(p) or PATHS["NV#"].replace("#", p[2:])
         return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from rich.console import Console
 
@@ -40,7 +41,8 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
     check_url("--transfer-check", opts.transfer_check)
     for url in opts.metrics_urls:
         check_url("--metrics-url", url)
-    result = {"gpus": [], "gpu_note": None, "torch": None, "p2p": None, "p2p_source": None}
+    result: dict[str, Any] = {"gpus": [], "gpu_note": None, "torch": None, "p2p": None,
+                              "p2p_source": None}
     gpus, note = hardware.inventory()
     result.update(gpus=hardware.gpus_json(gpus), gpu_note=note, torch=hardware.torch_view(),
                   cpu=hardware.cpu_view())

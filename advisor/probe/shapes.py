@@ -74,7 +74,7 @@ class ModelShape:
         probability (1 - k/E)^tokens: the expected share touched is one minus that."""
         if not self.experts:
             return self.weight_bytes(dtype)
-        # NOTE: a float's power for one step: numpy's on a scalar costs ~10x, once per step
+        # a float's power for one step: numpy's on a scalar costs ~10x, once per step
         many = isinstance(tokens, np.ndarray)
         escape = 1.0 - self.experts_per_token / self.experts
         touched = 1.0 - escape ** (np.maximum(tokens, 1) if many else max(tokens, 1))

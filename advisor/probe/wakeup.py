@@ -58,7 +58,7 @@ def measure(work: Callable[[], object], idle_s: float = IDLE_S, repeats: int = R
 def host_wakeup(idle_s: float = IDLE_S, repeats: int = REPEATS) -> Wakeup:
     """This host's wake-up penalty for a READ_BYTES float32 sum on one thread, as the
     engine runs."""
-    import torch  # NOTE: here, so that importing this module stays torch-free
+    import torch  # here, so that importing this module stays torch-free
 
     x = torch.ones(READ_BYTES // 4, dtype=torch.float32)
     threads = torch.get_num_threads()

@@ -4,8 +4,10 @@ decided on (`advisor recommend --evidence FILE`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,18 +43,18 @@ class PlacementEvidence:
     max_goodput_is_lower_bound: bool = False
     # [from, to]: the highest rate that surely met the SLO to the lowest above it that surely
     # missed it (to: null when no rate tried bounds it), by the runs' attainment intervals
-    max_goodput_interval_rps: list | None = None
+    max_goodput_interval_rps: list[float | None] | None = None
     requests_at_rate: int | None = None
-    attainment_ci: list | None = None  # bootstrap 95% intervals at rate_rps
-    median_ttft_ci_ms: list | None = None
-    p99_itl_ci_ms: list | None = None
+    attainment_ci: list[float] | None = None  # bootstrap 95% intervals at rate_rps
+    median_ttft_ci_ms: list[float] | None = None
+    p99_itl_ci_ms: list[float] | None = None
     # the median ITL at its lowest rate against the calibrated decode step at the batch it
     # ran (advisor.goodput.from_runs.decode_slowdown): over 1, the host ran slower than when
     # calibrated; null without a calibration
     slowdown: float | None = None
     # [rate, pace, attainment] of the lowest rate at which it completed requests slower
     # than they arrived (advisor.rundata.result.KEEP_PACE), counted as missing the SLO
-    fell_behind: list | None = None
+    fell_behind: list[float | None] | None = None
     # its requests at rate_rps that failed (counted as SLO misses), and the commonest reason
     failed_at_rate: int | None = None
     error: str | None = None
@@ -167,29 +169,29 @@ class Calibration:
     prompt lengths, fitted as `prefill_base_ms + prefill_ms_per_token x tokens`, and the
     decode step (median inter-token gap) at a few batch sizes."""
 
-    prompt_tokens: list
-    ttft_ms: list
-    batches: list
-    step_ms: list
+    prompt_tokens: list[int]
+    ttft_ms: list[float]
+    batches: list[int]
+    step_ms: list[float]
     prefill_ms_per_token: float
     prefill_base_ms: float
     dtype: str | None = None  # what the engine ran in
     placement: str | None = None  # where it was measured
     # TTFT beyond back to back after the machine idled each time (empty: not measured),
     # and the prompt each of those requests sent (empty in runs before it was recorded)
-    wake_idle_s: tuple = ()
-    wake_extra_ms: tuple = ()
-    wake_prompt_tokens: tuple = ()
+    wake_idle_s: Sequence[float] = ()
+    wake_extra_ms: Sequence[float] = ()
+    wake_prompt_tokens: Sequence[float] = ()
     wake_host: str | None = None  # the host's own wake-up check, where one was made
     # per batch: the p99 ITL (each request's own, as the SLO counts it) that 9 in 10
     # unloaded requests stayed within; empty in runs before it was recorded
-    tail_ms: tuple = ()
+    tail_ms: Sequence[float] = ()
 
     def ttft_at(self, tokens: float) -> float:
         """Unloaded TTFT of a `tokens`-token prompt (ms), from the fit."""
         return self.prefill_base_ms + self.prefill_ms_per_token * tokens
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return to_json(self)
 
     @classmethod
@@ -216,7 +218,7 @@ class Calibration:
         after the same idle, the extra is the line through their points against their
         back-to-back TTFTs (neither part below 0); else it is flat."""
         lengths = self.wake_prompt_tokens or (None,) * len(self.wake_idle_s)
-        by_idle: dict[float, list] = {}
+        by_idle: dict[float, list[tuple[float, float]]] = {}
         for s, extra, p in zip(self.wake_idle_s, self.wake_extra_ms, lengths):
             by_idle.setdefault(s, []).append((self.ttft_at(p) if p else 0.0, extra))
         points = tuple((s, *_line(pts)) for s, pts in sorted(by_idle.items()))
@@ -279,7 +281,7 @@ class Evidence:
     p2p: P2PEvidence | None = None  # the GPUs' P2P matrix, where one was read
     imported: ImportedEvidence | None = None  # measured by another tool: by what, what is unknown
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return to_json(self)
 
     @classmethod

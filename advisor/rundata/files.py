@@ -1,18 +1,13 @@
-"""Run outputs as data: atomic writes, reads that name the file, and every run's manifest."""
+"""Run outputs as data: atomic writes, reads that name the file, secrets redacted."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import re
-import socket
-import subprocess
-import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -41,7 +36,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         raise
 
 
-def read_json_object(path: Path) -> dict:
+def read_json_object(path: Path) -> dict[str, Any]:
     """A JSON object from `path`; RunDataError naming it when missing, unreadable, corrupt
     or not an object."""
     try:
@@ -61,8 +56,8 @@ def write_json(path: str | Path, obj) -> None:
     write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def write_jsonl(path: str | Path, rows: list[dict]) -> None:
-    # NOTE: orjson: a plan writes ten thousand rows of chunk times, json.dumps took seconds
+def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    # orjson: a plan writes ten thousand rows of chunk times, json.dumps took seconds
     write_atomic(path, b"".join(orjson.dumps(r, default=str, option=_JSONL) + b"\n"
                                 for r in rows))
 
@@ -80,33 +75,6 @@ def json_line(line: str):
             return json.loads(line)
         except json.JSONDecodeError:
             return None
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-def cpu_model() -> str:
-    """The CPU's model name, as /proc/cpuinfo gives it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # a flag or config key whose value is a secret: --api-key, --hf-token, client_secret, ...
@@ -133,23 +101,7 @@ def redacted_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def redacted_config(config: dict) -> dict:
+def redacted_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` with every secret-named key's value (where set) replaced."""
     return {k: (REDACTED if v is not None and _SECRET.search(k) else v)
             for k, v in config.items()}
-
-
-def manifest(seed: int, config: dict, argv: list[str] | None = None) -> dict:
-    """Versions, host, config, seed and command line of a run, secrets redacted."""
-    return {
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": redacted_argv(list(argv if argv is not None else sys.argv)),
-        "seed": seed,
-        "config": redacted_config(config),
-        "versions": {"python": platform.python_version(), "advisor": _version("advisor"),
-                     "git_commit": _git_commit(),
-                     **{d: _version(d) for d in ("torch", "numpy", "aiohttp", "pandas")}},
-        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
-                 "cpu": cpu_model(), "cpus_usable": len(os.sched_getaffinity(0)),
-                 "cpus_total": os.cpu_count()},
-    }

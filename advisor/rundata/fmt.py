@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def fmt(v) -> str:
     """One value: "-" when missing, 3 significant digits for floats."""
@@ -12,7 +14,7 @@ def fmt(v) -> str:
     return str(v)
 
 
-def fmt_items(d: dict | None) -> str:
+def fmt_items(d: dict[str, Any] | None) -> str:
     """ "key=value, ..." of a dict's present values (a decision row's evidence or thresholds)."""
     return ", ".join(f"{k}={fmt(v)}" for k, v in (d or {}).items() if v is not None)
 

@@ -37,8 +37,8 @@ class Comparison:
     disaggregated_max_goodput_rps: float
     ratio: float | None
     # NOTE: defaults, so that files written before the intervals existed still read
-    collocated_interval_rps: list | None = None
-    disaggregated_interval_rps: list | None = None
+    collocated_interval_rps: list[float | None] | None = None
+    disaggregated_interval_rps: list[float | None] | None = None
     confident: bool = False
     confidence: str = ""
 
@@ -57,7 +57,7 @@ class Command:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         return (env + " " if env else "") + shlex.join(self.argv)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """As written: `host` only where one is named."""
         out = asdict(self)
         if self.host is None:
@@ -89,7 +89,7 @@ class Deployment:
     plans: list[DeployPlan]
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["plans"] = [{"placement": p.placement, "commands": [c.to_json() for c in p.commands],
                          "shell": p.shell, "notes": p.notes} for p in self.plans]
@@ -106,7 +106,7 @@ class PlacementRank:
     gpus: int
     max_goodput_rps: float
     goodput_per_gpu: float
-    interval_rps: list
+    interval_rps: list[float | None]
 
 
 @dataclass(frozen=True)
@@ -146,13 +146,14 @@ class Recommendation:
     imported: str | None = None  # which tool measured it, and what its files do not say
     deploy: Deployment | None = None
     ranking: list[PlacementRank] | None = None  # `advisor plan`: placements by goodput per GPU
-    compare: list[dict] | None = None  # `advisor plan --calibrate`: predicted beside measured
+    # `advisor plan --calibrate`: predicted beside measured
+    compare: list[dict[str, Any]] | None = None
     pareto: list[ParetoPoint] | None = None  # `advisor plan`: every placement x rate, frontier
 
     def row(self, row_id: str) -> DecisionRow | None:
         return next((r for r in self.rows if r.id == row_id), None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["rows"] = [{**asdict(r), "verdict": r.verdict} for r in self.rows]
         if self.deploy is not None:
@@ -160,7 +161,7 @@ class Recommendation:
         return {k: v for k, v in out.items() if not (k in _OPTIONAL and v is None)}
 
     @classmethod
-    def from_json(cls, data: dict, file: str) -> Recommendation:
+    def from_json(cls, data: dict[str, Any], file: str) -> Recommendation:
         """Validated, naming `file` and the field (advisor.rundata.typed)."""
         data = dict(data)
         if isinstance(data.get("rows"), list):  # derived: `DecisionRow.verdict`

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from advisor.rundata.files import (
     RunDataError,
@@ -15,11 +16,11 @@ from advisor.rundata.files import (
     write_json,
     write_jsonl,
 )
+from advisor.rundata.stats import RunStats
 from advisor.rundata.typed import from_json
 
 RESULT, RECORDS = "result.json", "requests.jsonl"
 PROCESS_CPU = "process_cpu_seconds_total"  # the instances' CPU, among a run's metrics
-PER_TURN = "per_turn"  # multi-turn runs: a list of per-turn statistics (advisor.measure.stats)
 # What `advisor bench` adds about how it was run (vLLM's names), kept as they are.
 BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "base_url",
               "percentiles", "max_send_lateness_ms", "manifest")
@@ -36,35 +37,37 @@ class _Described:
     num_prompts: int
     request_rate: float | str | None = None  # req/s; "inf" (all at once); None: the workload's own
     workload: str | None = None
-    workload_params: dict = field(default_factory=dict)
+    workload_params: dict[str, Any] = field(default_factory=dict)
     topology: str | None = None  # a sweep's placement (its directory name)
     kind: str | None = None  # collocated | disagg
     emulated: str | None = None  # an emulated KV link's spec
     multi_turn: bool = False
-    arrival_offsets: list = field(default_factory=list)  # each conversation's start, s
-    frontend_cpu: dict | None = None  # front-end CPU seconds during the run (render, derender)
+    arrival_offsets: list[float] = field(default_factory=list)  # each conversation's start, s
+    # front-end CPU seconds during the run (render, derender)
+    frontend_cpu: dict[str, float] | None = None
     client_cpu_s: float | None = None  # the measuring client's CPU seconds during the run
     # whether the client kept up with its own run (advisor.measure.selfcheck); None: not
     # recorded (a simulated run, or one from before)
-    client_check: dict | None = None
-    metrics: dict | None = None  # what the instances' counters did in the run (prom.Sample)
+    client_check: dict[str, Any] | None = None
+    # what the instances' counters did in the run (prom.Sample)
+    metrics: dict[str, Any] | None = None
     simulated: str | None = None  # not measured: what predicted it (advisor plan)
     imported: str | None = None  # measured by another tool: which, and from which file
 
 
 @dataclass
 class RunResult:
-    """A run's statistics (`stats`: completed, failed, slo_attainment, request_goodput,
-    mean_/median_/std_/pNN_ of ttft, tpot, itl, e2el in ms, ...), what ran (`described`),
-    `advisor bench`'s own extras, and (when read with them) the per-request records."""
+    """A run's statistics (`stats`), what ran (`described`), `advisor bench`'s own extras,
+    and (when read with them) the per-request records."""
 
-    stats: dict
+    stats: RunStats
     described: _Described
-    bench: dict = field(default_factory=dict)
-    records: list[dict] | None = None
+    bench: dict[str, Any] = field(default_factory=dict)
+    records: list[dict[str, Any]] | None = None
 
     @classmethod
-    def of(cls, stats: dict, records: list[dict] | None = None, bench: dict | None = None,
+    def of(cls, stats: RunStats, records: list[dict[str, Any]] | None = None,
+           bench: dict[str, Any] | None = None,
            **described) -> RunResult:
         """A new result from summarize()'s statistics and what ran (num_prompts, ...)."""
         return cls(stats, _Described(**described), bench or {}, records)
@@ -148,8 +151,9 @@ class RunResult:
 
     def get(self, key: str, default=None):
         """A statistic or a described field by its result.json name."""
-        if key in self.stats:
-            return self.stats[key]
+        value = self.stats.get(key)
+        if value is not None:
+            return value
         return getattr(self.described, key, default) if key in _DESCRIBED else default
 
     def shown(self, key: str):
@@ -158,10 +162,10 @@ class RunResult:
         result.json, read 0 ms there)."""
         return None if key.endswith("_ms") and self.get("completed") == 0 else self.get(key)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """result.json's object: one flat namespace, as vLLM writes it."""
         described = {f: getattr(self.described, f) for f in _DESCRIBED}
-        return {**self.stats, **described, **self.bench}
+        return {**self.stats.to_json(), **described, **self.bench}
 
     def write(self, directory: Path) -> None:
         """requests.jsonl, then result.json, each atomically: result.json's presence marks
@@ -179,15 +183,8 @@ class RunResult:
         data = read_json_object(path)
         described = from_json(_Described, {k: data[k] for k in _DESCRIBED if k in data}, str(path))
         bench = {k: data[k] for k in BENCH_KEYS if k in data}
-        stats = {k: v for k, v in data.items() if k not in _DESCRIBED and k not in BENCH_KEYS}
-        for k, v in stats.items():
-            if k == PER_TURN:
-                _check_per_turn(path, v)
-            elif not (isinstance(v, (int, float, dict)) or v is None) or isinstance(v, bool):
-                raise RunDataError(f"{path}: {k} must be a number, not {v!r}")
-        for k in ("completed", "failed", "slo_attainment"):
-            if not isinstance(stats.get(k), (int, float)):
-                raise RunDataError(f"{path}: missing field {k!r}")
+        stats = RunStats.from_json({k: v for k, v in data.items()
+                                    if k not in _DESCRIBED and k not in BENCH_KEYS}, str(path))
         rows = _records(directory / RECORDS, problems) if records else None
         return cls(stats, described, bench, rows)
 
@@ -195,17 +192,7 @@ class RunResult:
 _DESCRIBED = tuple(f.name for f in fields(_Described))
 
 
-def _check_per_turn(path: Path, v) -> None:
-    """per_turn: a list of objects of numbers (or null), each with its turn index."""
-    ok = isinstance(v, list) and all(
-        isinstance(t, dict) and isinstance(t.get("turn"), int) and all(
-            x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
-            for x in t.values()) for t in v)
-    if not ok:
-        raise RunDataError(f"{path}: {PER_TURN} must be a list of per-turn statistics")
-
-
-def _records(path: Path, problems: list[str] | None) -> list[dict]:
+def _records(path: Path, problems: list[str] | None) -> list[dict[str, Any]]:
     where = "/".join(path.parts[-3:])
     try:
         lines = path.read_text().splitlines()

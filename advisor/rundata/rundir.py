@@ -13,11 +13,14 @@ RunDataError naming it and the field.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from pathlib import Path
+from typing import Any
 
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.files import RunDataError, read_json_object, write_atomic, write_json
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RESULT, RunResult
 
@@ -65,15 +68,22 @@ class RunDir:
         return self.path.name
 
     # ---- manifest, evidence, decision, summary -------------------------------------------------
-    def write_manifest(self, manifest: dict) -> None:
-        write_json(self.path / MANIFEST, {**manifest, "format": FORMAT})
+    def write_manifest(self, manifest: Manifest) -> Manifest:
+        """Write a new run's manifest, in this code's format; that manifest."""
+        manifest = dataclasses.replace(manifest, format=FORMAT)
+        write_json(self.path / MANIFEST, manifest.to_json())
+        return manifest
 
-    def read_manifest(self) -> dict:
-        return read_json_object(self.path / MANIFEST)
+    def read_manifest(self) -> Manifest:
+        path = self.path / MANIFEST
+        return Manifest.from_json(read_json_object(path), str(path))
 
-    def update_manifest(self, **fields) -> None:
-        """Add what is learnt after the start (calibration, sizing) to the manifest."""
-        write_json(self.path / MANIFEST, {**self.read_manifest(), **fields})
+    def update_manifest(self, **learnt: Any) -> Manifest:
+        """Add what is learnt after the start (calibration, sizing) to the manifest; the
+        manifest as now written."""
+        manifest = dataclasses.replace(self.read_manifest(), **learnt)
+        write_json(self.path / MANIFEST, manifest.to_json())
+        return manifest
 
     def write_evidence(self, evidence: Evidence) -> None:
         write_json(self.path / EVIDENCE, evidence.to_json())

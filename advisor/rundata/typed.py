@@ -22,7 +22,7 @@ _KINDS = {float: (int, float), int: (int,), str: (str,), bool: (bool,), dict: (d
 
 
 @cache
-def _hints(cls) -> dict:
+def _hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
@@ -83,6 +83,6 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def to_json(obj) -> dict:
+def to_json(obj: Any) -> dict[str, Any]:
     """A dataclass instance as a JSON-ready dict (nested dataclasses too)."""
     return dataclasses.asdict(obj)

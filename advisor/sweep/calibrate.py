@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,11 +26,11 @@ from workloads.spec import SyntheticSpec, synthesize
 # through 64-1024 alone let one point's noise tilt a short chat prompt's TTFT
 PROMPTS = (16, 64, 256, 1024)
 BATCH = 8  # the larger decode batch
-# NOTE: batch 2 too: on some CPUs two rows cost ~2x one, far off the line through 1 and 8,
+# batch 2 too: on some CPUs two rows cost ~2x one, far off the line through 1 and 8,
 # and a P/D decoder usually runs about 2
 BATCHES = (1, 2, BATCH)
 STEPS = 24  # decode steps timed per request
-# NOTE: each figure is the median of rounds that alternate with the others', so that a slow
+# each figure is the median of rounds that alternate with the others', so that a slow
 # spell of the host (tens of percent, for seconds) falls on all of them, not on one
 ROUNDS = 3
 TAIL_SHARE = 0.9  # the share of unloaded requests whose own p99 ITL the tail covers
@@ -78,7 +79,7 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
     last_ttft, last_decode = {}, {}
     pairs = list(enumerate(prompts))
     for i in range(ROUNDS):
-        # NOTE: each round starts at the next prompt length, so that no figure sits at the
+        # each round starts at the next prompt length, so that no figure sits at the
         # same place in every round (a deployment failing every k-th request fails one)
         for j, p in pairs[i % len(pairs):] + pairs[:i % len(pairs)]:
             last_ttft[p] = run = measure(endpoint, _workload(p, 2, 1, SEED + 10 * i + j),
@@ -97,10 +98,12 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
                         endpoint.base_url) for b in gaps]
     slope, base = np.polyfit(prompts, ttft, 1) if len(prompts) > 1 else (ttft[0] / prompts[0], 0)
     ends = sorted({0, len(prompts) - 1})  # the shortest and the longest prompt
-    idle = extra = tokens = ()
+    idle: Sequence[float] = ()
+    extra: Sequence[float] = ()
+    tokens: Sequence[float] = ()
     if host is None or host.ratio >= NOTABLE:
         idle, extra, tokens = _wake_up(endpoint, [(prompts[i], ttft[i]) for i in ends], bars)
-    # NOTE: only where every batch answered (else _median_ms has raised above)
+    # only where every batch answered (else _median_ms has raised above)
     tail = [float(np.quantile(tails[b], TAIL_SHARE)) * 1000 for b in gaps]
     return Calibration(prompt_tokens=prompts, ttft_ms=ttft, batches=list(BATCHES), step_ms=steps,
                        tail_ms=tail,
@@ -109,7 +112,7 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
                        wake_host=host.summary() if host else None)
 
 
-def _wake_up(endpoint: Endpoint, prompts: list[tuple[int, float]], bars) -> tuple[list, ...]:
+def _wake_up(endpoint: Endpoint, prompts: list[tuple[int, float]], bars) -> tuple[list[float], ...]:
     """(idle s, extra ms, prompt tokens) for each idle time in IDLE_S and each (prompt,
     back-to-back TTFT ms) in `prompts` whose request answered, by idle time: the TTFT of
     one request of that prompt after the machine sat idle that long, beyond its TTFT right

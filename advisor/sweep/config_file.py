@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,7 +20,7 @@ SECRET = ("api_key",)
 NOT_IN_FILE = ("config", *SECRET)
 
 
-def load(path: str) -> dict:
+def load(path: str) -> dict[str, Any]:
     """The options in `path`, by SweepOptions field name; UsageError naming the file and
     the bad key or value."""
     p = Path(path)
@@ -47,7 +48,7 @@ def load(path: str) -> dict:
     return out
 
 
-def _typed(path: str, key: str, value, f: dataclasses.Field):
+def _typed(path: str, key: str, value: Any, f: dataclasses.Field[Any]) -> Any:
     """`value` as the field's type: lists become tuples; a lone string a 1-tuple."""
     if "tuple" in str(f.type):
         value = [value] if isinstance(value, str | int | float) else value
@@ -63,7 +64,8 @@ def _typed(path: str, key: str, value, f: dataclasses.Field):
     return float(value) if names == ["float"] else value
 
 
-_SCALARS = {"str": str, "float": (int, float), "int": int, "bool": bool}
+_SCALARS: dict[str, type | tuple[type, ...]] = {"str": str, "float": (int, float), "int": int,
+                                                "bool": bool}
 
 
 def merged(cli: SweepOptions, path: str) -> SweepOptions:

@@ -42,6 +42,7 @@ def metric_urls(p: Placement) -> list[str]:
                 raise UsageError(f"{p.flag}-metrics {url}: none of the expected metrics "
                                  "(engine:*, vllm:*, process_cpu_seconds_total)")
         return list(p.metrics)
+    assert p.url is not None  # a deployment measured at a URL
     own = p.url.rstrip("/") + "/metrics"
     try:
         if recognised(scrape_text([own])):
@@ -60,8 +61,10 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
     `log_dir/NAME.log`; wait until `p.url` is ready. UsageError naming the log when the
     command exits or never becomes ready. Yields what says, when asked, why the
     deployment is gone (its command exited), else None."""
+    url = p.url
+    assert url is not None  # a deployment measured at a URL
     if not p.cmd:
-        wait_ready(p.url, model, api_key, ready_timeout)
+        wait_ready(url, model, api_key, ready_timeout)
         yield _not_gone
         return
     log_path = log_dir / f"{p.name}.log"
@@ -75,8 +78,8 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
                 f"{p.flag}-cmd exited with code {code} {when}: see {log_path}")
 
         try:
-            wait_ready(p.url, model, api_key, ready_timeout,
-                       partial(exited, f"before {p.url} was ready"))
+            wait_ready(url, model, api_key, ready_timeout,
+                       partial(exited, f"before {url} was ready"))
         except UsageError as e:
             if proc.poll() is None:  # still running, never ready
                 raise UsageError(f"{p.flag}-cmd: {e}: see {log_path}") from None
@@ -84,14 +87,14 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
         yield partial(exited, "while it was measured")
     finally:
         stop_group(proc)
-        wait_port_free(p.url)
+        wait_port_free(url)
 
 
 def _not_gone() -> None:
     """A deployment someone else runs: nothing here sees it go."""
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
     """SIGTERM `proc`'s process group, SIGKILL it after `grace_s`; reap the leader and
     kill whatever of the group is left."""
     _signal_group(proc.pid, signal.SIGTERM)
@@ -155,5 +158,6 @@ class OnDemand:
     def urls(self) -> tuple[str, list[str]]:
         """The front URL and metrics URLs, started first if it is not running."""
         if self._urls is None:
-            self.start()
+            url, metrics, _ = self._start()
+            self._urls = (url, metrics)
         return self._urls

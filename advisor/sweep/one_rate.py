@@ -5,13 +5,14 @@ run measured again with as many repeats more and pooled with it (`rate_search.to
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from advisor.goodput.outcomes import TOPPED_UP
 from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import check_fits
-from advisor.measure.records import Endpoint
+from advisor.measure.records import Endpoint, RequestRecord
 from advisor.measure.selfcheck import client_check, pooled
 from advisor.measure.stats import summarize
 from advisor.measure.workers import default_workers
@@ -24,7 +25,7 @@ REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rat
 
 
 def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_urls: list[str],
-             p: Placement, rate: float, pcts: list[float], bars,
+             p: Placement, rate: float, bars,
              before: RunResult | None = None, context: int | None = None) -> RunResult:
     """`p` at `rate` through `endpoint(chat)`, its instances' counters read from
     `metric_urls` around it; with `before` (this rate's run, read with its records), as
@@ -32,16 +33,20 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
     where a request would not fit the deployment's `context` (tokens; None: unknown)."""
     first = before.described.workload_params.get("repeats", 1) if before else 0
     sample = _sample(metric_urls)
-    records, rows, arrivals, elapsed, requests, cpu = [], [], [], 0.0, 0, 0.0
-    checks = [before.described.client_check] if before else []
+    records: list[RequestRecord] = []
+    rows: list[dict[str, Any]] = []
+    arrivals: list[float] = []
+    elapsed, requests = 0.0, 0
+    cpu: float | None = 0.0
+    checks: list[Mapping[str, Any] | None] = [before.described.client_check] if before else []
     if before:
         # NOTE: its own rows only: a sweep stopped between writing a pooled run's records and
         # its result.json leaves the second part in the records file
-        rows = before.records[:before.get("num_requests")]
+        rows = (before.records or [])[:before.stats.num_requests]
         records = records_of(rows)
-        arrivals, elapsed = list(before.described.arrival_offsets), before.get("duration")
+        arrivals, elapsed = list(before.described.arrival_offsets), before.stats.duration or 0.0
         requests = before.described.num_prompts
-        cpu = before.described.client_cpu_s  # NOTE: None (not recorded) stays None
+        cpu = before.described.client_cpu_s  # None (not recorded) stays None
     for k in range(first, 2 * first if before else opts.repeats):
         w = opts.workload_at(rate, seed_for(opts.seed, rate) + k * REPEAT_SEED_STEP,
                              prompts_for(opts, rate))
@@ -59,13 +64,13 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
         checks.append(client_check(run))
     after = _sample(metric_urls)
     delta = after.minus(sample) if sample and after else None
-    if before:  # NOTE: counters over both parts, or none when either lacks them
+    if before:  # counters over both parts, or none when either lacks them
         metrics = before.described.metrics
         delta = Sample.from_json(metrics).plus(delta) if delta and metrics else None
     front = frontend_of(delta) if delta else None
     params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {})}
     return RunResult.of(
-        summarize(records, elapsed, opts.slos, pcts), rows,
+        summarize(records, elapsed, opts.slos, opts.percentile_values), rows,
         # the front end's CPU during this run, summed over instances (None: not reported)
         frontend_cpu=dataclasses.asdict(front) if front else None,
         metrics=delta.to_json() if delta else None, client_cpu_s=cpu,

@@ -5,11 +5,12 @@ engines the collocated placement has."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from advisor.errors import UsageError
 from advisor.flags import option
-from advisor.goodput.placements import Placement, parse_topologies
+from advisor.goodput.placements import Placement
 from advisor.measure.stats import (
     DEFAULT_SLO,
     check_judged,
@@ -18,9 +19,15 @@ from advisor.measure.stats import (
     parse_slos,
 )
 from advisor.measure.urls import check_url
-from advisor.rundata.files import RunDataError
-from advisor.rundata.rundir import MANIFEST, RunDir
-from engine.api import CONNECTORS, DTYPES, parse_emulation
+from advisor.sweep.topologies import (
+    Deployment,
+    EngineSettings,
+    TopologySpec,
+    at_urls,
+    bundled,
+    parse_topologies,
+)
+from engine.api import CONNECTORS, DTYPES, load_model_config, parse_emulation
 from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset
 from workloads.spec import Workload
 
@@ -109,13 +116,18 @@ class SweepOptions:
     window_s: float = 16.0  # the seconds of arrivals a rate's default request count covers
     percentiles: str = "50,90,99"
 
+    def __post_init__(self) -> None:
+        """The flags given as text, parsed here once: a bad one is a UsageError naming it."""
+        for parsed in ("slos", "percentile_values", "topology_specs"):
+            getattr(self, parsed)
+
     @property
     def bundled(self) -> bool:
         """Whether the sweep starts the bundled engine (no deployment URLs given)."""
         return not (self.collocated_url or self.disagg_url)
 
     @property
-    def placements(self) -> str:
+    def topology_text(self) -> str:
         """--topologies as given, else the default for the workload."""
         if self.topologies:
             return self.topologies
@@ -123,9 +135,26 @@ class SweepOptions:
             return MULTI_TURN_TOPOLOGIES
         return RENDER_SPLIT_TOPOLOGIES if self.workload in CHAT_FRONTEND else DEFAULT_TOPOLOGIES
 
-    @property
+    @cached_property
     def slos(self) -> dict[str, float]:
+        """--slo: metric -> ms."""
         return parse_slos(list(self.slo or DEFAULT_SLO), "--slo")
+
+    @cached_property
+    def percentile_values(self) -> list[float]:
+        return parse_percentiles(self.percentiles)
+
+    @cached_property
+    def topology_specs(self) -> tuple[TopologySpec, ...]:
+        """The bundled engine's placements to measure (none where deployments are given)."""
+        return parse_topologies(self.topology_text) if self.bundled else ()
+
+    @cached_property
+    def deployments(self) -> list[Deployment]:
+        """The deployments at URLs to measure."""
+        return [Deployment(kind, url, tuple(metrics), cmd) for kind, url, metrics, cmd in (
+            ("collocated", self.collocated_url, self.collocated_metrics, self.collocated_cmd),
+            ("disagg", self.disagg_url, self.disagg_metrics, self.disagg_cmd)) if url]
 
     def workload_at(self, rate: float, seed: int, num_prompts: int) -> Workload:
         """The preset at `rate`; lengths scaled by `scale` / `output_scale` (1 when unset)."""
@@ -153,8 +182,8 @@ class SweepOptions:
         this sweep would run)."""
         replace(self, model=self.model_to_run()).validate()
 
-    def validate(self) -> list[Placement]:
-        """Raise UsageError naming the bad flag; return the placements to measure."""
+    def validate(self) -> None:
+        """Raise UsageError naming the bad flag."""
         if self.workload not in PRESETS:
             raise UsageError(f"--workload {self.workload!r} is unknown; "
                              f"one of {', '.join(PRESETS)}")
@@ -179,19 +208,41 @@ class SweepOptions:
             raise UsageError(f"--connector must be one of {', '.join(CONNECTORS)}, "
                              f"not {self.connector!r}")
         if self.link_emulation:
+            if not self.bundled:
+                raise UsageError("--link-emulation shapes the bundled engine's connector; it "
+                                 "cannot apply to --collocated-url / --disagg-url")
             try:
                 parse_emulation(self.link_emulation)
             except ValueError as e:
                 raise UsageError(f"--link-emulation: {e}") from None
         check_judged(self.slos, self.attainment, self.operating_rate)
+        for kind, url, metrics, cmd in (
+                ("collocated", self.collocated_url, self.collocated_metrics, self.collocated_cmd),
+                ("disagg", self.disagg_url, self.disagg_metrics, self.disagg_cmd)):
+            if (cmd or metrics) and not url:
+                raise UsageError(f"--{kind}{'-cmd' if cmd else '-metrics'} needs --{kind}-url "
+                                 "(where the deployment answers)")
         for flag, urls in (("--collocated-url", [self.collocated_url]),
                            ("--disagg-url", [self.disagg_url]),
                            ("--collocated-metrics", self.collocated_metrics),
                            ("--disagg-metrics", self.disagg_metrics)):
             for url in urls:
                 check_url(flag, url)
-        parse_percentiles(self.percentiles)
-        return parse_topologies(self)
+        if self.bundled:
+            try:  # a clear error for an unknown model, before anything starts
+                load_model_config(self.model)
+            except ValueError as e:
+                raise UsageError(f"--model: {e}") from None
+            self.placements()  # the engine's own checks of each topology
+
+    def placements(self) -> list[Placement]:
+        """The placements to measure, collocated first (it leads the rate search): the
+        deployments at URLs where given, else the bundled engine's --topologies."""
+        if not self.bundled:
+            return at_urls(self.deployments)
+        return bundled(self.topology_specs, EngineSettings(
+            self.model or DEFAULT_MODEL, self.dtype, self.device, self.connector,
+            self.link_emulation))
 
 
 def prompts_for(opts: SweepOptions, rate: float) -> int:
@@ -216,38 +267,4 @@ def first_pass_run_s(opts: SweepOptions) -> Callable[[float], float] | None:
 def collocated_instances(opts: SweepOptions) -> int:
     """How many engines the collocated placement spreads requests over (1 for a URL: a
     deployment's own replicas are unknown here)."""
-    tops = [q.topology for q in opts.validate() if q.kind == "collocated" and q.topology]
-    return tops[0].replicas if tops else 1
-
-
-def resumed(resume: str, given: SweepOptions) -> tuple[RunDir, SweepOptions]:
-    """The run directory of an interrupted sweep and the options it ran with; RunDataError
-    names a missing or damaged one. Nothing read from it is run or trusted with a secret:
-    the commands that start its deployments come from the command line (`given`) alone,
-    and with an API key so do the URLs it is sent to; UsageError names a missing one."""
-    try:
-        run_dir = RunDir.existing(resume)
-    except RunDataError as e:
-        raise RunDataError(f"--resume {e}") from None
-    manifest = run_dir.read_manifest()
-    config = manifest.get("config")
-    if not isinstance(config, dict):
-        raise RunDataError(f"{run_dir.path / MANIFEST}: missing field 'config' (the options "
-                           "to resume with)")
-    names = {f.name for f in fields(SweepOptions)}
-    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in names}
-    opts = SweepOptions(**config)
-    for kind in ("collocated", "disagg"):
-        cmd, url = f"{kind}_cmd", f"{kind}_url"
-        if getattr(opts, cmd) and not getattr(given, cmd):
-            raise UsageError(f"--resume: this sweep started its deployment with --{kind}-cmd; "
-                             f"give --{kind}-cmd again (a run directory's commands are never "
-                             "run)")
-        if getattr(opts, url) and given.api_key and not getattr(given, url):
-            raise UsageError(f"--resume with an API key: give --{kind}-url again (the key "
-                             "goes only to URLs named on the command line)")
-        opts = replace(opts, **{cmd: getattr(given, cmd),
-                                url: getattr(given, url) or getattr(opts, url)})
-    ran = (manifest.get("dtype") or {}).get("ran", opts.dtype)  # as the interrupted sweep ran
-    return run_dir, replace(opts, dtype=ran, model=opts.model_to_run(),
-                            slo=opts.slo or DEFAULT_SLO, api_key=given.api_key)
+    return next((s.decode for s in opts.topology_specs if s.kind == "collocated"), 1)

@@ -92,13 +92,13 @@ def next_rate(
     if not above:  # everything meets: look higher
         return lo * 2 if len(done) - len(grid) < plan.max_steps else None
     hi = min(above)
-    # NOTE: a follower's replayed rates may be the leader's bisections: not its own
+    # a follower's replayed rates may be the leader's bisections: not its own
     bisections = sum(1 for o in done if not _on_lattice(o.rate, plan.start) and o.rate not in grid)
     if refine and bisections < plan.bisect_steps and hi / lo >= plan.min_ratio:
         return round(math.sqrt(lo * hi), 4)
     step = _bound(done, plan, lo, hi)
     if step is None and not any(o.sure_meets for o in done):
-        # NOTE: met, but at no rate surely: the interval has no lower bound until a lower
+        # met, but at no rate surely: the interval has no lower bound until a lower
         # rate surely meets
         return _down(done, plan, grid, refine)
     return step
@@ -170,7 +170,7 @@ def to_refine(done: dict[str, list[Outcome]], refined: set[str],
 
     A top-up measures again a rate already run, most often a high one: the cheapest way to
     part them; a wide interval's lower bound may be one the other cannot part from at all."""
-    def width(name: str) -> tuple:
+    def width(name: str) -> tuple[float, ...]:
         lo, hi = goodput_interval(done[name])
         return (_parts_by_top_up(done, name), hi is None, lo == 0,
                 top((lo, hi)) / lo if lo else math.inf, name == deployed)

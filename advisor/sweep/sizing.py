@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from scipy.special import gammaincinv
 
 from advisor.rundata.evidence import Calibration
+from advisor.rundata.manifest import Sizing
 from advisor.sweep.calibrate import BATCH
 from workloads.presets import PRESETS
 
@@ -31,7 +32,7 @@ STALL_MIN = 1.25
 SHORTEN = 0.95  # the target prefill's step down while the first pass does not fit
 DECODE_PREFILL = 2.5
 ITL_HEADROOM = 1.5
-# NOTE: a quarter over the calibrated tail: at the tail itself an unloaded decoder meets the
+# a quarter over the calibrated tail: at the tail itself an unloaded decoder meets the
 # SLO for 9 requests in 10, the attainment target, and nothing more
 TAIL_HEADROOM = 1.25
 MIN_PROMPT, MIN_OUTPUT = 32, 12
@@ -42,19 +43,6 @@ FIRST_PASS_S = 160.0
 # the rates a first pass usually measures, as multiples of the first: the leader doubles to
 # its first sure miss (1, 2, 4), the follower replays from there (2, 4) and doubles once (8)
 FIRST_PASS = (1, 2, 4, 2, 4, 8)
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """What the sweep runs: length scales, prompt and output tokens, the SLO, and why."""
-
-    scale: float
-    output_scale: float
-    prompt_tokens: int
-    output_tokens: int
-    slo: tuple[str, ...]
-    start_rate: float  # req/s: where the rate search begins
-    notes: list[str] = field(default_factory=list)
 
 
 def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
@@ -94,7 +82,7 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     prompt, output = lengths.at(target)
     shorter = ""
     if scale is None and output_scale is None and run_s is not None:
-        # NOTE: shorter requests before a higher first rate: from above the knee collocated
+        # shorter requests before a higher first rate: from above the knee collocated
         # misses at its first rate, and its interval has no lower bound
         floor, cut = min(STALL_MIN * slos["itl"], regime), target
         took = need = first_pass_s(lengths.knee(output, instances, attainment), run_s)
@@ -130,7 +118,7 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     if searched:
         notes.append(note)
     slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
-    return Sizing(scale, output_scale, prompt, output, slo, start, notes)
+    return Sizing(scale, output_scale, prompt, output, slo, start, tuple(notes))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from advisor.goodput.outcomes import Outcome
 from advisor.rundata.evidence import Calibration
+from advisor.rundata.manifest import Sizing
 from advisor.sweep.options import FALLBACK_START, SweepOptions
 from advisor.sweep.rate_search import SearchPlan
 
@@ -32,7 +33,7 @@ class SweepState:
 
     @classmethod
     def start(cls, opts: SweepOptions, calibration: Calibration | None = None,
-              sized: dict | None = None) -> SweepState:
+              sized: Sizing | None = None) -> SweepState:
         """A sweep before its first run; with a calibration and its sizing (a resumed
         sweep's), sized already."""
         grid = list(opts.rates) or None
@@ -42,15 +43,14 @@ class SweepState:
             state.size(calibration, sized)
         return state
 
-    def size(self, calibration: Calibration, sized: dict) -> None:
+    def size(self, calibration: Calibration, sized: Sizing) -> None:
         """Run with `calibration` and a sizing's lengths, SLO and first rate (unless
         --start-rate was given), and note which SLO metrics its unloaded floor misses."""
         self.calibration = calibration
-        self.opts = dataclasses.replace(self.opts, scale=sized["scale"],
-                                        output_scale=sized["output_scale"],
-                                        slo=tuple(sized["slo"]))
-        start = self.opts.start_rate or sized.get("start_rate") or FALLBACK_START
+        self.opts = dataclasses.replace(self.opts, scale=sized.scale,
+                                        output_scale=sized.output_scale, slo=sized.slo)
+        start = self.opts.start_rate or sized.start_rate or FALLBACK_START
         self.plan = search_plan(self.opts, start)
-        self.prompt_tokens = sized["prompt_tokens"]
+        self.prompt_tokens = sized.prompt_tokens
         floors = calibration.floors(self.prompt_tokens)
         self.missed = {m: v for m, v in floors.items() if v > self.opts.slos[m]}

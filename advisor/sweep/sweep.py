@@ -7,40 +7,34 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from functools import partial
-from pathlib import Path
 
 from advisor.conclude import conclude
-from advisor.errors import UsageError
 from advisor.goodput.from_runs import build_evidence
-from advisor.goodput.placements import Placement, on_p2p, p2p_evidence
+from advisor.goodput.placements import Placement, p2p_evidence
 from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
-from advisor.measure.stats import DEFAULT_SLO, parse_percentiles
 from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.probe import p2p_pairs
-from advisor.probe.p2p import P2PMatrix
 from advisor.probe.wakeup import host_wakeup
-from advisor.rundata.evidence import Calibration
 from advisor.rundata.result import RunResult
-from advisor.rundata.rundir import MANIFEST, RunDir
+from advisor.rundata.rundir import RunDir
 from advisor.sweep import sizing
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.calibrate import calibrate as calibrate_engine
 from advisor.sweep.calibrate import warm_up
 from advisor.sweep.deployments import metric_urls, started
 from advisor.sweep.kept import KeptDeployments
-from advisor.sweep.manifest import sweep_manifest
 from advisor.sweep.one_rate import run_rate
 from advisor.sweep.options import (
     SweepOptions,
     collocated_instances,
     first_pass_run_s,
 )
+from advisor.sweep.setup import SweepSetup, setup
 from advisor.sweep.state import SweepState
 from advisor.sweep.steps import Steps, Urls
-from engine import api
-from engine.api import DTYPES, DtypeChoice, launch, load_model_config
+from engine.api import launch, load_model_config
 from workloads.presets import seed_for
 
 REQUEST_TIMEOUT_S = 180.0
@@ -50,32 +44,20 @@ URL_CONTEXT = 32768  # for sizing calibration prompts, where a front lists no co
 def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
               argv: list[str] | None = None, report: bool = True) -> RunDir:
     """Measure every placement, decide, and write the run dir; with `resume` (and the
-    options from `options.resumed`), go on in that interrupted sweep's directory; with
+    options `setup.resolved` took back), go on in that interrupted sweep's directory; with
     `report`, draw its HTML and Markdown reports too."""
-    run_dir, opts = (resume, opts) if resume else _created(opts, argv)
-    print(f"run directory: {run_dir} (resume an interrupted sweep with --resume {run_dir})",
-          flush=True)
-    manifest = run_dir.read_manifest()
-    matrix = (manifest.get("probe") or {}).get("p2p")
-    placements = on_p2p(opts.validate(), P2PMatrix.from_json(matrix) if matrix else None)
+    s = setup(opts, resume, argv)
+    print(f"run directory: {s.run_dir} (resume an interrupted sweep with --resume "
+          f"{s.run_dir})", flush=True)
+    state = SweepState.start(s.opts, s.manifest.calibration, s.manifest.sizing)
     with progress_bars() as bars, contextlib.ExitStack() as kept:
-        sweep = Sweep(_state(opts, run_dir, manifest), run_dir,
-                      TimeBudget(opts.budget_s()), KeptDeployments(kept), bars,
-                      calibrates=manifest.get("format", 1) >= 2,
-                      widen_slo=bool(manifest.get("widen_slo")))
+        sweep = Sweep(state, s.run_dir, TimeBudget(s.opts.budget_s()), KeptDeployments(kept),
+                      bars, calibrates=s.manifest.format >= 2, widen_slo=bool(s.manifest.widen_slo))
         if sweep.state.missed:
             _say_missed(sweep.state)
-        sweep.measure_all(placements)
-    _decide(sweep.state, placements, run_dir, sweep.budget.note(), report)
-    return run_dir
-
-
-def _state(opts: SweepOptions, run_dir: RunDir, manifest: dict) -> SweepState:
-    """A new sweep's state, or a resumed one's with the calibration and sizing it recorded."""
-    if not manifest.get("calibration"):
-        return SweepState.start(opts)
-    cal = Calibration.from_json(manifest["calibration"], str(run_dir.path / MANIFEST))
-    return SweepState.start(opts, cal, manifest["sizing"])
+        sweep.measure_all(s.placements)
+    _decide(sweep.state, s, sweep.budget.note(), report)
+    return s.run_dir
 
 
 def _say_missed(state: SweepState) -> None:
@@ -85,47 +67,28 @@ def _say_missed(state: SweepState) -> None:
         + ": no rate search", flush=True)
 
 
-def _decide(state: SweepState, placements: list[Placement], run_dir: RunDir,
-            stopped: str | None, report: bool) -> None:
+def _decide(state: SweepState, s: SweepSetup, stopped: str | None, report: bool) -> None:
     """The evidence, the recommendation with its deploy commands, summary.csv and (with
     `report`) the reports, written; the advice printed."""
-    evidence = build_evidence(state.opts, placements, state.done, state.grid or [], run_dir,
+    run_dir = s.run_dir
+    evidence = build_evidence(state.opts, s.placements, state.done, state.grid or [], run_dir,
                               state.calibration, state.prompt_tokens, stopped)
-    manifest = run_dir.read_manifest()
-    ran = (manifest.get("dtype") or {}).get("ran") or state.opts.dtype
-    p2p = p2p_evidence(placements, manifest.get("probe") or {}, state.opts.model,
+    ran = s.manifest.dtype_ran or state.opts.dtype
+    p2p = p2p_evidence(s.placements, s.manifest.probe, state.opts.model,
                        evidence.workload.mean_prompt_tokens, ran)
     kv = evidence.kv_transfer
     if p2p is not None and kv is not None:
         kv = dataclasses.replace(kv, p2p=p2p_pairs.summary(p2p))
     evidence = dataclasses.replace(evidence, p2p=p2p, kv_transfer=kv)
-    rec = conclude(run_dir, evidence, placements, state.done, state.opts.model)
+    rec = conclude(run_dir, evidence, s.placements, state.done, state.opts.model)
     if report:
-        from advisor.output.report import run_report  # NOTE: matplotlib: ~1 s to import
+        from advisor.output.report import run_report  # matplotlib: ~1 s to import
 
         run_report(str(run_dir))
     console.print_recommendation(rec)
     drawn = "report.html, report.md, " if report else ""
     print(f"run directory: {run_dir}: {drawn}evidence.json, recommendation.json"
           + ("" if report else f" (draw its report with: advisor report {run_dir})"))
-
-
-def _created(opts: SweepOptions, argv: list[str] | None) -> tuple[RunDir, SweepOptions]:
-    """A new run directory with its manifest; the options with dtype, model and SLO filled."""
-    if opts.dtype not in DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {opts.dtype!r}")
-    # NOTE: only a default SLO on the default model may be widened to fit this machine
-    widen = not opts.slo and opts.model is None and opts.bundled
-    filled = dataclasses.replace(opts, model=opts.model_to_run(),
-                                 slo=opts.slo or DEFAULT_SLO)
-    filled.validate()
-    choice = api.resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
-        opts.dtype, "set by the deployment", {})
-    run_dir = RunDir.create(opts.out, opts.workload)
-    extra = {"config_file": Path(opts.config).read_text()} if opts.config else {}
-    run_dir.write_manifest({**sweep_manifest(filled, argv, choice), "widen_slo": widen, **extra})
-    print(f"dtype: {choice.dtype} ({choice.reason})", flush=True)
-    return run_dir, dataclasses.replace(filled, dtype=choice.dtype)
 
 
 class Sweep(Steps):
@@ -136,7 +99,6 @@ class Sweep(Steps):
                  kept: KeptDeployments, bars, calibrates: bool = True, widen_slo: bool = False):
         super().__init__(state, run_dir, budget, kept, bars, calibrates)
         self.widen_slo = widen_slo  # the default SLO may be widened to fit this machine
-        self.pcts = parse_percentiles(state.opts.percentiles)
         self.contexts: dict[str, int | None] = {}  # front URL -> its max_model_len
         # a bundled instance's URL -> the key its deployment's instances require
         self.keys: dict[str, str | None] = {}
@@ -174,9 +136,8 @@ class Sweep(Steps):
                             searched=not opts.rates and opts.start_rate is None)
         for note in sized.notes:
             print(f"sizing: {note}", flush=True)
-        record = dataclasses.asdict(sized)
-        self.run_dir.update_manifest(calibration=cal.to_json(), sizing=record)
-        self.state.size(cal, record)
+        self.run_dir.update_manifest(calibration=cal, sizing=sized)
+        self.state.size(cal, sized)
         if self.state.missed:
             _say_missed(self.state)
 
@@ -186,15 +147,19 @@ class Sweep(Steps):
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s"
                          + (" again" if before else ""))
         return run_rate(self.state.opts, partial(self._endpoint, url), metrics, p, rate,
-                        self.pcts, self.bars, before, self._context(url, listed=True))
+                        self.bars, before, self._listed_context(url))
 
-    def _context(self, url: str, listed: bool = False) -> int | None:
+    def _listed_context(self, url: str) -> int | None:
         """The context (tokens) the front at `url` lists, asked once (a deployment's
-        context stays); where it lists none, None if `listed`, else URL_CONTEXT."""
+        context stays); None where it lists none."""
         if url not in self.contexts:
             opts = self.state.opts
             self.contexts[url] = served_context(url, opts.model, opts.api_key)
-        return self.contexts[url] or (None if listed else URL_CONTEXT)
+        return self.contexts[url]
+
+    def _context(self, url: str) -> int:
+        """The listed context, else URL_CONTEXT (to size calibration prompts by)."""
+        return self._listed_context(url) or URL_CONTEXT
 
     def _endpoint(self, url: str, chat: bool) -> Endpoint:
         """Where requests go; the model as given for a deployment (nothing is asked), else

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from advisor.measure.arrival import SO_TIMESTAMPNS, receive_time
 from engine.api import error_body
@@ -134,7 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
         for k in range(n):
             time.sleep(max(0.0, due(k) - time.monotonic()))
             timing["writes"].append(time.monotonic())
-            piece = {"delta": {"content": "tok"}} if chat else {"text": "tok"}
+            piece: dict[str, Any] = {"delta": {"content": "tok"}} if chat else {"text": "tok"}
             if k == 0 and body.get("return_token_ids") and isinstance(prompt, list):
                 piece["prompt_token_ids"] = prompt  # as vLLM echoes it: one long first event
             self._event({"id": "scripted", "object": kind, "choices": [{
@@ -161,7 +162,8 @@ class ScriptedServer(ThreadingHTTPServer):
 
     def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0):
         super().__init__((host, port), _Handler)
-        self.script, self.received, self.lock = script, [], threading.Lock()
+        self.script, self.lock = script, threading.Lock()
+        self.received: list[dict[str, Any]] = []  # each request's body, as it came
         self.in_flight, self.idle_since = 0, time.monotonic()  # for Script.wake_ms_per_s
 
 

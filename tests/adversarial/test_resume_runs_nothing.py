@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.rundir import RunDir
 from tests.cli import advisor, said
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.integration
 def crafted(tmp_path, **config) -> RunDir:
     """A run directory as a colleague might share it, its manifest edited."""
     run = RunDir(tmp_path / "shared-run")
-    run.write_manifest({"config": {"model": "tiny", "rates": [1.0], **config}})
+    run.write_manifest(Manifest.new(0, {"model": "tiny", "rates": [1.0], **config}))
     return run
 
 

@@ -22,6 +22,7 @@ from advisor.rundata.evidence import (
     SloEvidence,
     WorkloadEvidence,
 )
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
 from tests.cli import advisor, advisor_here
@@ -142,7 +143,7 @@ RECOMMENDED = {"disaggregate": "disaggregated",
 def run_dir(tmp_path, action: str, matrix: str | None = None) -> RunDir:
     """A finished run of 2 collocated replicas and 1P1D advising `action`."""
     run = RunDir(tmp_path / "run")
-    run.write_manifest({"config": {"model": "qwen2.5-7b"}})
+    run.write_manifest(Manifest.new(0, {"model": "qwen2.5-7b"}))
     ev = Evidence(SloEvidence(2000, 50), PlacementEvidence("collocated-2", max_goodput_rps=1.0),
                   WorkloadEvidence(mean_prompt_tokens=2000, concurrency=2.0),
                   disaggregated=PlacementEvidence("disagg-1p1d", max_goodput_rps=2.0),

@@ -86,12 +86,12 @@ def test_multi_turn_runs_are_summarized_turn_by_turn():
                turn(1, 0.05, 300, 290, kv=2.0), turn(1, 0.07, 300, 250, kv=4.0),
                turn(1, 0.0, 300, 0, ok=False)]
     s = summarize(records, 1.0, {}, [50])
-    first, second = s["per_turn"]
-    assert (first["turn"], first["requests"], first["failed"]) == (1, 2, 0)
-    assert first["median_ttft_ms"] == pytest.approx(200)
-    assert first["mean_reused_tokens"] == 0 and first["mean_computed_tokens"] == 100
-    assert (second["turn"], second["requests"], second["failed"]) == (2, 3, 1)
-    assert second["median_ttft_ms"] == pytest.approx(60)
-    assert second["mean_reused_tokens"] == 270 and second["mean_computed_tokens"] == 30
-    assert second["mean_kv_transfer_ms"] == 3.0 and first["mean_kv_transfer_ms"] is None
+    first, second = s.per_turn
+    assert (first.turn, first.requests, first.failed) == (1, 2, 0)
+    assert first.median_ttft_ms == pytest.approx(200)
+    assert first.mean_reused_tokens == 0 and first.mean_computed_tokens == 100
+    assert (second.turn, second.requests, second.failed) == (2, 3, 1)
+    assert second.median_ttft_ms == pytest.approx(60)
+    assert second.mean_reused_tokens == 270 and second.mean_computed_tokens == 30
+    assert second.mean_kv_transfer_ms == 3.0 and first.mean_kv_transfer_ms is None
     assert "per_turn" not in summarize(records[:2], 1.0, {}, [50])  # single-turn: none

@@ -9,7 +9,7 @@ import pytest
 
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
-from advisor.goodput.placements import on_p2p, p2p_evidence, parse_topologies
+from advisor.goodput.placements import on_p2p, p2p_evidence
 from advisor.probe import p2p
 from advisor.probe.kvsize import kv_size
 from advisor.probe.links import HOST_STAGED
@@ -21,6 +21,7 @@ from advisor.rundata.evidence import (
     SloEvidence,
     WorkloadEvidence,
 )
+from advisor.rundata.manifest import ProbeFindings
 from advisor.sweep.options import SweepOptions
 
 pytestmark = pytest.mark.unit
@@ -145,22 +146,22 @@ def test_a_deployment_whose_gpus_are_unknown_is_judged_by_the_whole_matrix():
 def test_a_sweep_puts_its_cuda_pd_on_p2p_pairs_and_its_evidence_says_which():
     m = matrix("p2p_4gpu_pairs.txt")
     opts = SweepOptions(model="tiny", device="cuda", topologies="collocated:2,disagg:1p1d")
-    placed = on_p2p(parse_topologies(opts), m)
+    placed = on_p2p(opts.placements(), m)
     (col,) = [p for p in placed if p.kind == "collocated"]
     (dis,) = [p for p in placed if p.kind == "disagg"]
     assert col.topology.gpus is None and dis.topology.gpus == (0, 2)
     env: dict = {}
     assert dis.topology.instance_device(1, env) == "cuda:0" and env["CUDA_VISIBLE_DEVICES"] == "2"
-    probe = {"p2p": m.to_json(), "p2p_source": "topo.txt"}
+    probe = ProbeFindings(p2p=m.to_json(), p2p_source="topo.txt")
     ev = p2p_evidence(placed, probe, "tiny", 500, "float32")
     assert [(p.prefill_gpu, p.decode_gpu, p.status) for p in ev.used] == [(0, 2, "OK")]
     assert ev.source == "topo.txt" and ev.placed == "every P->D pair on GPUs with P2P"
     url = SweepOptions(disagg_url="http://127.0.0.1:9", collocated_url="http://127.0.0.1:8")
-    by_url = p2p_evidence(on_p2p(parse_topologies(url), m), probe, None, 500, "auto")
+    by_url = p2p_evidence(on_p2p(url.placements(), m), probe, None, 500, "auto")
     assert by_url.used == [] and by_url.placed.startswith("unknown")
     assert summary(ev) == "GPU0->GPU2 OK (topo.txt)"  # kv_transfer.p2p says it in a line
     assert summary(by_url) == "pairs used unknown; with P2P here: GPU0-GPU2, GPU1-GPU3 (topo.txt)"
-    assert p2p_evidence(placed, {"p2p": None}, "tiny", 500, "float32") is None
+    assert p2p_evidence(placed, ProbeFindings(), "tiny", 500, "float32") is None
 
 
 def test_per_role_tp_pairs_ranks_that_hold_the_same_kv_heads():

@@ -8,12 +8,18 @@ from advisor.measure.records import Endpoint
 from advisor.measure.stats import summarize
 from advisor.measure.workload_run import measure
 from advisor.rundata.result import KEEP_PACE, RunResult
+from advisor.rundata.stats import RunStats
 from tests.advisor.helpers import scripted, workload
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
 
 SLOS = {"ttft": 2000.0, "itl": 100.0}
+
+
+def _read(stats: dict) -> RunStats:
+    """Statistics as a result.json holds them."""
+    return RunStats.from_json(stats, "a test")
 
 
 def _run(url, w, cap=None, rate=50.0) -> RunResult:
@@ -26,9 +32,10 @@ def _run(url, w, cap=None, rate=50.0) -> RunResult:
 
 def test_pace_is_completions_over_the_arrivals_own_rate():
     stats = {"completed": 11, "failed": 0, "slo_attainment": 1.0, "duration": 11.0}
-    steady = RunResult.of(stats, num_prompts=11, arrival_offsets=[i * 1.0 for i in range(11)])
+    steady = RunResult.of(_read(stats), num_prompts=11,
+                          arrival_offsets=[i * 1.0 for i in range(11)])
     assert steady.pace() == pytest.approx(1.0)  # 11 in 11 s, arriving at 1 per s over 10 s
-    chats = RunResult.of(stats, num_prompts=11, multi_turn=True,
+    chats = RunResult.of(_read(stats), num_prompts=11, multi_turn=True,
                          arrival_offsets=[i * 1.0 for i in range(11)])
     assert chats.pace() is None  # recorded before conversations' statistics were
 
@@ -38,7 +45,7 @@ def test_multi_turn_pace_counts_conversations_and_at_most_the_load_they_built():
         stats = {"completed": 40, "failed": 0, "slo_attainment": 1.0, "duration": duration,
                  "completed_conversations": 10, "conversation_life_ms": life_s * 1000,
                  "early_conversation_ms": life_s * 1000, "peak_conversations": peak}
-        return RunResult.of(stats, num_prompts=40, request_rate=rate, multi_turn=True,
+        return RunResult.of(_read(stats), num_prompts=40, request_rate=rate, multi_turn=True,
                             arrival_offsets=offsets)
 
     # 10 conversations of 4 turns and 1 s each, one a second (4 req/s): done 1 s after the
@@ -60,7 +67,7 @@ def test_single_turn_pace_is_at_most_the_load_its_requests_built():
         stats = {"completed": n, "failed": 0, "slo_attainment": 1.0,
                  "duration": offsets[-1] + life_s, "early_e2el_ms": life_s * 1000,
                  "request_life_ms": life_s * 1000, "peak_requests": peak}
-        return RunResult.of(stats, num_prompts=n, request_rate=rate, arrival_offsets=offsets)
+        return RunResult.of(_read(stats), num_prompts=n, request_rate=rate, arrival_offsets=offsets)
 
     # 100 requests at 10 req/s lasting 2 s each: 20 under way from 2 s on, all done in time
     steady = [i * 0.1 for i in range(100)]
@@ -72,9 +79,8 @@ def test_single_turn_pace_is_at_most_the_load_its_requests_built():
     burst = [i * 0.004 for i in range(6)]
     assert run(burst, 0.04, 6, rate=64.0).pace() == pytest.approx(6 * 0.06 / (5 * 0.06))
     # a run recorded before the load's statistics: completions alone
-    old = RunResult.of({"completed": 100, "failed": 0, "slo_attainment": 1.0,
-                        "duration": 11.9, "early_e2el_ms": 2000.0}, num_prompts=100,
-                       arrival_offsets=steady)
+    old = RunResult.of(RunStats(100, 0, 1.0, duration=11.9, early_e2el_ms=2000.0),
+                       num_prompts=100, arrival_offsets=steady)
     assert old.pace() == pytest.approx(100 / 99)
 
 

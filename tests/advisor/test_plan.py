@@ -27,6 +27,7 @@ from advisor.rundata.evidence import (
     SloEvidence,
     WorkloadEvidence,
 )
+from advisor.rundata.manifest import DtypeRan, Manifest
 from advisor.rundata.rundir import RunDir
 from tests.cli import advisor, advisor_here
 from tests.reports import browser
@@ -276,12 +277,12 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
                       [TRUTH.ms(Step(decodes=b, pairs=b * 28, kv_read_tokens=b * 28))
                        for b in (1, 8)], 0.15, 20.0, "bfloat16", "collocated-2")
     urls = {"collocated_url": "http://127.0.0.1:9/v1", "disagg_url": "http://127.0.0.1:10/v1"}
-    run_dir.write_manifest({"config": {"model": "small", "workload": "long-prompt",
-                                       "slo": ["ttft:2000", "itl:100"], "seed": 0,
-                                       **(urls if by_url else {})},
-                            # NOTE: as a sweep records it: by URL, the deployment's choice
-                            "dtype": {"ran": "auto" if by_url else "bfloat16"},
-                            "calibration": cal.to_json()})
+    ran = "auto" if by_url else "bfloat16"  # as a sweep records it: by URL, the deployment's
+    run_dir.write_manifest(Manifest.new(0, {"model": "small", "workload": "long-prompt",
+                                            "slo": ["ttft:2000", "itl:100"], "seed": 0,
+                                            **(urls if by_url else {})},
+                                        dtype=DtypeRan("auto", ran, "as the test says"),
+                                        calibration=cal))
     shape = shape_of("small")
     engine = EngineSpec(TRUTH, 10**6, jitter=jitter)
     kv = shape.kv_bytes
@@ -419,6 +420,6 @@ def test_a_placement_whose_stalls_alone_reach_its_p99_takes_the_hosts_jitter(tmp
 
 def test_calibrate_needs_a_bundled_sweeps_calibration(tmp_path):
     run_dir = RunDir.create(tmp_path, "x")
-    run_dir.write_manifest({"config": {}})
+    run_dir.write_manifest(Manifest.new(0, {}))
     with pytest.raises(UsageError, match="no calibration"):
         run_calibrated(str(run_dir.path), None, str(tmp_path), as_json=True)

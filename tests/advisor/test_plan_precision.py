@@ -73,10 +73,11 @@ def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused_naming_it(tmp_path):
 
 def test_the_pareto_frontier_and_the_choice():
     from advisor.plan.pareto import points, reason
+    from advisor.rundata.stats import Latency, RunStats
 
     def stats(tpot_ms, tokens_s, goodput):
-        return {"mean_tpot_ms": tpot_ms, "output_throughput": tokens_s, "completed": 10,
-                "request_goodput": goodput}
+        return RunStats(10, 0, 1.0, output_throughput=tokens_s, request_goodput=goodput,
+                        latency={"tpot": Latency(tpot_ms, tpot_ms, 0.0)})
 
     got = points([("a", 1.0, stats(10, 400, 4), 2, True),   # 100/user, 200/GPU
                   ("a", 2.0, stats(20, 800, 2), 2, False),  # 50/user, 400/GPU, misses

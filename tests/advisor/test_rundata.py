@@ -1,6 +1,7 @@
 """Run directories as typed data: the previous format reads as is, a newer one is refused,
 damage is named by file and field, and what is written reads back the same."""
 
+import dataclasses
 import json
 import shutil
 
@@ -13,6 +14,7 @@ from advisor.measure.workload_run import record_row, records_of
 from advisor.rundata.evidence import Calibration, Evidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import FORMAT, RunDir
+from advisor.rundata.stats import TurnStats
 from tests.cli import advisor, advisor_here, said
 from tests.fixtures import FIXTURE_RUN
 
@@ -24,7 +26,11 @@ def run(tmp_path):
 
 
 def test_the_previous_format_reads_as_it_is(run):
-    assert "format" not in run.read_manifest()
+    manifest = run.read_manifest()
+    assert manifest.format == 1 and manifest.model == "tiny" and manifest.seed == 0
+    assert manifest.host.cpus_usable == 2 and manifest.versions.torch == "2.13.0+cpu"
+    assert manifest.probe is not None and manifest.probe.links["shm"]["gbps"] > 0
+    assert manifest.calibration is None and manifest.sizing is None  # not recorded then
     problems = []
     runs = run.read_runs(problems)
     assert problems == []
@@ -32,6 +38,12 @@ def test_the_previous_format_reads_as_it_is(run):
         ("collocated-2", "collocated", 2.0), ("collocated-2", "collocated", 4.0),
         ("disagg-1p1d", "disagg", 2.0), ("disagg-1p1d", "disagg", 4.0)]
     assert all(len(r.records) == r.described.num_prompts == 6 for r in runs)
+    # result.json's flat statistics read as typed ones, and write back as they were
+    assert all(r.stats.completed == 6 and r.stats.latency_ms("ttft", "median") > 0
+               and r.stats.latency_ms("itl", "p99") is not None for r in runs)
+    stored = json.loads((run.run_path("disagg-1p1d", 2) / "result.json").read_text())
+    back = RunResult.read(run.run_path("disagg-1p1d", 2)).to_json()
+    assert {k: v for k, v in back.items() if k in stored} == stored
     ev = run.read_evidence()
     assert ev.slo.ttft_ms == 2000 and ev.disaggregated.placement == "disagg-1p1d"
     assert ev.kv_transfer.transfers > 0 and ev.kv_transfer.connector == "shm"
@@ -41,8 +53,9 @@ def test_the_previous_format_reads_as_it_is(run):
 def test_a_newer_format_is_refused_by_name(run):
     manifest = run.read_manifest()
     run.write_manifest(manifest)
-    assert run.read_manifest()["format"] == FORMAT  # what this advisor writes
-    (run.path / "manifest.json").write_text(json.dumps({**manifest, "format": FORMAT + 1}))
+    assert run.read_manifest().format == FORMAT  # what this advisor writes
+    newer = {**manifest.to_json(), "format": FORMAT + 1}
+    (run.path / "manifest.json").write_text(json.dumps(newer))
     with pytest.raises(UsageError, match=f"manifest.json: run-directory format {FORMAT + 1}"):
         RunDir.existing(run.path)
     out = advisor_here("report", str(run.path))
@@ -67,8 +80,8 @@ def test_a_damaged_result_names_its_file_and_field(run, field, value, needle):
 
 def test_written_runs_and_evidence_read_back_the_same(run, tmp_path):
     original = run.read_run("disagg-1p1d", 4, records=True)
-    original.stats["per_turn"] = [{"turn": 1, "requests": 3, "median_ttft_ms": 120.5,
-                                   "mean_kv_transfer_ms": None}]  # as a multi-turn run has
+    original = dataclasses.replace(original, stats=dataclasses.replace(  # as multi-turn runs have
+        original.stats, per_turn=[TurnStats(1, 3, 0, median_ttft_ms=120.5)]))
     copy = RunDir(tmp_path / "copy")
     copy.write_run(original)
     back = copy.read_run("disagg-1p1d", 4, records=True)
@@ -138,9 +151,9 @@ def test_stored_rows_give_back_records_with_the_same_statistics():
     slos, pcts = {"ttft": 150.0, "itl": 100.0}, [50.0, 99.0]
     want, got = summarize(records, 2.0, slos, pcts), summarize(back, 2.0, slos, pcts)
     assert got["completed"] == 2 and got["failed"] == 1 and got["good_requests"] == 1
-    for key, value in want.items():
+    for key, value in want.to_json().items():
         if key == "ci95":
             for name, bounds in value.items():
-                assert got[key][name] == pytest.approx(bounds, abs=1e-5), name
+                assert got.to_json()[key][name] == pytest.approx(bounds, abs=1e-5), name
         else:
             assert got[key] == pytest.approx(value, abs=1e-5), key

@@ -11,6 +11,7 @@ import pytest
 
 from advisor.decide.recommend import run_recommend
 from advisor.rundata.evidence import Evidence
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import FORMAT, RunDir
 
@@ -51,7 +52,7 @@ def test_a_recommendation_reads_and_writes_back_unchanged(name):
 
 def test_deciding_the_same_evidence_again_writes_the_same_shape(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
-    run.write_manifest({"config": {"model": "small"}})
+    run.write_manifest(Manifest.new(0, {"model": "small"}))
     shutil.copy(SCHEMA / "evidence.json", run.path / "evidence.json")
     run_recommend(str(run.path))
     capsys.readouterr()

@@ -9,8 +9,14 @@ from advisor.goodput.outcomes import goodput_interval, max_goodput_rate, outcome
 from advisor.measure.records import ClientRun, RequestRecord
 from advisor.measure.selfcheck import LOOP_LAG_P99_MS, client_check, pooled
 from advisor.rundata.result import RunResult
+from advisor.rundata.stats import RunStats
 from tests.advisor.helpers import scripted
 from tests.cli import advisor
+
+
+def _read(stats: dict) -> RunStats:
+    """Statistics as a result.json holds them."""
+    return RunStats.from_json(stats, "a test")
 
 
 def _run(lags_ms: list[float], late_ms: list[float], cpu_s: float = 9.0) -> ClientRun:
@@ -37,7 +43,7 @@ def test_the_check_names_each_sign_past_its_bound_and_pools_the_worst():
 def _result(rate: float, attainment: float, bound: str | None) -> RunResult:
     stats = {"completed": 100, "failed": 0, "slo_attainment": attainment, "duration": 50.0,
              "p99_itl_ms": 10.0, "ci95": {"slo_attainment": [attainment, attainment]}}
-    return RunResult.of(stats, num_prompts=100, request_rate=rate,
+    return RunResult.of(_read(stats), num_prompts=100, request_rate=rate,
                         client_check={"cpu_share": 1.0, "loop_lag_p99_ms": 30.0,
                                       "send_late_p99_ms": None, "bound": bound})
 

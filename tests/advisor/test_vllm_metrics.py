@@ -12,6 +12,7 @@ from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, read, recognised, transfer_of
 from advisor.measure.transfer import verdict
 from advisor.rundata.result import RunResult
+from advisor.rundata.stats import RunStats
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -75,8 +76,8 @@ class _Runs:
 
 
 def _run(frontend_cpu=None, metrics=None):
-    return RunResult.of({"duration": 10.0}, num_prompts=20, frontend_cpu=frontend_cpu,
-                        metrics=metrics)
+    return RunResult.of(RunStats(0, 0, 0.0, duration=10.0), num_prompts=20,
+                        frontend_cpu=frontend_cpu, metrics=metrics)
 
 
 def test_without_our_counters_the_api_servers_process_cpu_stands_in():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from advisor.rundata.evidence import Evidence, PlacementEvidence, SloEvidence, WorkloadEvidence
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
 from engine.processes.children import free_port, wait_healthy
@@ -53,7 +54,7 @@ def _bases() -> tuple[int, int]:
 
 def _run_dir(tmp_path: Path, action: str) -> RunDir:
     run = RunDir(tmp_path / "run")
-    run.write_manifest({"config": {"model": "tiny"}})
+    run.write_manifest(Manifest.new(0, {"model": "tiny"}))
     run.write_evidence(Evidence(SloEvidence(2000, 50), PlacementEvidence("collocated-1"),
                                 WorkloadEvidence(mean_prompt_tokens=40, concurrency=1.0),
                                 disaggregated=PlacementEvidence("disagg-1p1d")))
