@@ -4,6 +4,7 @@ user can fix, SLO words gathered from extra arguments."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 import typer
@@ -42,7 +43,11 @@ def slo_items(values: list[str] | None, ctx: typer.Context) -> list[str]:
     itl:50` takes several values per flag, which click leaves as extra arguments."""
     items = list(values or [])
     for extra in ctx.args:
-        if ":" not in extra or extra.startswith("-"):
-            fail(f"unexpected argument {extra!r}")
+        if not _SLO_WORD.match(extra):
+            fail(f"unexpected argument {extra!r}: a flag takes one value each time it is "
+                 "given (--disagg-metrics URL --disagg-metrics URL)")
         items.append(extra)
     return items
+
+
+_SLO_WORD = re.compile(r"^[a-z0-9_]+:[^/]*$")  # NAME:MS, which no URL is

@@ -3,8 +3,8 @@
 prefiller and decoder with a NixlConnector `--kv-transfer-config`, each with its own
 side-channel port, GPUs and UCX device, behind a P/D proxy), and the render split
 (`vllm launch render` servers, `--tokens-only` engines, and a front that does render ->
-generate -> derender). For benchmarking they carry `--no-enable-prefix-caching`: a sweep
-reuses its seed across rates."""
+generate -> derender). Prefix caching stays at vLLM's default (on), as an operator runs
+it: what a sweep's prompts share is the workload's to say."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Site:
 
 
 def _serve(model: str, port: int, *extra: str) -> list[str]:
-    return ["vllm", "serve", model, "--port", str(port), "--no-enable-prefix-caching", *extra]
+    return ["vllm", "serve", model, "--port", str(port), *extra]
 
 
 def _tp(tp: int) -> tuple[str, ...]:

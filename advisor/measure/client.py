@@ -196,6 +196,8 @@ class Client:
                 body = {"prompt": pre if pre is not None else list(history)}
                 if multi:
                     body["return_token_ids"] = True  # vLLM's flag; ours always returns them
+            if multi:  # vLLM's multi-turn P/D proxy reads it from the body, ours either
+                body["conversation_id"] = conv.conversation_id
             reply_text, reply_ids = await self._send(
                 rec, body, turn.max_tokens, conv.conversation_id
             )

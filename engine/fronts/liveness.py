@@ -47,6 +47,7 @@ class Liveness:
         self.urls, self.secret = list(dict.fromkeys(urls)), secret
         self._session: aiohttp.ClientSession | None = None
         self.down: set[str] = set()
+        self.seen: set[str] = set()  # instances that have answered a check, ever
         self._misses = dict.fromkeys(self.urls, 0)
         self._waiting: dict[str, set[asyncio.Task]] = {u: set() for u in self.urls}
         self._given_up: set[asyncio.Task] = set()
@@ -113,6 +114,11 @@ class Liveness:
             sticky.put(key, url)
         return url
 
+    def serving(self) -> bool:
+        """Whether any instance has answered its checks and is not down: until one has, a
+        front that says it is healthy would only answer 503 (its instances still load)."""
+        return any(u in self.seen and u not in self.down for u in self.urls)
+
     def nonce(self) -> dict[str, str]:
         """Headers for a request to an instance: a fresh nonce inside a deployment."""
         return {NONCE_HEADER: secrets.token_hex(8)} if self.secret else {}
@@ -161,6 +167,7 @@ class Liveness:
                 if ok is None:  # an impostor: no second chance
                     self._misses[url] = MISSES
                 if ok:
+                    self.seen.add(url)
                     self.down.discard(url)
                 elif self._misses[url] >= MISSES:
                     self.down.add(url)

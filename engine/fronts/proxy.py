@@ -93,7 +93,10 @@ class Proxy:
         await self.upstream.close()
 
     async def health(self, request: web.Request) -> web.Response:
-        """Up: nothing more (it is open without the key; the instances stay unnamed)."""
+        """Up once an instance is (it is open without the key; the instances stay
+        unnamed): a client told it is healthy earlier would get 503s."""
+        if not self.liveness.serving():
+            return _err("no instance is up yet", 503)
         return health(request)
 
     async def models(self, _req) -> web.Response:

@@ -56,3 +56,18 @@ def test_a_url_flag_that_is_no_url_is_named(args, flag):
 
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and flag in r.output and "expected an http(s) URL" in r.output
+
+
+def test_several_urls_after_one_metrics_flag_say_to_repeat_it():
+    """The spelling the guide once showed: the second URL is neither an SLO nor silently
+    dropped, and the answer says how to give it."""
+    from typer.testing import CliRunner
+
+    from advisor.cli import app
+
+    r = CliRunner().invoke(app, ["sweep", "--disagg-url", "http://127.0.0.1:1",
+                                 "--disagg-metrics", "http://127.0.0.1:2/metrics",
+                                 "http://127.0.0.1:3/metrics"])
+    assert r.exit_code == 2 and "--slo" not in r.output
+    assert "'http://127.0.0.1:3/metrics'" in r.output and "--disagg-metrics URL --disagg-metrics" \
+        in r.output

@@ -200,6 +200,9 @@ def test_second_turn_carries_the_first_prompt_and_the_reply_received():
         ]
         # the scripted reply's token ids are 0, 1, 2
         assert max(sent, key=len) == [*first.new_tokens, 0, 1, 2, *second.new_tokens]
+    # each turn names its conversation in the body too (vLLM's multi-turn proxy reads it)
+    assert sorted(b["conversation_id"] for b in bodies) == sorted(
+        c.conversation_id for c in w.conversations for _ in c.turns)
 
 
 def test_chat_turns_carry_the_whole_conversation():

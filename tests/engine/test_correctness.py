@@ -36,6 +36,20 @@ def test_prefix_cache_hits_match_reference(tiny_reference):
     assert_no_leaks(llm)
 
 
+def test_a_next_turn_reuses_the_blocks_of_the_reply_too(tiny_reference):
+    """As vLLM v1 does: a finished request's generated tokens stay cached with its prompt,
+    so a conversation's next turn (prompt, reply, new message) computes only what is new."""
+    first = random_prompts(1, (37, 37), seed=5)[0]
+    llm = make_llm(block_size=8)
+    reply = llm.generate([first], GREEDY)[0].token_ids  # 37 + 8 = 45 tokens: 5 full blocks
+    second = [*first, *reply, *random_prompts(1, (9, 9), seed=6)[0]]
+    out = llm.generate([second], GREEDY)[0]
+    assert out.token_ids == expected(tiny_reference, [second])[0]
+    # the last generated token was sampled, never computed: 44 computed, 5 blocks of 8
+    assert out.num_cached_tokens == 40
+    assert_no_leaks(llm)
+
+
 def test_batch_of_mixed_lengths_equals_each_alone():
     prompts = random_prompts(8, (1, 120), seed=3)
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
