@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import re
+
 from reports.figures import Figure
 from reports.model import Report
 
 
 def _cell(v) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    """`v` as Markdown text on one line: HTML, code spans, links and table pipes shown as
+    written, never rendered, and nothing that ends the line."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(v))
+    return text.translate(_ESCAPED)
+
+
+# no tag opens without "<"; code spans, links and emphasis need the rest
+_ESCAPED = str.maketrans({"<": "&lt;", "\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[",
+                          "]": "\\]", "*": "\\*"})
+
+
+def _fenced(lang: str, lines: list[str]) -> list[str]:
+    """`lines` in a code fence longer than any run of backticks in them, so none closes it."""
+    longest = max((len(run) for line in lines for run in re.findall("`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + lang, *lines, fence]
 
 
 def png_name(fig: Figure) -> str:
@@ -25,16 +42,16 @@ def render(data: Report, figures: list[Figure]) -> str:
     if data.emulated:
         lines += [f"> **KV transfers ran over an emulated link ({_cell(data.emulated)}).**", ""]
     if rec:
-        lines += [f"## Recommendation: **{rec.action}**", ""]
+        lines += [f"## Recommendation: **{_cell(rec.action)}**", ""]
         lines += [f"- {_cell(r)}" for r in rec.reasons]
         if rec.secondary_actions:
-            lines.append(f"- also: {', '.join(rec.secondary_actions)}")
+            lines.append(f"- also: {_cell(', '.join(rec.secondary_actions))}")
         if rec.judged_at:
             lines.append(f"- rows judged at {_cell(rec.judged_at)}")
         lines += ["", "| row | fired | action | evidence |", "|---|---|---|---|"]
         for r in rec.rows:
             said = "**yes**" if r.fired else _cell(r.verdict)
-            lines.append(f"| {r.id} | {said} | {r.action} | {_cell(r.evidence)} |")
+            lines.append(f"| {_cell(r.id)} | {said} | {_cell(r.action)} | {_cell(r.evidence)} |")
     else:
         lines += ["## Recommendation", "", "No recommendation in this run directory."]
     if rec and rec.deploy_model is not None:
@@ -42,7 +59,7 @@ def render(data: Report, figures: list[Figure]) -> str:
         lines += [f"- {_cell(n)}" for n in rec.deploy_notes]
         for plan in rec.plans:
             mark = " (recommended)" if plan.recommended else ""
-            lines += ["", f"### {plan.placement}{mark}", "", "```sh", *plan.shell, "```"]
+            lines += ["", f"### {_cell(plan.placement)}{mark}", "", *_fenced("sh", plan.shell)]
             lines += [f"- {_cell(n)}" for n in plan.notes]
     lines += ["", "## Plots", ""]
     for fig in figures:
@@ -50,16 +67,16 @@ def render(data: Report, figures: list[Figure]) -> str:
     lines += [
         "## Every placement and rate",
         "",
-        "SLO: " + ", ".join(f"{k} {v}" for k, v in data.slo.items()) + ". Latencies in ms.",
+        "SLO: " + _cell(", ".join(f"{k} {v}" for k, v in data.slo.items())) + ". Latencies in ms.",
         "",
-        "| " + " | ".join(c.title for c in data.columns) + " |",
+        "| " + " | ".join(_cell(c.title) for c in data.columns) + " |",
         "|" + "---|" * len(data.columns),
     ]
     lines += ["| " + " | ".join(_cell(r.cells[c.key]) for c in data.columns) + " |"
               for r in data.rows]
     if data.cores_note:
         lines += ["", _cell(data.cores_note)]
-    lines += ["", "## Setup", ""] + [f"- **{k}**: {_cell(v)}" for k, v in data.setup]
+    lines += ["", "## Setup", ""] + [f"- **{_cell(k)}**: {_cell(v)}" for k, v in data.setup]
     if data.p2p:
         lines += _p2p(data.p2p)
     return "\n".join(lines) + "\n"
@@ -67,10 +84,11 @@ def render(data: Report, figures: list[Figure]) -> str:
 
 def _p2p(p2p) -> list[str]:
     """The P2P read matrix as a table, then the pairs the placement used."""
-    lines = ["", "### P2P read matrix" + (f" ({p2p.source})" if p2p.source else ""), "",
-             "| | " + " | ".join(p2p.gpus) + " |", "|" + "---|" * (len(p2p.gpus) + 1)]
-    lines += ["| " + g + " | " + " | ".join(row) + " |" for g, row in zip(p2p.gpus, p2p.status)]
+    lines = ["", "### P2P read matrix" + (f" ({_cell(p2p.source)})" if p2p.source else ""), "",
+             "| | " + " | ".join(map(_cell, p2p.gpus)) + " |", "|" + "---|" * (len(p2p.gpus) + 1)]
+    lines += ["| " + _cell(g) + " | " + " | ".join(map(_cell, row)) + " |"
+              for g, row in zip(p2p.gpus, p2p.status)]
     if p2p.used or p2p.placed:
-        lines += ["", f"P->D pairs used: {', '.join(p2p.used) or 'unknown'}"
-                  + (f" ({p2p.placed})" if p2p.placed else "")]
+        lines += ["", _cell(f"P->D pairs used: {', '.join(p2p.used) or 'unknown'}"
+                            + (f" ({p2p.placed})" if p2p.placed else ""))]
     return lines

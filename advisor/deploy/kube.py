@@ -11,6 +11,7 @@ import math
 
 import yaml
 
+from advisor.deploy.shell import comment
 from advisor.probe.shapes import shape_of
 from advisor.rundata.recommendation import Command, Deployment, DeployPlan
 
@@ -118,8 +119,8 @@ def as_k8s(deploy: Deployment, image: str = VLLM_IMAGE, front_image: str = "advi
     front = _front(plan, urls)
     if front:
         docs += _tier(f"{base}-front", front_image, Command("front", front), front, 1, 0)
-    head = [f"# advisor deploy --format k8s: {plan.placement} of {deploy.model}"]
-    head += [f"# {n}" for n in _k8s_notes(plan)]
+    head = [comment(f"advisor deploy --format k8s: {plan.placement} of {deploy.model}")]
+    head += [comment(n) for n in _k8s_notes(plan)]
     return "\n".join(head) + "\n" + _yaml(docs)
 
 
@@ -175,8 +176,9 @@ def as_llmd(deploy: Deployment, image: str = VLLM_IMAGE) -> str:
         "prefill": (_llmd_tier(by_role["prefill"], image, LLMD_SERVICE_PORT) if pd
                     else {"create": False, "replicas": 0}),
     }
-    head = [f"# advisor deploy --format llm-d: {plan.placement} of {deploy.model}, values for "
-            "llm-d's model-service chart (llm-d-incubation/llm-d-modelservice v0.4.0)"]
+    head = [comment(f"advisor deploy --format llm-d: {plan.placement} of {deploy.model}, "
+                    "values for llm-d's model-service chart "
+                    "(llm-d-incubation/llm-d-modelservice v0.4.0)")]
     if plan.placement.endswith("bidirectional"):
         head.append("# llm-d's routing sidecar keeps no conversation's decoder blocks for its "
                     "next turn: bidirectional reuse needs a router that does (advisor proxy, "

@@ -13,8 +13,9 @@ from advisor.deploy.vllm import Site
 from advisor.errors import UsageError
 from advisor.flags import option
 from advisor.probe import p2p
+from advisor.rundata.model_name import checked_model
 from advisor.rundata.recommendation import Deployment
-from advisor.rundata.rundir import RunDir
+from advisor.rundata.rundir import MANIFEST, RunDir
 
 FORMATS = ("sh", "json", "k8s", "llm-d")
 
@@ -79,7 +80,9 @@ def run_deploy(source: str, opts: DeployOptions) -> Deployment:
     manifest = run_dir.read_manifest()
     planned = (manifest.plan or {}).get("candidates") or [{}]
     w = where(opts, planned[0].get("tp", 1))
-    model = opts.model or manifest.model
+    model = checked_model(opts.model, "--model") if opts.model else \
+        checked_model(manifest.model, f"{run_dir.path / MANIFEST}: config.model") \
+        if manifest.model else None
     try:
         out = from_evidence(rec, ev, model, w)
     except ValueError as e:

@@ -6,18 +6,25 @@ from __future__ import annotations
 from advisor.rundata.recommendation import Deployment
 
 
+def comment(text: str) -> str:
+    """`text` as one comment line, shell's or YAML's: whatever would end the line (a newline,
+    any other control or separator character) written as its escape, so that nothing a run
+    directory or an imported file holds becomes a line of its own."""
+    return "# " + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def as_shell(deploy: Deployment) -> str:
     """The script, with what it assumes as comment lines."""
-    lines = [f"# {deploy.model} on GPUs {','.join(map(str, deploy.gpus))}"]
-    lines += [f"# NOTE: {n}" for n in deploy.notes]
+    lines = [comment(f"{deploy.model} on GPUs {','.join(map(str, deploy.gpus))}")]
+    lines += [comment(f"NOTE: {n}") for n in deploy.notes]
     for plan in deploy.plans:
         mark = " (recommended)" if plan.placement == deploy.recommended else ""
-        lines += ["", f"# --- {plan.placement}{mark}"]
-        lines += [f"# {n}" for n in plan.notes]
+        lines += ["", comment(f"--- {plan.placement}{mark}")]
+        lines += [comment(n) for n in plan.notes]
         host = None
         for i, c in enumerate(plan.commands):
             if c.host and c.host != host:
-                lines.append(f"# on {c.host}:")
+                lines.append(comment(f"on {c.host}:"))
                 host = c.host
             lines.append(c.shell() + (" &" if i < len(plan.commands) - 1 else ""))
     return "\n".join(lines) + "\n"

@@ -23,6 +23,7 @@ from advisor.measure.workload_run import record_row
 from advisor.output import console
 from advisor.rundata.evidence import ImportedEvidence
 from advisor.rundata.manifest import ImportedTools, Manifest
+from advisor.rundata.model_name import checked_model
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
@@ -114,6 +115,7 @@ def _result(f: Found, p: Placement, opts: ImportOptions) -> RunResult:
 
 
 def _model(found: list[Found]) -> str | None:
-    """The model the runs name, where they agree on one."""
-    models = {f.model for f in found if f.model}
+    """The model the runs name, where they agree on one; RunDataError naming the file whose
+    model is no model name."""
+    models = {checked_model(f.model, f"{f.source}: its model") for f in found if f.model}
     return models.pop() if len(models) == 1 else None

@@ -31,6 +31,7 @@ START_LEAD_S = 0.05  # schedule t=0 slightly ahead so request 0 is not late by s
 LAG_TICK_S = 0.01
 BYTES_PER_TOKEN = 8  # a token id written in JSON ("123456, "), or a word of text_of()
 PRE_ENCODED_BYTES = 256 << 20  # first-turn prompts encoded before t=0 when they fit in this
+MAX_ERROR_BYTES = 64 << 10  # of an error body: its message is in its first bytes
 
 
 WORDS = (
@@ -265,7 +266,8 @@ class Client:
                     ) as resp:
                         rec.status = resp.status
                         if resp.status != 200:
-                            rec.error = _error_text(await resp.text())
+                            said = await resp.content.read(MAX_ERROR_BYTES)
+                            rec.error = _error_text(said.decode(errors="replace"))
                         else:
                             events = EventData(resp.content)
                             # NOTE: taken now: the connection is released when the stream ends
@@ -293,6 +295,9 @@ class Client:
                                         rec.output_tokens = u["completion_tokens"]
                                         rec.token_source = "usage"
                                 for piece, piece_ids in _content(chunk, chat):
+                                    if len(rec.chunks) >= max_tokens:
+                                        raise ValueError(f"the stream sent more than its "
+                                                         f"max_tokens ({max_tokens}) chunks")
                                     rec.chunks.append(now)
                                     text.append(piece)
                                     if piece_ids is not None:
@@ -325,8 +330,12 @@ async def _stamp_sent(_session, ctx, _params) -> None:
 
 
 def _content(chunk: dict[str, Any], chat: bool):
-    """(text, token ids or None) of each choice that carries generated content."""
-    for choice in chunk.get("choices") or []:
+    """(text, token ids or None) of each choice that carries generated content; ValueError
+    for a chunk not shaped as OpenAI's (it fails its request alone)."""
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise ValueError(f"malformed stream chunk: choices is {str(choices)[:60]!r}")
+    for choice in choices:
         if chat:
             # NOTE: reasoning and tool calls count for TTFT and ITL, but only content goes
             # into the next turn's history
@@ -342,8 +351,11 @@ def _content(chunk: dict[str, Any], chat: bool):
         else:
             piece = choice.get("text") or ""
             has = bool(piece or choice.get("token_ids"))
+        ids = choice.get("token_ids")
+        if not isinstance(piece, str) or not (ids is None or isinstance(ids, list)):
+            raise ValueError(f"malformed stream chunk: {str(choice)[:60]!r}")
         if has:
-            yield piece, choice.get("token_ids")
+            yield piece, ids
 
 
 def _error_text(body: str) -> str:

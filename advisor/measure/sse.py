@@ -7,26 +7,32 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 DONE = b"[DONE]"
+MAX_EVENT_BYTES = 16 << 20  # one event's data: past any chunk a server means to send
 
 
 class EventData:
     """The data of each event of a stream body (an aiohttp StreamReader), in order, up to
-    `[DONE]`; `done` says afterwards whether the stream ended with it (else it was cut)."""
+    `[DONE]`; `done` says afterwards whether the stream ended with it (else it was cut).
+    ValueError for an event past MAX_EVENT_BYTES: a server cannot make the client hold more."""
 
     def __init__(self, content):
         self.content, self.done = content, False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         lines: list[bytes] = []
+        held = 0
         async for raw in self.content:
             line = raw.rstrip(b"\r\n")
             if line:
                 field, _, value = line.partition(b":")
                 if field == b"data":
                     lines.append(value[1:] if value.startswith(b" ") else value)
+                    held += len(value)
+                    if held > MAX_EVENT_BYTES:
+                        raise ValueError(f"an event past {MAX_EVENT_BYTES >> 20} MiB")
                 continue
             if lines:  # a blank line dispatches the event
-                data, lines = b"\n".join(lines), []
+                data, lines, held = b"\n".join(lines), [], 0
                 if data.strip() == DONE:
                     self.done = True
                     return

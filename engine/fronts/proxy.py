@@ -46,6 +46,7 @@ PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
 # NOTE: set on a response served around a down tier (decoder-prefills, prefiller-decodes)
 FALLBACK = "X-Advisor-Fallback"
 CONVERSATION = "X-Conversation-Id"
+MAX_CONVERSATION_ID = 256
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 # NOTE: a decoder keeps a turn's KV 480 s by default (as vLLM does): later, the proxy's
 # note of where is worth nothing
@@ -125,9 +126,9 @@ class Proxy:
         headers = {"X-Request-Id": rid}
         try:
             body = parse_json(await request.read())
+            cid = _conversation(body, request.headers)
         except RequestError as e:
             return web.json_response(e.body(), status=e.status, headers=headers)
-        cid = _conversation(body, request.headers)
         body.pop("conversation_id", None)  # the proxy's, as in vLLM's: never the engines'
         if cid:
             headers[CONVERSATION] = cid
@@ -284,9 +285,17 @@ def _loads(data: bytes) -> dict | None:
 
 def _conversation(body: dict, headers) -> str | None:
     """The conversation a request belongs to: the X-Conversation-Id header, else a
-    `conversation_id` body field (vLLM's bidirectional proxy keys turns by it)."""
+    `conversation_id` body field (vLLM's bidirectional proxy keys turns by it); RequestError
+    (400) for one that is no short printable ASCII string, since it goes on into headers to
+    the instances, whose parsers would answer a bare 400 of their own."""
     cid = headers.get(CONVERSATION) or body.get("conversation_id")
-    return cid if isinstance(cid, str) and cid else None
+    if cid is None or cid == "":
+        return None
+    if not (isinstance(cid, str) and len(cid) <= MAX_CONVERSATION_ID and cid.isascii()
+            and cid.isprintable()):
+        raise RequestError(f"a conversation id is printable ASCII of at most "
+                           f"{MAX_CONVERSATION_ID} characters", "conversation_id")
+    return cid
 
 
 def _handed_over(prefilled: dict) -> dict | None:

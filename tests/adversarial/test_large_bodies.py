@@ -23,6 +23,7 @@ from engine.core.config import load_model_config, max_body_bytes
 from engine.fronts import proxy
 from engine.processes.launch import Topology, launch
 from engine.serve import connections
+from engine.serve.http_app import Upstream
 from tests.serving.helpers import post, running_app, running_server
 
 pytestmark = pytest.mark.integration
@@ -157,7 +158,7 @@ def test_the_proxy_does_not_resend_what_its_prefiller_timed_out_on(monkeypatch):
 
     p.add_routes([web.post("/v1/completions", prefill), web.get("/health", health)])
     d.add_routes([web.post("/v1/completions", decode), web.get("/health", health)])
-    monkeypatch.setattr(proxy, "_TIMEOUT", proxy.aiohttp.ClientTimeout(sock_read=1))
+    monkeypatch.setattr(Upstream, "TIMEOUT", proxy.aiohttp.ClientTimeout(sock_read=1))
     with running_app(p) as p_url, running_app(d) as d_url, \
             running_app(proxy.Proxy([d_url], [p_url]).app) as url:
         status, err = post(url, BODY)
