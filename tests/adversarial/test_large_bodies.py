@@ -106,6 +106,7 @@ def _closed(socks: list[socket.socket], wait: float) -> list[socket.socket]:
     return out
 
 
+@pytest.mark.slow  # a load drill of 10 s or more
 def test_connections_that_never_finish_their_headers_are_closed(pd):
     loris = [_partial_headers(_port(pd.url)) for _ in range(50)]
     try:

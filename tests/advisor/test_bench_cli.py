@@ -91,6 +91,7 @@ def test_a_trace_with_a_bad_row_is_named(tmp_path):
     assert p.returncode == 2 and "row 2" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow  # a load drill of 10 s or more
 def test_bench_says_when_the_server_fell_behind_its_arrivals(tmp_path):
     # one request in flight at a time, ~80 ms each, arriving at 50 per second: every
     # request meets the SLO from its send, but the run completes ~12 per second

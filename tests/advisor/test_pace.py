@@ -114,6 +114,7 @@ def test_a_run_that_fell_behind_its_arrivals_surely_misses_whatever_its_attainme
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a load drill of 10 s or more
 def test_a_multi_turn_run_whose_conversations_came_at_once_did_not_carry_its_rate():
     # 10 conversations of 4 turns with ~0.3 s of thought between: at 1000 req/s they all
     # start at once and overlap, so the server sees what 10 users send, not 1000 req/s

@@ -60,6 +60,7 @@ def test_a_client_bound_run_is_neither_met_nor_missed():
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a load drill of 10 s or more
 def test_a_client_driven_past_its_capacity_is_marked_and_said(tmp_path):
     """The known-timing server asked for more streams at once than one client core keeps:
     the run is marked, and the console says so."""
