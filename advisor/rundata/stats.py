@@ -152,8 +152,7 @@ class RunStats:
                     latency[metric]["percentiles"][stat] = v
             elif k in _FIELDS and k != "latency":
                 flat[k] = v
-            elif k == PER_TURN or not (isinstance(v, (int, float, dict)) or v is None) \
-                    or isinstance(v, bool):
+            elif not (isinstance(v, (int, float, dict)) or v is None) or isinstance(v, bool):
                 raise RunDataError(f"{file}: {k} must be a number, not {v!r}")
         for k in ("completed", "failed", "slo_attainment"):
             if flat.get(k) is None:

@@ -158,6 +158,6 @@ class OnDemand:
     def urls(self) -> tuple[str, list[str]]:
         """The front URL and metrics URLs, started first if it is not running."""
         if self._urls is None:
-            url, metrics, _ = self._start()
-            self._urls = (url, metrics)
+            self.start()
+        assert self._urls is not None  # start() sets them
         return self._urls
