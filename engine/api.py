@@ -21,6 +21,7 @@ _EXPORTS = {
     "ModelConfig": ("engine.core.config", "ModelConfig"),
     "config_from_hf_dict": ("engine.core.config", "config_from_hf_dict"),
     "load_model_config": ("engine.core.config", "load_model_config"),
+    "write_hf_dir": ("engine.hf_dir", "write_hf_dir"),
     "DtypeChoice": ("engine.model.dtype", "DtypeChoice"),
     "resolve_dtype": ("engine.model.dtype", "resolve"),
     "best_rates": ("engine.model.dtype", "best_rates"),

@@ -31,6 +31,7 @@ ADVISOR_LAYERS = (
     {"measure"},
     {"probe"},
     {"deploy"},  # the advice as commands and manifests
+    {"vllm_engine"},  # real vLLM started here: found, its model written, the deploy commands
     {"decide", "goodput"},  # the advice; what runs say of each placement's goodput
     {"conclude"},  # evidence to a written recommendation: every way to advice ends there
     {"sweep", "plan", "imports"},  # measured, simulated and imported, side by side

@@ -144,7 +144,7 @@ def _action_notes(action: str, site: Site) -> list[str]:
 def _model_name(model: str | None) -> tuple[str, list[str]]:
     if model in HF_NAMES:
         return HF_NAMES[model], []
-    if not model or model in ("tiny", "small"):
+    if not model or model in ("tiny", "mini", "small"):
         return "MODEL", [f"the bundled preset {model or 'of the sweep'!r} is no published "
                          "model: put yours in place of MODEL (or pass --model)"]
     return model, []

@@ -42,8 +42,29 @@ class Site:
         return host or "localhost"
 
 
-def _serve(model: str, port: int, *extra: str) -> list[str]:
-    return ["vllm", "serve", model, "--port", str(port), *extra]
+@dataclass(frozen=True)
+class Runtime:
+    """How each instance starts and where it runs: the server's argv before the model
+    (`vllm serve`; where that console script does not run, the module), flags every instance
+    takes, the environment every instance shares, and its share of the host: GPUs
+    (CUDA_VISIBLE_DEVICES) or, for vLLM's CPU build, cores (VLLM_CPU_OMP_THREADS_BIND), whose
+    KV moves through host memory."""
+
+    server: tuple[str, ...] = ("vllm", "serve")
+    flags: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    cpu: bool = False
+
+    def placed(self, units: list[int]) -> dict[str, str]:
+        """The environment of an instance on `units` (GPU indices, or cores on a CPU)."""
+        key = "VLLM_CPU_OMP_THREADS_BIND" if self.cpu else "CUDA_VISIBLE_DEVICES"
+        return {key: ",".join(map(str, units)), **dict(self.env)}
+
+    def serve(self, model: str, port: int, *extra: str) -> list[str]:
+        return [*self.server, model, "--port", str(port), *self.flags, *extra]
+
+
+GPU = Runtime()
 
 
 def _tp(tp: int) -> tuple[str, ...]:
@@ -61,14 +82,19 @@ def _on_hosts(site: Site, n: int) -> list[tuple[str | None, int]]:
     return out
 
 
-def collocated(model: str, gpus: list[int], tp: int = 1, site: Site = Site()) -> DeployPlan:
+def collocated(model: str, gpus: list[int], tp: int = 1, site: Site = Site(),
+               runtime: Runtime = GPU) -> DeployPlan:
     """One server per host, data parallel over `gpus` (the guide's collocated baseline),
-    each rank `tp` GPUs wide; several hosts get a round-robin front (advisor proxy)."""
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    each rank `tp` units wide; several hosts get a round-robin front (advisor proxy). On
+    CPU cores, one server per `tp` cores behind that front (vLLM's CPU build runs no data
+    parallelism)."""
+    if runtime.cpu:
+        return _replicas_behind_front(model, [gpus[i:i + tp] for i in range(0, len(gpus), tp)],
+                                      site, runtime)
     hosts: list[str | None] = list(site.hosts) or [None]
-    commands = [Command("collocated", _serve(model, site.base_port, "--data-parallel-size",
-                                             str(len(gpus) // tp), *_tp(tp)), env, host)
-                for host in hosts]
+    commands = [Command("collocated", runtime.serve(
+        model, site.base_port, "--data-parallel-size", str(len(gpus) // tp), *_tp(tp)),
+        runtime.placed(gpus), host) for host in hosts]
     notes = ["one API server per host; its data-parallel ranks share the requests"]
     if len(hosts) > 1:
         urls = ",".join(f"http://{h}:{site.base_port}" for h in hosts)
@@ -79,21 +105,40 @@ def collocated(model: str, gpus: list[int], tp: int = 1, site: Site = Site()) ->
     return DeployPlan("collocated", commands, notes)
 
 
-def kv_config(role: str, bidirectional: bool) -> dict:
+def _replicas_behind_front(model: str, groups: list[list[int]], site: Site,
+                           runtime: Runtime) -> DeployPlan:
+    """A server on each group of one host's cores (its threads bound to them: the CPU build's
+    parallelism within an instance), and advisor proxy's round-robin front."""
+    host = site.host(0)
+    ports = [site.base_port + k for k in range(len(groups))]
+    commands = [Command("collocated", runtime.serve(model, port), runtime.placed(group), host)
+                for port, group in zip(ports, groups)]
+    front = site.base_port + PROXY_OFFSET
+    commands.append(Command("proxy", ["advisor", "proxy", "--decode", ",".join(
+        f"http://{site.address(host)}:{p}" for p in ports), "--port", str(front)], {}, host))
+    return DeployPlan("collocated", commands, [
+        f"clients use http://{site.address(host)}:{front} (a round-robin front over "
+        f"{len(groups)} server(s), one per core group)"])
+
+
+def kv_config(role: str, bidirectional: bool, cpu: bool = False) -> dict:
     """The NixlConnector config of a prefill or decode instance: explicit roles (vLLM
-    deprecates kv_both for NixlConnector) and, for multi-turn reuse, bidirectional_kv_xfer
-    on both (docs/features/nixl_connector_usage.md)."""
+    deprecates kv_both for NixlConnector), the KV buffer in host memory on a CPU build, and,
+    for multi-turn reuse, bidirectional_kv_xfer on both
+    (docs/features/nixl_connector_usage.md)."""
     cfg: dict = {"kv_connector": "NixlConnector",
                  "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
                  "kv_load_failure_policy": "fail"}
+    if cpu:
+        cfg["kv_buffer_device"] = "cpu"
     if bidirectional:
         cfg["kv_connector_extra_config"] = {"bidirectional_kv_xfer": True}
     return cfg
 
 
 def disaggregated(model: str, groups: list[list[int]], prefill: int, decode: int,
-                  bidirectional: bool = False, site: Site = Site(), proxy: str = "vllm"
-                  ) -> DeployPlan:
+                  bidirectional: bool = False, site: Site = Site(), proxy: str = "vllm",
+                  runtime: Runtime = GPU) -> DeployPlan:
     """`prefill` + `decode` instances, instance i on `groups[i]` (its GPUs on its host: its
     tensor-parallel size), and the proxy: vLLM's (the toy proxy; the multi-turn one for
     bidirectional transfer) or the project's (`advisor proxy`)."""
@@ -105,15 +150,15 @@ def disaggregated(model: str, groups: list[list[int]], prefill: int, decode: int
         before = counts.get((role, host), 0)
         counts[(role, host)] = before + 1
         port = site.base_port + (PREFILL_OFFSET if role == "prefill" else DECODE_OFFSET) + before
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, groups[i])),
+        env = {**runtime.placed(groups[i]),
                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(site.side_port + k)}
         if host:
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = host
         if site.ucx_devices:
             env["UCX_NET_DEVICES"] = site.ucx_devices[i % len(site.ucx_devices)]
-        config = json.dumps(kv_config(role, bidirectional), separators=(",", ":"))
-        commands.append(Command(role, _serve(model, port, *_tp(len(groups[i])),
-                                             "--kv-transfer-config", config), env, host))
+        config = json.dumps(kv_config(role, bidirectional, runtime.cpu), separators=(",", ":"))
+        commands.append(Command(role, runtime.serve(model, port, *_tp(len(groups[i])),
+                                                    "--kv-transfer-config", config), env, host))
         where[role].append((site.address(host), port))
     proxy_port = site.base_port + PROXY_OFFSET
     commands.append(_proxy(proxy, where, bidirectional, proxy_port, site.host(0)))
@@ -122,7 +167,7 @@ def disaggregated(model: str, groups: list[list[int]], prefill: int, decode: int
         notes.append(CHECKOUT)
     else:
         notes.append("advisor proxy binds 127.0.0.1: add --host 0.0.0.0 for other machines")
-    if not site.ucx_devices:
+    if not site.ucx_devices and not runtime.cpu:
         notes.append("UCX_NET_DEVICES: give each instance its RDMA device (advisor deploy "
                      "--ucx-devices mlx5_0:1,mlx5_1:1) when the KV moves between hosts")
     if bidirectional:
@@ -155,7 +200,7 @@ def _proxy(kind: str, where: dict, bidirectional: bool, port: int,
 
 def render_split(model: str, groups: list[list[int]], frontend_cpu_ms: float | None,
                  peak_rps: float | None, parsers: tuple[str, ...] = (),
-                 site: Site = Site(), tp: int = 1) -> DeployPlan:
+                 site: Site = Site(), tp: int = 1, runtime: Runtime = GPU) -> DeployPlan:
     """Render servers enough for the measured front-end CPU at `peak_rps` (about one core
     each), a `--tokens-only` engine on each GPU group, and the render front that takes a
     chat request through render -> generate -> derender (vLLM leaves that to its caller:
@@ -171,8 +216,8 @@ def render_split(model: str, groups: list[list[int]], frontend_cpu_ms: float | N
     for i, (h, k) in enumerate(_on_hosts(site, len(groups))):
         port = site.base_port + PREFILL_OFFSET + k
         engines.append(f"http://{site.address(h)}:{port}")
-        commands.append(Command("engine", _serve(model, port, "--tokens-only", *_tp(tp)),
-                                {"CUDA_VISIBLE_DEVICES": ",".join(map(str, groups[i]))}, h))
+        commands.append(Command("engine", runtime.serve(model, port, "--tokens-only", *_tp(tp)),
+                                runtime.placed(groups[i]), h))
     front = ["python", "-m", "engine.fronts.render_front", "--port", str(site.base_port),
              "--render", *(f"http://{site.address(host)}:{p}" for p in renders),
              "--engine", *engines]

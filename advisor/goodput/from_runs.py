@@ -48,6 +48,8 @@ class EvidenceOptions(Protocol):
     @property
     def bundled(self) -> bool: ...
     @property
+    def local(self) -> bool: ...
+    @property
     def model(self) -> str | None: ...
     @property
     def dtype(self) -> str: ...
@@ -181,17 +183,17 @@ def _kv(opts: EvidenceOptions, run_dir: RunDir, dis: Placement,
     t = transfer_of(total) if total else None
     if t is None or t.count <= 0:
         return None
-    link = link_class(opts.connector if opts.bundled else None)
-    v = verdict(t, link)
+    connector = opts.connector if opts.bundled else ("NixlConnector" if opts.local else None)
+    v = verdict(t, link_class(connector))
     per_token = None
-    if opts.bundled and opts.model is not None:
+    if opts.local and opts.model is not None:
         with contextlib.suppress(UsageError):
             per_token = kv_size(opts.model, 1, opts.dtype).bytes_per_token
     return KVTransferEvidence(
         mean_ms=v["mean_ms"], p90_ms=v["p90_ms"], gbps=v["gbps"], transfers=t.count,
-        bytes_per_token=per_token, connector=opts.connector if opts.bundled else None,
+        bytes_per_token=per_token, connector=connector,
         p2p=("no P2P matrix read (no nvidia-smi here): --p2p-matrix FILE gives one"
-             if opts.device.startswith("cuda") or not opts.bundled else "n/a: no GPU"),
+             if opts.device.startswith("cuda") or not opts.local else "n/a: no GPU"),
         emulated=dis.emulated, failures=t.failures, expired=t.expired,
         overhead_ms=v["overhead_ms"], link=v["link"], verdict=v["verdict"])
 
@@ -298,7 +300,7 @@ def build_evidence(opts: EvidenceOptions, placements: list[Placement],
         render_split=side(split),
         turns=_turns(run_dir, rate, col, dis, bid),
         workload=_workload(run_dir, lead.name, rate, lowest, calibration,
-                           opts.model if opts.bundled else None),
+                           opts.model if opts.local else None),
         frontend=_frontend(run_dir, lead, done[lead.name]),
         calibration=calibration,
         judged_at=why,

@@ -27,6 +27,7 @@ class Placement:
     cmd: str | None = None  # a shell command that starts the deployment at `url`
     bidirectional: bool = False  # P/D whose prefillers reuse a conversation's earlier turns
     on_gpus: GpuPlacement | None = None  # bundled P/D on CUDA: its instances' GPUs
+    instances: tuple[str, ...] = ()  # a started deployment's instances, each waited for
 
     @property
     def flag(self) -> str:

@@ -32,6 +32,7 @@ class ImportOptions:
                                 "draws them later)", "--report/--no-report")
     # what the evidence builder asks of a sweep's options
     bundled: bool = False
+    local: bool = False
     connector: str | None = None
     device: str = "cuda"
     dtype: str = "bfloat16"

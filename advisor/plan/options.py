@@ -79,6 +79,7 @@ class PlanOptions:
     dtype: str = "bfloat16"
     # what the evidence builder asks of a sweep's options
     bundled: bool = False
+    local: bool = False
     connector: str | None = None
     device: str = "cuda"
 

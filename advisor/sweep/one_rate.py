@@ -54,7 +54,7 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
                    "a longer context")
         run = measure(endpoint(w.chat), w, bars=bars,
                       label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""),
-                      workers=opts.workers or default_workers(engines_here=opts.bundled))
+                      workers=opts.workers or default_workers(engines_here=opts.local))
         records += run.records
         rows += [record_row(r, run.start - elapsed) for r in run.records]
         arrivals += [elapsed + c.start for c in w.conversations]

@@ -25,6 +25,7 @@ from advisor.sweep.topologies import (
     TopologySpec,
     at_urls,
     bundled,
+    check_vllm_topologies,
     parse_topologies,
 )
 from engine.api import CONNECTORS, DTYPES, load_model_config, parse_emulation
@@ -32,6 +33,10 @@ from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset
 from workloads.spec import Workload
 
 DEFAULT_MODEL = "small"  # the bundled engine's when --model is not given
+VLLM_DEFAULT_MODEL = "mini"  # vLLM's: its CPU attention takes head sizes of 32 and up
+ENGINES = ("bundled", "vllm")
+# vLLM 0.32.0's CPUAttentionBackend.get_supported_head_sizes (v1/attention/backends/cpu_attn.py)
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 DEFAULT_TOPOLOGIES = "collocated:2,disagg:1p1d"
 # a multi-turn preset also measures P/D with bidirectional transfer (the decision row needs it)
 MULTI_TURN_TOPOLOGIES = "collocated:2,disagg:1p1d,disagg-bidi:1p1d"
@@ -50,6 +55,9 @@ class SweepOptions:
     """`advisor sweep`'s options, each with its flag (advisor.flags)."""
 
     workload: str = option("long-prompt", f"workload preset: {', '.join(PRESETS)}")
+    engine: str = option("bundled", "the engine the sweep starts: bundled (this project's) or "
+                                    f"vllm (vLLM itself, from PATH or .tools/vllm; default "
+                                    f"model {VLLM_DEFAULT_MODEL})")
     # None: the sweep's default model (and a default SLO it may widen)
     model: str | None = option(None, "preset name or a local HF model directory "
                                      f"(default: {DEFAULT_MODEL})")
@@ -122,9 +130,14 @@ class SweepOptions:
             getattr(self, parsed)
 
     @property
-    def bundled(self) -> bool:
-        """Whether the sweep starts the bundled engine (no deployment URLs given)."""
+    def local(self) -> bool:
+        """Whether the sweep starts the engine itself, here (no deployment URLs given)."""
         return not (self.collocated_url or self.disagg_url)
+
+    @property
+    def bundled(self) -> bool:
+        """Whether the sweep starts the bundled engine."""
+        return self.local and self.engine == "bundled"
 
     @property
     def topology_text(self) -> str:
@@ -133,7 +146,8 @@ class SweepOptions:
             return self.topologies
         if self.workload in MULTI_TURN:
             return MULTI_TURN_TOPOLOGIES
-        return RENDER_SPLIT_TOPOLOGIES if self.workload in CHAT_FRONTEND else DEFAULT_TOPOLOGIES
+        render = self.workload in CHAT_FRONTEND and self.engine == "bundled"
+        return RENDER_SPLIT_TOPOLOGIES if render else DEFAULT_TOPOLOGIES
 
     @cached_property
     def slos(self) -> dict[str, float]:
@@ -147,7 +161,7 @@ class SweepOptions:
     @cached_property
     def topology_specs(self) -> tuple[TopologySpec, ...]:
         """The bundled engine's placements to measure (none where deployments are given)."""
-        return parse_topologies(self.topology_text) if self.bundled else ()
+        return parse_topologies(self.topology_text) if self.local else ()
 
     @cached_property
     def deployments(self) -> list[Deployment]:
@@ -169,13 +183,15 @@ class SweepOptions:
         fixed grid or a deployment at a URL make a longer sweep, by choice."""
         if self.time_budget is not None:
             return self.time_budget or None
-        default = self.bundled and not (self.num_prompts or self.repeats > 1 or self.rates)
+        default = self.local and not (self.num_prompts or self.repeats > 1 or self.rates)
         return DEFAULT_BUDGET_S if default else None
 
     def model_to_run(self) -> str | None:
         """The model to run: as given, else the default one for the bundled engine (for a
         deployment, None: its first listed model)."""
-        return self.model or (DEFAULT_MODEL if self.bundled else None)
+        if self.model or not self.local:
+            return self.model
+        return DEFAULT_MODEL if self.engine == "bundled" else VLLM_DEFAULT_MODEL
 
     def check(self) -> None:
         """UsageError naming a bad flag, before anything starts (validate, with the model
@@ -187,6 +203,7 @@ class SweepOptions:
         if self.workload not in PRESETS:
             raise UsageError(f"--workload {self.workload!r} is unknown; "
                              f"one of {', '.join(PRESETS)}")
+        self._check_engine()
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if any(r <= 0 for r in self.rates):
@@ -228,18 +245,41 @@ class SweepOptions:
                            ("--disagg-metrics", self.disagg_metrics)):
             for url in urls:
                 check_url(flag, url)
+
+    def _check_engine(self) -> None:
+        """UsageError naming --engine, --model or --topologies where the engine to start
+        cannot run them."""
+        if self.engine not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if not self.local:
+            if self.engine != "bundled":
+                raise UsageError("--engine starts an engine here; --collocated-url / "
+                                 "--disagg-url measure one that runs already: give one or the "
+                                 "other")
+            return
+        try:  # a clear error for an unknown model, before anything starts
+            model = load_model_config(self.model)
+        except ValueError as e:
+            raise UsageError(f"--model: {e}") from None
+        if not self.bundled and self.device == "cpu" and \
+                model.head_dim not in VLLM_CPU_HEAD_SIZES:
+            raise UsageError(f"--model {self.model}: vLLM's CPU attention takes head sizes of "
+                             f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}, not "
+                             f"{model.head_dim} (--model {VLLM_DEFAULT_MODEL} is the smallest "
+                             "preset it runs)")
         if self.bundled:
-            try:  # a clear error for an unknown model, before anything starts
-                load_model_config(self.model)
-            except ValueError as e:
-                raise UsageError(f"--model: {e}") from None
             self.placements()  # the engine's own checks of each topology
+        else:
+            check_vllm_topologies(self.topology_specs)
 
     def placements(self) -> list[Placement]:
         """The placements to measure, collocated first (it leads the rate search): the
         deployments at URLs where given, else the bundled engine's --topologies."""
-        if not self.bundled:
+        if not self.local:
             return at_urls(self.deployments)
+        if self.engine == "vllm":
+            raise UsageError("--engine vllm: its placements come from the sweep's set-up "
+                             "(advisor.sweep.setup), which writes the model it serves")
         return bundled(self.topology_specs, EngineSettings(
             self.model or DEFAULT_MODEL, self.dtype, self.device, self.connector,
             self.link_emulation))
@@ -259,7 +299,7 @@ def first_pass_run_s(opts: SweepOptions) -> Callable[[float], float] | None:
     sizing's first-rate budget: the bundled engine's five-minute sweep); None where the
     user asked for more (--num-prompts, --repeats) or measures deployments by URL: a longer
     sweep, by choice, with no time budget (SweepOptions.budget_s)."""
-    if opts.num_prompts or opts.repeats > 1 or not opts.bundled:
+    if opts.num_prompts or opts.repeats > 1 or not opts.local:
         return None
     return lambda rate: span_s(opts, rate)
 

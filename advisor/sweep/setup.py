@@ -18,6 +18,7 @@ from advisor.rundata.files import RunDataError
 from advisor.rundata.manifest import DtypeRan, Manifest, ProbeFindings
 from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.sweep.config_file import merged
+from advisor.sweep.on_vllm import on_vllm
 from advisor.sweep.options import SweepOptions
 from engine import api
 from engine.api import DtypeChoice
@@ -61,6 +62,10 @@ def setup(opts: SweepOptions, resume: RunDir | None = None,
         run_dir, manifest = resume, resume.read_manifest()
     probe = manifest.probe
     matrix = p2p.P2PMatrix.from_json(probe.p2p) if probe is not None and probe.p2p else None
+    if opts.local and opts.engine == "vllm":
+        placements, ran = on_vllm(opts)
+        manifest = run_dir.update_manifest(engine=ran)
+        return SweepSetup(run_dir, manifest, opts, placements)
     return SweepSetup(run_dir, manifest, opts, on_p2p(opts.placements(), matrix))
 
 
@@ -68,10 +73,10 @@ def _created(opts: SweepOptions, argv: list[str] | None
              ) -> tuple[RunDir, Manifest, SweepOptions]:
     """A new run directory with its manifest; the options with dtype, model and SLO filled."""
     # NOTE: only a default SLO on the default model may be widened to fit this machine
-    widen = not opts.slo and opts.model is None and opts.bundled
+    widen = not opts.slo and opts.model is None and opts.local
     filled = dataclasses.replace(opts, model=opts.model_to_run(),
                                  slo=opts.slo or DEFAULT_SLO)
-    choice = api.resolve_dtype(opts.dtype, opts.device) if opts.bundled else DtypeChoice(
+    choice = api.resolve_dtype(opts.dtype, opts.device) if opts.local else DtypeChoice(
         opts.dtype, "set by the deployment", {})
     run_dir = RunDir.create(opts.out, opts.workload)
     config = {k: v for k, v in dataclasses.asdict(filled).items() if k != "api_key"}
@@ -88,9 +93,9 @@ def _probe(opts: SweepOptions) -> ProbeFindings:
     bundled engine's KV crosses them."""
     gpus, note = hardware.inventory()
     matrix, source = p2p.read(opts.p2p_matrix) if opts.p2p_matrix or gpus else (None, None)
-    links = api.host_links(16 << 20) if opts.bundled else None
+    links = api.host_links(16 << 20) if opts.local else None
     return ProbeFindings(hardware.gpus_json(gpus), note, matrix.to_json() if matrix else None,
-                         source, links, None if opts.bundled else ELSEWHERE)
+                         source, links, None if opts.local else ELSEWHERE)
 
 
 def _resumed(resume: str, given: SweepOptions) -> tuple[RunDir, SweepOptions]:

@@ -111,7 +111,9 @@ class Sweep(Steps):
         if p.url is not None:
             self.gone[p.name] = stack.enter_context(started(
                 p, self.run_dir.path, opts.model, opts.api_key, opts.ready_timeout))
-            return p.url, metric_urls(p), p.url
+            if p.instances:  # started here: first-call costs (NIXL's handshake) paid now
+                self._warm_up(p.url)
+            return p.url, metric_urls(p), (p.instances or (p.url,))[0]
         dep = stack.enter_context(launch(p.topology))
         instances = [u for us in dep.instance_urls.values() for u in us]
         self.keys.update(dict.fromkeys(instances, dep.instance_key))
@@ -124,12 +126,12 @@ class Sweep(Steps):
         (advisor.sweep.sizing), record both in the manifest and run with them."""
         self.bars.update(self.task, description=f"calibrating on {p.name}")
         opts = self.state.opts
-        context = load_model_config(opts.model).max_position_embeddings if opts.bundled \
+        context = load_model_config(opts.model).max_position_embeddings if opts.local \
             else self._context(url)
-        host = host_wakeup(repeats=2) if opts.bundled else None
+        host = host_wakeup(repeats=2) if opts.local else None
         cal = calibrate_engine(self._endpoint(url, False), context, self.bars, host)
         cal = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
-        scale = opts.scale if opts.scale is not None or opts.bundled else 1.0
+        scale = opts.scale if opts.scale is not None or opts.local else 1.0
         sized = sizing.size(opts.workload, opts.slos, cal, context, scale,
                             opts.output_scale, self.widen_slo, instances=collocated_instances(opts),
                             attainment=opts.attainment, run_s=first_pass_run_s(opts),

@@ -78,6 +78,10 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": _preset("tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=512,
                     max_position_embeddings=2048, tie_word_embeddings=True, eos_token_id=2),
+    # tiny as vLLM's CPU attention can serve it (head_dim 32 or more): real vLLM in tests
+    "mini": _preset("mini", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, intermediate_size=256, vocab_size=512,
+                    max_position_embeddings=2048, tie_word_embeddings=True, eos_token_id=2),
     # The CPU demo model: a 1k-token prefill costs ~0.7 s on one core in bf16, a
     # decode step ~20 ms (weight-read bound). Few, wide layers keep prefill GEMM-bound.
     "small": _preset("small", hidden_size=1024, num_hidden_layers=4, num_attention_heads=8,

@@ -1,0 +1,59 @@
+"""The sweep's placements on real vLLM (--engine vllm): vLLM found, the model directory it
+loads (written for a preset), and each --topologies item as the script advisor.vllm_engine
+plans, whose instances the sweep waits for (advisor.sweep.deployments.started)."""
+
+from __future__ import annotations
+
+from advisor.goodput.placements import Placement
+from advisor.rundata.manifest import EngineRan
+from advisor.sweep.options import SweepOptions
+from advisor.sweep.topologies import TopologySpec, check_vllm_topologies
+from advisor.vllm_engine.locate import find_vllm
+from advisor.vllm_engine.model_dir import model_dir
+from advisor.vllm_engine.runtime import (
+    CPU_NOTES,
+    INSTANCE_ROLES,
+    VllmSettings,
+    free_base_port,
+    plan_for,
+    port_of,
+    script,
+)
+from engine import api
+
+
+def on_vllm(opts: SweepOptions) -> tuple[list[Placement], EngineRan]:
+    """The placements and what the manifest records of them: vLLM's version, the model
+    directory and each script as run."""
+    install = find_vllm()
+    assert opts.model is not None  # filled by the set-up, or taken back on resume
+    directory, dummy = model_dir(opts.model, opts.dtype)
+    settings = VllmSettings(install, directory, opts.model, opts.dtype,
+                            api.load_model_config(opts.model).max_position_embeddings,
+                            opts.device, dummy)
+    found = placements(opts.topology_specs, settings)
+    print(f"engine: {install.distribution} {install.version} ({install.python}), model "
+          f"{directory}", flush=True)
+    return found, EngineRan("vllm", install.distribution, install.version, install.python,
+                            directory, {p.name: p.cmd or "" for p in found},
+                            list(CPU_NOTES) if opts.device.startswith("cpu") else [])
+
+
+def placements(specs: tuple[TopologySpec, ...], settings: VllmSettings,
+               base_port: int | None = None) -> list[Placement]:
+    """The vLLM placements for `specs`, from `base_port` (default: a free range); UsageError
+    for a kind not run on vLLM."""
+    check_vllm_topologies(specs)
+    base = base_port or free_base_port()
+    out = []
+    for s in specs:
+        plan = plan_for(s.prefill, s.decode, s.kind == "disagg-bidi", settings, base)
+        urls = tuple(f"http://127.0.0.1:{port_of(c)}" for c in plan.commands
+                     if c.role in INSTANCE_ROLES)
+        fronts = [f"http://127.0.0.1:{port_of(c)}" for c in plan.commands if c.role == "proxy"]
+        out.append(Placement(s.name, "disagg" if s.prefill else "collocated",
+                             url=(fronts or urls)[0],
+                             metrics=tuple(u + "/metrics" for u in urls),
+                             cmd=script(plan), instances=urls,
+                             bidirectional=s.kind == "disagg-bidi"))
+    return out

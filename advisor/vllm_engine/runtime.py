@@ -1,0 +1,128 @@
+"""How the project starts real vLLM here: each placement as the commands `advisor deploy`
+prints (advisor.deploy.vllm), with this host's ports, cores or GPUs, model directory and
+what vLLM's CPU build needs, as one shell script whose front is advisor proxy."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from advisor.deploy.shell import as_shell
+from advisor.deploy.vllm import (
+    DECODE_OFFSET,
+    PREFILL_OFFSET,
+    PROXY_OFFSET,
+    Runtime,
+    Site,
+    collocated,
+    disaggregated,
+)
+from advisor.rundata.recommendation import Command, Deployment, DeployPlan
+from advisor.vllm_engine.locate import VllmInstall
+
+HOOK_DIR = Path(__file__).parent / "hook"
+KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: each CPU instance's KV, in GiB
+SIDE_OFFSET = 400  # NIXL side channels, from the base port
+PORT_RANGE = (20000, 60000)
+INSTANCE_ROLES = ("collocated", "prefill", "decode")
+# NOTE: vLLM's workers spin (sched_yield) for a second after each step; on cores the client
+# and the front share, only the idle scheduling class keeps that from taking their share
+IDLE_CLASS = ("chrt", "--idle", "0")
+# what a CPU instance's environment adds, and why (the manifest and docs say so)
+CPU_NOTES = (
+    "each instance is bound to its cores with VLLM_CPU_OMP_THREADS_BIND",
+    "each instance runs in the idle scheduling class (chrt --idle 0): vLLM's workers "
+    "busy-wait (sched_yield) for a second after each step, which left the measuring client's "
+    "sends 60-2700 ms late at p99 at normal priority and at niceness 10 alike",
+    "NIXL's UCX progress thread is off (ADVISOR_NIXL_PROGRESS_THREAD=off, "
+    "advisor/vllm_engine/hook): it polls without pause and held a whole core per instance, "
+    "idle or not; vLLM's transfer-status checks progress the transfers instead")
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """What every vLLM placement of a sweep shares: the vLLM, the model directory it loads,
+    the name clients ask for, dtype, context, and whether it runs on CPU cores or GPUs."""
+
+    install: VllmInstall
+    model_dir: str
+    served: str
+    dtype: str
+    context: int
+    device: str = "cpu"
+    dummy_weights: bool = False  # the directory has no weights: --load-format dummy
+
+    def runtime(self) -> Runtime:
+        """How each instance starts here."""
+        flags = ("--host", "127.0.0.1", "--served-model-name", self.served, "--dtype", self.dtype,
+                 "--max-model-len", str(self.context),
+                 *(("--load-format", "dummy") if self.dummy_weights else ()))
+        if not self.device.startswith("cpu"):
+            return Runtime(self.install.server, flags)
+        env = (("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB)), ("PYTHONPATH", str(HOOK_DIR)),
+               ("ADVISOR_NIXL_PROGRESS_THREAD", "off"))
+        return Runtime((*IDLE_CLASS, *self.install.server), flags, env, cpu=True)
+
+
+def units(n: int, device: str) -> list[list[int]]:
+    """Each of `n` instances' cores (this process's, shared out evenly; shared in turn where
+    there are fewer than `n`) or GPU (one each)."""
+    if not device.startswith("cpu"):
+        return [[i] for i in range(n)]
+    cores = sorted(os.sched_getaffinity(0))
+    width = max(1, len(cores) // n)
+    return [[cores[(i * width + j) % len(cores)] for j in range(width)] for i in range(n)]
+
+
+def plan_for(prefill: int, decode: int, bidirectional: bool, settings: VllmSettings,
+             base_port: int) -> DeployPlan:
+    """`prefill` + `decode` instances (no prefillers: `decode` collocated replicas) as
+    advisor.deploy.vllm plans them, on this host's cores or GPUs from `base_port`, with
+    advisor proxy in front."""
+    site = Site(base_port=base_port, side_port=base_port + SIDE_OFFSET)
+    runtime = settings.runtime()
+    if prefill:
+        return disaggregated(settings.model_dir, units(prefill + decode, settings.device),
+                             prefill, decode, bidirectional, site, "advisor", runtime)
+    groups = units(decode, settings.device)
+    return collocated(settings.model_dir, [u for g in groups for u in g], len(groups[0]),
+                      site, runtime)
+
+
+def port_of(command: Command) -> str:
+    """The port a planned command serves on."""
+    return command.argv[command.argv.index("--port") + 1]
+
+
+def script(plan: DeployPlan) -> str:
+    """`plan` as `advisor deploy --format shell` writes it, `advisor` run by this Python."""
+    here = [sys.executable, "-m", "advisor.cli"]
+    commands = [replace(c, argv=here + c.argv[1:]) if c.argv[0] == "advisor" else c
+                for c in plan.commands]
+    return as_shell(Deployment("", [], None, [replace(plan, commands=commands)], []))
+
+
+def free_base_port(tries: int = 50) -> int:
+    """A base port whose whole layout (instances, front, side channels) is free on
+    127.0.0.1."""
+    offsets = (0, 1, 2, 3, PREFILL_OFFSET, PREFILL_OFFSET + 1, DECODE_OFFSET,
+               DECODE_OFFSET + 1, PROXY_OFFSET, SIDE_OFFSET, SIDE_OFFSET + 1)
+    rng = random.Random()
+    for _ in range(tries):
+        base = rng.randrange(*PORT_RANGE, 1000)
+        if all(_free(base + o) for o in offsets):
+            return base
+    raise OSError("no free port range for the vLLM instances")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
