@@ -63,9 +63,12 @@ CHAT_FRONTEND = tuple(name for name, (_, spec) in PRESETS.items() if spec.chat a
 
 
 def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
-                num_prompts: int | None = None, output_scale: float | None = None) -> SyntheticSpec:
+                num_prompts: int | None = None, output_scale: float | None = None,
+                shared_prefix: float = 0.0) -> SyntheticSpec:
     """A preset's spec with lengths scaled (think time with the outputs) and rate (requests/s,
-    turns included) / size overridden."""
+    turns included) / size overridden; with `shared_prefix` (0 to under 1), that share of a
+    first turn's mean length is a prefix every request shares (a system prompt), the rest
+    unique, so prompts keep their mean length."""
     if name not in PRESETS:
         raise ValueError(f"unknown workload preset {name!r}; one of {', '.join(PRESETS)}")
     out_scale = scale if output_scale is None else output_scale
@@ -77,6 +80,17 @@ def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
     spec = replace(spec, input=spec.input.scaled(scale), output=spec.output.scaled(out_scale),
                    turn_input=spec.turn_input.scaled(scale) if spec.turn_input else None,
                    think_s=spec.think_s * out_scale)
+    if not 0 <= shared_prefix < 1:
+        raise ValueError(f"a shared prefix is a share of the prompt, 0 to under 1, not "
+                         f"{shared_prefix}")
+    if shared_prefix:
+        if spec.chat:
+            raise ValueError(f"{name} sends chat messages: a shared prefix applies to the "
+                             "token-ID presets")
+        prefix = round(spec.input.mean * shared_prefix)
+        spec = replace(spec, input=spec.input.scaled((spec.input.mean - prefix)
+                                                     / spec.input.mean),
+                       shared_prefix_len=prefix)
     if rate is not None:
         spec = replace(spec, arrivals=replace(spec.arrivals, rate=rate))
     if num_prompts is not None:

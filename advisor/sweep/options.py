@@ -70,6 +70,9 @@ class SweepOptions:
     # None: MIN_REQUESTS, or `window_s` seconds' worth if more
     num_prompts: int | None = option(None, "requests per rate (default: 30, or ~16 s of them "
                                            "if more, up to 100)")
+    shared_prefix: float = option(0.0, "share of each prompt every request shares, as a system "
+                                       "prompt (0 to under 1; default 0: unique prompts, so no "
+                                       "prefix cache hides a prefill)")
     topologies: str | None = option(
         None, "collocated:N,disagg:XpYd[,disagg-bidi:XpYd] (default: collocated:2,"
               "disagg:1p1d; multi-turn presets add disagg-bidi:1p1d)")
@@ -174,7 +177,7 @@ class SweepOptions:
         """The preset at `rate`; lengths scaled by `scale` / `output_scale` (1 when unset)."""
         scale = 1.0 if self.scale is None else self.scale
         return preset(self.workload, seed, scale=scale, rate=rate, num_prompts=num_prompts,
-                      output_scale=self.output_scale)
+                      output_scale=self.output_scale, shared_prefix=self.shared_prefix)
 
     def budget_s(self) -> float | None:
         """Seconds the sweep may measure before its second pass starts no more runs; None:
@@ -221,6 +224,10 @@ class SweepOptions:
             raise UsageError("--num-prompts must be >= 1")
         if any(s is not None and not s > 0 for s in (self.scale, self.output_scale)):
             raise UsageError("--scale and --output-scale must be > 0")
+        try:
+            self.workload_at(1.0, 0, 1)
+        except ValueError as e:
+            raise UsageError(f"--shared-prefix: {e}") from None
         if self.connector not in CONNECTORS:
             raise UsageError(f"--connector must be one of {', '.join(CONNECTORS)}, "
                              f"not {self.connector!r}")

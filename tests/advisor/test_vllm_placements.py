@@ -135,3 +135,11 @@ def test_the_sweeps_engine_flags_are_checked_before_anything_starts(kw, needle):
 def test_vllms_default_model_is_one_its_cpu_attention_takes():
     assert SweepOptions(engine="vllm").model_to_run() == "mini"
     assert SweepOptions().model_to_run() == "small"
+
+
+def test_a_shared_prefix_is_checked_with_the_flags_and_shapes_every_rate():
+    with pytest.raises(UsageError, match=r"--shared-prefix: .*0 to under 1"):
+        SweepOptions(shared_prefix=1.0).check()
+    w = SweepOptions(shared_prefix=0.5, scale=0.125).workload_at(2.0, 7, 10)
+    firsts = {tuple(c.turns[0].new_tokens[:400]) for c in w.conversations}
+    assert len(firsts) == 1
