@@ -124,13 +124,17 @@ class Liveness:
         return {NONCE_HEADER: secrets.token_hex(8)} if self.secret else {}
 
     def ours(self, base_url: str, sent: dict[str, str], answer: aiohttp.ClientResponse) -> None:
-        """Raise Impostor (and take `base_url` out of the rotation) unless `answer` to a
-        request sent with headers `sent` carries the deployment's proof."""
+        """Raise Impostor unless `answer` to a request sent with headers `sent` carries the
+        deployment's proof; take `base_url` out of the rotation too, unless the answer is a
+        4xx: an instance's HTTP parser refuses a request a client made malformed before the
+        app (which adds the proof) runs, and that must not let a client eject it (an
+        impostor still fails the proven /health checks)."""
         nonce = sent.get(NONCE_HEADER)
         if self.secret is None or nonce is None:
             return
         if not deployment.proven(self.secret, nonce, base_url, answer.headers.get(PROOF_HEADER)):
-            self.lost(base_url)
+            if not 400 <= answer.status < 500:
+                self.lost(base_url)
             raise Impostor(f"{base_url} answered without this deployment's proof")
 
     def lost(self, base_url: str) -> None:
