@@ -14,11 +14,12 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from engine.core.config import DEFAULT_BODY_BYTES
+from engine.core.config import DEFAULT_BODY_BYTES, load_model_config, max_body_bytes
 from engine.processes.workers import Board, serve_workers
 from engine.render.derender import DerenderError, StreamState, check_ids
 from engine.render.frontend import (
@@ -29,7 +30,14 @@ from engine.render.frontend import (
     frontend_config,
 )
 from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
-from engine.serve.http_app import add_api_key_flag, application, health, run_app, server_key
+from engine.serve.http_app import (
+    OFFLOAD_BYTES,
+    add_api_key_flag,
+    application,
+    health,
+    run_app,
+    server_key,
+)
 from engine.serve.metrics import frontend_registry
 
 # a worker's counters on the shared board: CPU seconds and requests per stage, its process CPU
@@ -48,7 +56,7 @@ class RenderServer:
         else:
             self.registry = frontend_registry(_BoardTotals(self.board), served_model,
                                               process_cpu=lambda: self.board.total("process_s"))
-        self.app = application(DEFAULT_BODY_BYTES,
+        self.app = application(_max_body(served_model),
                                *([self._publishing] if self.board else []))
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -90,20 +98,23 @@ class RenderServer:
         })
 
     async def render(self, request: web.Request) -> web.Response:
-        try:
-            req = parse_request(parse_json(await request.read()), True, self.model)
-            ids = self.frontend.prompt_ids(req)
-        except RequestError as e:
-            return web.json_response(e.body(), status=e.status)
+        return await _answer(self._rendered, await request.read())
+
+    async def derender(self, request: web.Request) -> web.Response:
+        return await _answer(self._derendered, await request.read())
+
+    def _rendered(self, raw: bytes) -> dict:
+        req = parse_request(parse_json(raw), True, self.model)
+        ids = self.frontend.prompt_ids(req)
         out = {"model": self.model, "token_ids": ids, "sampling_params": sampling_body(req.params),
                "stream": req.stream, "fingerprint": self.frontend.fingerprint}
         if req.kv_transfer_params is not None:
             out["kv_transfer_params"] = req.kv_transfer_params
-        return web.json_response(out)
+        return out
 
-    async def derender(self, request: web.Request) -> web.Response:
+    def _derendered(self, raw: bytes) -> dict:
         try:
-            body = parse_json(await request.read())
+            body = parse_json(raw)
             chat_req = body.get("chat_request")
             if chat_req is not None:
                 if not isinstance(chat_req, dict):
@@ -111,14 +122,12 @@ class RenderServer:
                                        "chat_request")
                 chat_req = parse_request(chat_req, True, self.model)
             if "generate_chunk" in body:
-                return web.json_response(self._chunk(body, chat_req))
+                return self._chunk(body, chat_req)
             if "generate_response" in body:
-                return web.json_response(self._whole(body, chat_req))
+                return self._whole(body, chat_req)
             raise RequestError("derender needs 'generate_response' or, streaming, 'generate_chunk'")
-        except RequestError as e:
-            return web.json_response(e.body(), status=e.status)
         except DerenderError as e:
-            return web.json_response(RequestError(str(e)).body(), status=400)
+            raise RequestError(str(e)) from None
 
     def _whole(self, body: dict, chat_req) -> dict:
         gen = _object(body, "generate_response")
@@ -171,6 +180,15 @@ class RenderServer:
         return out
 
 
+def _max_body(model: str) -> int:
+    """The largest body a request for `model` can need (a derender carries a chat request and
+    generated IDs: a body passed on); DEFAULT_BODY_BYTES for a name with no config here."""
+    try:
+        return max_body_bytes(load_model_config(model).max_position_embeddings, passed_on=True)
+    except (ValueError, OSError):
+        return DEFAULT_BODY_BYTES
+
+
 class _BoardTotals:
     """A front end's counters as FrontendCollector reads them, summed over the workers."""
 
@@ -184,6 +202,16 @@ class _BoardTotals:
     @property
     def requests(self) -> dict[str, int]:
         return {st: round(self.board.total(f"{st}_n")) for st in STAGES}
+
+
+async def _answer(work: Callable[[bytes], dict], raw: bytes) -> web.Response:
+    """`work(raw)` as JSON, or its RequestError's 4xx; a large body's on a worker thread, so
+    that /health keeps answering meanwhile."""
+    try:
+        out = await asyncio.to_thread(work, raw) if len(raw) > OFFLOAD_BYTES else work(raw)
+    except RequestError as e:
+        return web.json_response(e.body(), status=e.status)
+    return web.json_response(out)
 
 
 def _object(body: dict, key: str) -> dict:

@@ -26,6 +26,7 @@ PROTECTED = ("/v1/", "/inference/")  # /health and /metrics stay open, as in vLL
 # inside a deployment, a front sends a nonce with each request to an instance, and the
 # instance answers with its proof of holding the secret (engine.core.deployment.proof)
 NONCE_HEADER, PROOF_HEADER = "X-Advisor-Nonce", "X-Advisor-Proof"
+OFFLOAD_BYTES = 64 << 10  # a body past this is parsed and tokenized off the event loop
 
 
 def add_api_key_flag(ap: argparse.ArgumentParser) -> None:

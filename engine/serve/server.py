@@ -23,14 +23,12 @@ from engine.render.frontend import Frontend, FrontendConfig, frontend_config
 from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
 from engine.serve import conversations, vllm_args
 from engine.serve.async_engine import AsyncEngine
-from engine.serve.http_app import application, health, run_app, server_key
+from engine.serve.http_app import OFFLOAD_BYTES, application, health, run_app, server_key
 from engine.serve.kv_legs import DecodeLegs
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext, Responder
 from engine.serve.server_args import PULL_HOSTS, engine_config, parser
 from engine.serve.sse import DONE, event
-
-OFFLOAD_BYTES = 64 << 10  # a body past this is parsed and tokenized off the event loop
 
 
 def _error(e: RequestError) -> web.Response:

@@ -7,8 +7,10 @@ import urllib.request
 
 import pytest
 
+from engine.core.config import load_model_config, max_body_bytes
 from engine.fronts.render_server import RenderServer
 from engine.render.frontend import FrontendConfig
+from engine.render.parsing import MAX_TOOL_TEXT
 from tests.serving.helpers import post, post_stream, running_app, running_server
 
 pytestmark = pytest.mark.integration  # starts servers or runs the CLI
@@ -48,7 +50,8 @@ def refused(url: str, body: dict, path: str = DERENDER) -> str:
     (lambda s: {**s, "parser": {**s["parser"], "mode": "weird"}}, "malformed"),
     (lambda s: {**s, "parser": {**s["parser"], "held": "x" * 500}}, "malformed"),
     (lambda s: {**s, "pending_ids": [10**9]}, "pending_ids"),  # outside the vocabulary
-    (lambda s: {**s, "parser": {**s["parser"], "tool_text": "x" * (2 << 20)}}, "malformed"),
+    (lambda s: {**s, "parser": {**s["parser"], "tool_text": "x" * (MAX_TOOL_TEXT + 1)}},
+     "malformed"),
     (lambda s: {k: v for k, v in s.items() if k != "num_tokens"}, "stream_state"),
     (lambda s: "opaque-string", "stream_state"),
 ])
@@ -200,3 +203,11 @@ def test_front_end_cpu_is_counted_per_stage_on_engine_and_render_servers():
     render_render = r1["cpu_seconds", "render"] - r0["cpu_seconds", "render"]
     assert 0 < render_render < 3 * engine_render
     assert e1["process", "cpu"] >= e0["process", "cpu"]
+
+
+@pytest.mark.parametrize("path", [RENDER, DERENDER])
+def test_a_body_past_what_the_models_context_needs_is_a_413(urls, path):
+    _, render, _ = urls
+    limit = max_body_bytes(load_model_config("tiny").max_position_embeddings, passed_on=True)
+    status, r = post(render, None, path, raw=b'{"x": "' + b"y" * limit + b'"}')
+    assert status == 413, r
