@@ -28,9 +28,11 @@ import aiohttp
 
 from advisor.measure.client import WORDS
 from advisor.measure.prom import parse_frontend, scrape_text
+from benchmarks.timing import best_of
 from engine.core.config import load_model_config
 from engine.processes.launch import serve_module
 from engine.render.derender import StreamState, derender_chunk
+from engine.render.parsing import StreamParser
 from engine.render.tokenizer import TextTokenizer
 
 RENDER = "/v1/chat/completions/render"
@@ -187,6 +189,21 @@ def main() -> None:
         + ", ".join(f"{n // 1000}k tokens {c:.1f} us" for n, c in costs.items())
         + f"; 32k / 1k = {costs[32000] / costs[1000]:.2f} (goal <= 2)"
     )
+    parse = {n: tool_calls_s(n) for n in (10000, 20000)}
+    print(f"one piece of 10k tool calls parsed in {parse[10000]:.3f} s, of 20k in "
+          f"{parse[20000]:.3f} s: 20k / 10k = {parse[20000] / parse[10000]:.2f} (goal <= 2.5: "
+          "linear)")
+
+
+def tool_calls_s(n: int) -> float:
+    """Seconds the streaming parser takes over one piece of `n` tool calls (the fastest of 3)."""
+    text = '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>\n' * n
+
+    def parse() -> None:
+        parser = StreamParser.make()
+        assert len(parser.feed(text).tool_calls) == n
+
+    return best_of(parse, repeats=3, warmup=False)
 
 
 if __name__ == "__main__":

@@ -108,3 +108,11 @@ def test_malformed_tool_history_is_refused(msg):
     with pytest.raises(RequestError) as e:
         parse_request({"messages": [msg]}, True, "tiny")
     assert e.value.param == "messages"
+
+
+def test_a_piece_of_many_tool_calls_parses_each_in_order():
+    call = '<tool_call>{"name": "f", "arguments": {"i": %d}}</tool_call>x'
+    out = parse("".join(call % i for i in range(500)))
+    assert [json.loads(c["function"]["arguments"])["i"] for c in out.tool_calls] == \
+        list(range(500))
+    assert out.content == "x" * 500
