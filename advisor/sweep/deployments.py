@@ -89,7 +89,7 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
                 wait_ready(each, model, api_key if each == url else None, ready_timeout,
                            partial(exited, f"before {each} was ready"))
         except UsageError as e:
-            if proc.poll() is None:  # still running, never ready
+            if proc.poll() is None and str(log_path) not in str(e):  # running, never ready
                 raise UsageError(f"{p.flag}-cmd: {e}: see {log_path}") from None
             raise
         yield partial(exited, "while it was measured")

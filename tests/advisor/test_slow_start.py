@@ -20,7 +20,7 @@ LOAD_S = 3.0  # the instance's load time, here
 def test_the_sweep_waits_for_an_instance_that_loads_after_its_front_answers(tmp_path):
     front, instance = free_port(), free_port()
     server = f"{sys.executable} -m advisor.testing.scripted_server --ttft-ms 5 --itl-ms 1"
-    cmd = f"{server} --port {front} & sleep {LOAD_S} && {server} --port {instance}"
+    cmd = f"sh -c 'sleep {LOAD_S}; exec {server} --port {instance}' & {server} --port {front}"
     p = Placement("disagg-1p1d", "disagg", url=f"http://127.0.0.1:{front}", cmd=cmd,
                   instances=(f"http://127.0.0.1:{instance}",))
     t0 = time.monotonic()
