@@ -205,12 +205,14 @@ class _BoardTotals:
 
 
 async def _answer(work: Callable[[bytes], dict], raw: bytes) -> web.Response:
-    """`work(raw)` as JSON, or its RequestError's 4xx; a large body's on a worker thread, so
-    that /health keeps answering meanwhile."""
+    """`work(raw)` as JSON, or the 4xx of what it refused (a ValueError of the chat template's
+    is a 400, as an engine answers it); a large body's on a worker thread, so that /health
+    keeps answering meanwhile."""
     try:
         out = await asyncio.to_thread(work, raw) if len(raw) > OFFLOAD_BYTES else work(raw)
-    except RequestError as e:
-        return web.json_response(e.body(), status=e.status)
+    except (RequestError, ValueError) as e:  # ValueError: what rendering refuses, as engines do
+        err = e if isinstance(e, RequestError) else RequestError(str(e))
+        return web.json_response(err.body(), status=err.status)
     return web.json_response(out)
 
 

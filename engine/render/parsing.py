@@ -167,7 +167,7 @@ def _tool_call(body: str, index: int) -> dict | None:
     """An OpenAI tool call from a Hermes body, or None when it is not one."""
     try:
         obj = json.loads(body)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # a model's text, however deep: content
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None

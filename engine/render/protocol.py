@@ -119,6 +119,9 @@ def _call(call: dict) -> dict:
             json.loads(args)
         except ValueError:
             args = json.dumps(args)
+        except RecursionError:
+            raise RequestError("a tool call's 'arguments' nest deeper than a JSON parser "
+                               "follows", "messages") from None
     return {**call, "function": {**call["function"], "arguments": args}}
 
 

@@ -51,6 +51,12 @@ def url():
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, None,
      "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, None, "messages"),
+    # a tool call's arguments nested past what a JSON parser follows (issue 56, item 8)
+    ("/v1/chat/completions", {"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c", "type": "function",
+             "function": {"name": "f", "arguments": "[" * 5000}}]}]}, None, "messages"),
 ])
 def test_bad_request_is_a_400_with_an_openai_error(url, path, body, raw, param):
     status, err = post(url, body, path, raw=raw)
