@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import sys
 import urllib.parse
 import uuid
 
@@ -51,7 +52,7 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1")
 # NOTE: a decoder keeps a turn's KV 480 s by default (as vLLM does): later, the proxy's
 # note of where is worth nothing
 KEPT_TTL_S = 480.0
-KEPT_BYTES = 64 << 20  # the notes' JSON, all conversations together
+KEPT_BYTES = 64 << 20  # the notes kept, all conversations together, in memory
 STREAMING = web.RequestKey("streaming", web.StreamResponse)  # a response already under way
 
 
@@ -69,7 +70,7 @@ class Proxy:
         # whose protocol ("engine" or "vllm")
         self.bidirectional = bidirectional
         self._kept: Recent[tuple[str, str]] = Recent(
-            KEPT_TTL_S, KEPT_BYTES, lambda cid, kept: len(cid) + len(kept[1]))
+            KEPT_TTL_S, KEPT_BYTES, lambda cid, kept: sum(map(sys.getsizeof, (cid, kept, kept[1]))))
         self._prefill = itertools.cycle(self.prefill_urls) if self.prefill_urls else None
         self._decode = itertools.cycle(decode_urls)
         self.upstream = Upstream()
