@@ -8,7 +8,7 @@ from pathlib import Path
 from advisor.errors import UsageError
 from advisor.imports import aiperf, guidellm, vllm
 from advisor.imports.found import Found
-from advisor.rundata.files import read_json_object
+from advisor.rundata.files import RunDataError, read_json_object
 
 # aiperf's other files, read (the summary) or of no use here
 AIPERF_OTHERS = (aiperf.SUMMARY, "inputs.json")
@@ -28,7 +28,12 @@ def runs_at(path_text: str, rate: float | None = None) -> tuple[list[Found], lis
     found: list[Found] = []
     skipped: list[str] = []
     for file in files:
-        got, left = _read(file)
+        try:
+            got, left = _read(file)
+        except MALFORMED as e:  # a file someone hands over, shaped as no tool writes it
+            raise RunDataError(f"--placement {file}: a {type(e).__name__} reading it "
+                               f"({str(e).splitlines()[0][:200] if str(e) else 'no detail'}): "
+                               "not a run file as vLLM, aiperf or guidellm write one") from None
         found += got
         skipped += left
     if not found:
@@ -45,6 +50,10 @@ def runs_at(path_text: str, rate: float | None = None) -> tuple[list[Found], lis
             raise UsageError(f"--placement: {f.source} does not say the rate it was run at: "
                              "give the file alone as NAME=FILE@RATE")
     return found, skipped
+
+
+# what a reader of a hostile file's fields can raise, short of a bug in the reader
+MALFORMED = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
 
 
 def _read(path: Path) -> tuple[list[Found], list[str]]:

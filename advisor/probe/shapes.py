@@ -293,3 +293,6 @@ def shape_of(model: str) -> ModelShape:
         raise ValueError(f"{path}: {e}") from None
     except KeyError as e:
         raise ValueError(f"{path} lacks field {e.args[0]!r}") from None
+    except (TypeError, AttributeError, RecursionError) as e:
+        raise ValueError(f"{path}: not an HF config.json this can read ({type(e).__name__}: "
+                         f"{str(e)[:200]})") from None

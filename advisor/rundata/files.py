@@ -47,6 +47,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
         raise RunDataError(f"cannot read {path}: {e}") from None
     except json.JSONDecodeError as e:
         raise RunDataError(f"{path} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise RunDataError(f"{path} nests deeper than a JSON parser follows") from None
     if not isinstance(data, dict):
         raise RunDataError(f"{path} is not a JSON object")
     return data

@@ -35,6 +35,8 @@ def load(path: str) -> dict[str, Any]:
             raise UsageError(f"--config {path}: expected a .toml, .yaml or .yml file")
     except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
         raise UsageError(f"--config {path}: {str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise UsageError(f"--config {path}: nests deeper than its parser follows") from None
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a table of options at the top level")
     fields = {f.name: f for f in dataclasses.fields(SweepOptions)}
