@@ -114,15 +114,17 @@ def free_base_port(tries: int = 50) -> int:
     rng = random.Random()
     for _ in range(tries):
         base = rng.randrange(*PORT_RANGE, 1000)
-        if all(_free(base + o) for o in offsets):
+        if ports_free([base + o for o in offsets]):
             return base
     raise OSError("no free port range for the vLLM instances")
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
+def ports_free(ports: list[int]) -> bool:
+    """Whether each of `ports` can be bound on 127.0.0.1 now."""
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
     return True

@@ -17,12 +17,20 @@ pytestmark = pytest.mark.integration
 LOAD_S = 3.0  # the instance's load time, here
 
 
-def test_the_sweep_waits_for_an_instance_that_loads_after_its_front_answers(tmp_path):
+SERVER = f"{sys.executable} -m advisor.testing.scripted_server --ttft-ms 5 --itl-ms 1"
+
+
+def _deployment(name: str, instance_cmd: str) -> Placement:
+    """A front that answers at once beside one instance started by `instance_cmd` (PORT in
+    it: the instance's port)."""
     front, instance = free_port(), free_port()
-    server = f"{sys.executable} -m advisor.testing.scripted_server --ttft-ms 5 --itl-ms 1"
-    cmd = f"sh -c 'sleep {LOAD_S}; exec {server} --port {instance}' & {server} --port {front}"
-    p = Placement("disagg-1p1d", "disagg", url=f"http://127.0.0.1:{front}", cmd=cmd,
-                  instances=(f"http://127.0.0.1:{instance}",))
+    cmd = f"{instance_cmd.replace('PORT', str(instance))} & {SERVER} --port {front}"
+    return Placement(name, name.split("-", maxsplit=1)[0], url=f"http://127.0.0.1:{front}", cmd=cmd,
+                     instances=(f"http://127.0.0.1:{instance}",))
+
+
+def test_the_sweep_waits_for_an_instance_that_loads_after_its_front_answers(tmp_path):
+    p = _deployment("disagg-1p1d", f"sh -c 'sleep {LOAD_S}; exec {SERVER} --port PORT'")
     t0 = time.monotonic()
     with started(p, tmp_path, None, None, 60):
         waited = time.monotonic() - t0
@@ -32,11 +40,7 @@ def test_the_sweep_waits_for_an_instance_that_loads_after_its_front_answers(tmp_
 
 
 def test_an_instance_that_dies_while_loading_ends_the_wait_naming_the_log(tmp_path):
-    front, instance = free_port(), free_port()
-    server = f"{sys.executable} -m advisor.testing.scripted_server --ttft-ms 5 --itl-ms 1"
-    cmd = f"sh -c 'sleep 2; exit 3' & {server} --port {front}"
-    p = Placement("collocated-1", "collocated", url=f"http://127.0.0.1:{front}", cmd=cmd,
-                  instances=(f"http://127.0.0.1:{instance}",))
+    p = _deployment("collocated-1", "sh -c 'sleep 2; exit 3'")
     t0 = time.monotonic()
     gone = r"a process of collocated-1 exited before .*collocated-1\.log"
     with pytest.raises(UsageError, match=gone), started(p, tmp_path, None, None, 60):

@@ -7,7 +7,6 @@ bidirectional deployment turn 3's prefill computes only its new tokens."""
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from advisor.rundata.evidence import Evidence, PlacementEvidence, SloEvidence, W
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
+from advisor.vllm_engine.runtime import ports_free
 from engine.processes.children import free_port, wait_healthy
 from tests.cli import advisor
 from tests.engine.helpers import random_prompts
@@ -31,22 +31,12 @@ TURNS, NEW, OUT = 3, 12, 5
 ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 
 
-def _ports_free(ports: list[int]) -> bool:
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
-
-
 def _bases() -> tuple[int, int]:
     """A serving base port whose +100, +101, +192, +200 are free, and two free side-channel
     ports after a second base."""
     for _ in range(100):
         base, side = free_port() // 10 * 10, free_port()
-        if base + 300 < 65000 and side + 2 < 65000 and _ports_free(
+        if base + 300 < 65000 and side + 2 < 65000 and ports_free(
                 [base + 100, base + 192, base + 200, side, side + 1]):
             return base, side
     raise RuntimeError("no free ports")
