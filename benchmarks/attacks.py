@@ -10,6 +10,12 @@ counting what it got back. Used by soak.py.
 4. Bodies past the model's limit and just under it; connections that never finish their
    headers, reopened whenever the server closes them.
 5. Lists past their limits: stop_token_ids, logit_bias.
+6. Conversation ids a front must not copy upstream: 10,000 characters, control characters,
+   non-ASCII (issue 56: long ones once made instances' parsers answer bare 400s, read as
+   impostors, and every instance was ejected).
+7. A tool call's arguments nested 5,000 deep (once a RecursionError and a 500).
+8. Bodies trickled a byte every 0.5 s after whole headers, reopened whenever the server
+   closes them (once they held a descriptor for ever).
 """
 
 from __future__ import annotations
@@ -66,7 +72,19 @@ class Attacks:
                   "remote_block_ids": [0, 1, 2, 3]}
         plain = {"model": "m", "prompt": [5, 6, 7], "max_tokens": 3}
         front, pre = self.front + "/v1/completions", self.prefill + "/v1/completions"
+        nested = {"model": "m", "max_tokens": 3, "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "", "tool_calls": [{
+                "id": "c", "type": "function",
+                "function": {"name": "f", "arguments": "[" * 5000}}]}]}
         return [
+            *((f"6 conversation id: {what}", front,
+               json.dumps({**plain, "conversation_id": cid}).encode())
+              for what, cid in (("10,000 characters", "c" * 10_000),
+                                ("control characters", "a\x01\x7fb"),
+                                ("not ASCII", "gespr\u00e4ch\ud800"))),
+            ("7 tool-call arguments nested 5,000 deep", self.front + "/v1/chat/completions",
+             json.dumps(nested).encode()),
             ("1 instance port without the key", pre, json.dumps(plain).encode()),
             ("1 forged kv_transfer_params", front,
              json.dumps({**plain, "kv_transfer_params": forged}).encode()),
@@ -122,11 +140,15 @@ class Attacks:
                 writer.close()
 
     async def sieges(self, until: float) -> None:
-        """Attacks 2 and 4's slow connections, held until `until`."""
+        """Attacks 2, 4 and 8's slow connections, held until `until`."""
         opening = struct.pack("!4sH", frame.MAGIC, frame.VERSION)
         host_port = int(self.front.rsplit(":", 1)[1])
         partial = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/"
+        headers = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                   b"application/json\r\nContent-Length: 100000\r\n\r\n{")
         await asyncio.gather(
+            *(self._held("8 body trickled a byte at a time", host_port, headers, b" ", until)
+              for _ in range(LORIS)),
             *(self._held("2 side-channel siege", self.side_port, opening, b"\0", until)
               for _ in range(SIEGE)),
             *(self._held("4 headers never finished", host_port, partial, None, until)

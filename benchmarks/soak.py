@@ -5,9 +5,11 @@ float32 by default), sends Poisson traffic of well-formed requests (completions 
 streaming and not) through the front, and meanwhile, in cycles of CYCLE_S:
 - every 5 s, a batch of hostile bodies (100k '[', deep nesting, a 2^64 seed, bytes) and
   the requests of attacks.py (forged KV params, an instance port without its key, bodies
-  past the model's limit and just under it, lists past their limits);
-- all along, 200 sockets trickling at the prefiller's KV side channel and 100 connections
-  that never finish their headers at the front (attacks.py), reopened when closed;
+  past the model's limit and just under it, lists past their limits, odd conversation ids,
+  tool-call arguments nested 5,000 deep);
+- all along, 200 sockets trickling at the prefiller's KV side channel, 100 connections
+  that never finish their headers at the front and 100 that trickle their bodies
+  (attacks.py), reopened when closed;
 - at 10% of a cycle, a herd of streams that never read, held 15 s;
 - at 35%, the prefiller stopped (SIGSTOP) for 8 s (the decoder prefills meanwhile);
 - at 60%, the decoder stopped for 8 s (the prefiller decodes meanwhile);
