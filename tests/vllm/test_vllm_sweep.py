@@ -7,12 +7,12 @@ import pytest
 
 from tests.cli import advisor
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 
 def test_a_short_sweep_on_vllm_ends_in_a_decision(tmp_path, vllm_settings):
     out = advisor("sweep", "--engine", "vllm", "--rates", "3", "--num-prompts", "12",
-                  "--out", str(tmp_path), "--no-report", timeout=600)
+                  "--out", str(tmp_path), "--no-report", timeout=450)
     assert out.returncode == 0, out.stderr[-3000:]
     [run] = [d for d in tmp_path.iterdir() if d.is_dir()]
     rec = json.loads((run / "recommendation.json").read_text())
