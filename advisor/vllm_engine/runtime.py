@@ -27,7 +27,7 @@ from advisor.vllm_engine.locate import VllmInstall
 HOOK_DIR = Path(__file__).parent / "hook"
 KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: each CPU instance's KV, in GiB
 SIDE_OFFSET = 400  # NIXL side channels, from the base port
-PORT_RANGE = (20000, 60000)
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 INSTANCE_ROLES = ("collocated", "prefill", "decode")
 # NOTE: vLLM's workers spin (sched_yield) for a second after each step; on cores the client
 # and the front share, only the idle scheduling class keeps that from taking their share
@@ -113,10 +113,21 @@ def free_base_port(tries: int = 50) -> int:
                DECODE_OFFSET + 1, PROXY_OFFSET, SIDE_OFFSET, SIDE_OFFSET + 1)
     rng = random.Random()
     for _ in range(tries):
-        base = rng.randrange(*PORT_RANGE, 1000)
+        base = rng.randrange(*_bases(), 1000)
         if ports_free([base + o for o in offsets]):
             return base
     raise OSError("no free port range for the vLLM instances")
+
+
+def _bases() -> tuple[int, int]:
+    """Where base ports are drawn: below the kernel's ephemeral ports, which outgoing
+    connections take at random (one took a NIXL side channel's port between this check and
+    its instance's start)."""
+    try:
+        low = int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return 10000, max(11000, low - 1000)
 
 
 def ports_free(ports: list[int]) -> bool:
