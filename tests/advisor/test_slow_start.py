@@ -13,7 +13,7 @@ from advisor.goodput.placements import Placement
 from advisor.sweep.deployments import started
 from engine.processes.children import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow  # two deployments started and waited for, ~12 s
 LOAD_S = 3.0  # the instance's load time, here
 
 
