@@ -97,9 +97,8 @@ def collocated(model: str, gpus: list[int], tp: int = 1, site: Site = Site(),
         runtime.placed(gpus), host) for host in hosts]
     notes = ["one API server per host; its data-parallel ranks share the requests"]
     if len(hosts) > 1:
-        urls = ",".join(f"http://{h}:{site.base_port}" for h in hosts)
-        commands.append(Command("proxy", ["advisor", "proxy", "--decode", urls, "--port",
-                                          str(site.base_port + PROXY_OFFSET)], {}, hosts[0]))
+        commands.append(_round_robin([f"http://{h}:{site.base_port}" for h in hosts],
+                                     site.base_port + PROXY_OFFSET, hosts[0]))
         notes.append(f"clients use http://{hosts[0]}:{site.base_port + PROXY_OFFSET} (a "
                      "round-robin front over the hosts' servers)")
     return DeployPlan("collocated", commands, notes)
@@ -114,11 +113,17 @@ def _replicas_behind_front(model: str, groups: list[list[int]], site: Site,
     commands = [Command("collocated", runtime.serve(model, port), runtime.placed(group), host)
                 for port, group in zip(ports, groups)]
     front = site.base_port + PROXY_OFFSET
-    commands.append(Command("proxy", ["advisor", "proxy", "--decode", ",".join(
-        f"http://{site.address(host)}:{p}" for p in ports), "--port", str(front)], {}, host))
+    commands.append(_round_robin([f"http://{site.address(host)}:{p}" for p in ports], front,
+                                 host))
     return DeployPlan("collocated", commands, [
         f"clients use http://{site.address(host)}:{front} (a round-robin front over "
         f"{len(groups)} server(s), one per core group)"])
+
+
+def _round_robin(urls: list[str], port: int, host: str | None) -> Command:
+    """advisor proxy as a round-robin front over collocated servers at `urls`."""
+    return Command("proxy", ["advisor", "proxy", "--decode", ",".join(urls), "--port",
+                             str(port)], {}, host)
 
 
 def kv_config(role: str, bidirectional: bool, cpu: bool = False) -> dict:

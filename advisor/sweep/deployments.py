@@ -80,7 +80,8 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
             if not p.instances:  # someone's command: what it runs below it is its own
                 return None
             now = _children(proc.pid)
-            first.update(() if first else now)
+            if not first:
+                first.update(now)
             return f"a process of {p.name} exited {when}: see {log_path}" \
                 if first - now else None
 
@@ -89,7 +90,7 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
                 wait_ready(each, model, api_key if each == url else None, ready_timeout,
                            partial(exited, f"before {each} was ready"))
         except UsageError as e:
-            if proc.poll() is None and str(log_path) not in str(e):  # running, never ready
+            if exited("") is None:  # all of it still running, never ready
                 raise UsageError(f"{p.flag}-cmd: {e}: see {log_path}") from None
             raise
         yield partial(exited, "while it was measured")

@@ -29,7 +29,7 @@ from advisor.sweep.topologies import (
     parse_topologies,
 )
 from engine.api import CONNECTORS, DTYPES, load_model_config, parse_emulation
-from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset
+from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset, preset_spec
 from workloads.spec import Workload
 
 DEFAULT_MODEL = "small"  # the bundled engine's when --model is not given
@@ -225,7 +225,7 @@ class SweepOptions:
         if any(s is not None and not s > 0 for s in (self.scale, self.output_scale)):
             raise UsageError("--scale and --output-scale must be > 0")
         try:
-            self.workload_at(1.0, 0, 1)
+            preset_spec(self.workload, shared_prefix=self.shared_prefix)
         except ValueError as e:
             raise UsageError(f"--shared-prefix: {e}") from None
         if self.connector not in CONNECTORS:
@@ -281,12 +281,11 @@ class SweepOptions:
 
     def placements(self) -> list[Placement]:
         """The placements to measure, collocated first (it leads the rate search): the
-        deployments at URLs where given, else the bundled engine's --topologies."""
+        deployments at URLs where given, else the bundled engine's --topologies (vLLM's come
+        from advisor.sweep.on_vllm, which writes the model directory they load)."""
         if not self.local:
             return at_urls(self.deployments)
-        if self.engine == "vllm":
-            raise UsageError("--engine vllm: its placements come from the sweep's set-up "
-                             "(advisor.sweep.setup), which writes the model it serves")
+        assert self.engine == "bundled", "--engine vllm's placements: advisor.sweep.on_vllm"
         return bundled(self.topology_specs, EngineSettings(
             self.model or DEFAULT_MODEL, self.dtype, self.device, self.connector,
             self.link_emulation))

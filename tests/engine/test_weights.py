@@ -7,6 +7,7 @@ from safetensors.torch import save_file
 
 from engine import SamplingParams
 from engine.core.config import PRESETS, load_model_config
+from engine.hf_dir import hf_config
 from engine.model.weights import hf_state_dict
 from tests.engine.helpers import make_llm, random_prompts
 
@@ -21,26 +22,7 @@ def save_hf_dir(path, llm, drop=()):
         if k not in drop
     }
     save_file(sd, str(path / "model.safetensors"))
-    (path / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "hidden_size": cfg.hidden_size,
-                "num_hidden_layers": cfg.num_hidden_layers,
-                "num_attention_heads": cfg.num_attention_heads,
-                "num_key_value_heads": cfg.num_key_value_heads,
-                "head_dim": cfg.head_dim,
-                "intermediate_size": cfg.intermediate_size,
-                "vocab_size": cfg.vocab_size,
-                "max_position_embeddings": cfg.max_position_embeddings,
-                "rope_theta": cfg.rope_theta,
-                "rms_norm_eps": cfg.rms_norm_eps,
-                "tie_word_embeddings": True,
-                "eos_token_id": 2,
-                "torch_dtype": "float32",
-            }
-        )
-    )
+    (path / "config.json").write_text(json.dumps(hf_config(cfg, "float32")))
 
 
 def test_same_seed_same_weights_other_seed_other_output():
