@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
+from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -37,6 +39,26 @@ DEFAULT_CHAT_TEMPLATE = (
 PIECE_CHARS = 2000  # long texts are encoded in pieces of about this many characters
 
 
+def template_environment() -> ImmutableSandboxedEnvironment:
+    """A sandbox that renders a chat template as Hugging Face transformers does, and so vLLM:
+    blocks trimmed, `tojson` with keys in their order and no HTML escaping, loop controls,
+    raise_exception and strftime_now. A template rendered otherwise gives other tokens."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception,
+                       strftime_now=lambda fmt: datetime.now().strftime(fmt))
+    return env
+
+
 class TextTokenizer:
     """Encodes prompts, renders chats, decodes outputs (incrementally for streams)."""
 
@@ -55,8 +77,7 @@ class TextTokenizer:
         self.plain.encode_special_tokens = True
         self.specials = tuple(t.content for t in tokenizer.get_added_tokens_decoder().values())
         self.template_source = chat_template
-        env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False)
-        self.template = env.from_string(chat_template)
+        self.template = template_environment().from_string(chat_template)
 
     @classmethod
     def load(
@@ -100,9 +121,14 @@ class TextTokenizer:
         tools: list[dict] | None = None,
         add_generation_prompt: bool = True,
     ) -> str:
-        return self.template.render(
-            messages=messages, tools=tools, add_generation_prompt=add_generation_prompt
-        )
+        """The chat as the template writes it; ValueError where the template refuses it (its
+        raise_exception, say: roles that do not alternate)."""
+        try:
+            return self.template.render(
+                messages=messages, tools=tools, add_generation_prompt=add_generation_prompt
+            )
+        except TemplateError as e:
+            raise ValueError(f"the chat template refused the request: {e}") from None
 
     def chat_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The chat rendered and encoded, what the messages say read as text: a special-token
