@@ -54,6 +54,7 @@ class Runtime:
     flags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     cpu: bool = False
+    render: tuple[str, ...] = ("vllm", "launch", "render")  # a render server, up to the model
 
     def placed(self, units: list[int]) -> dict[str, str]:
         """The environment of an instance on `units` (GPU indices, or cores on a CPU)."""
@@ -62,6 +63,9 @@ class Runtime:
 
     def serve(self, model: str, port: int, *extra: str) -> list[str]:
         return [*self.server, model, "--port", str(port), *self.flags, *extra]
+
+    def render_server(self, model: str, port: int, *extra: str) -> list[str]:
+        return [*self.render, model, "--port", str(port), *self.flags, *extra]
 
 
 GPU = Runtime()
@@ -215,8 +219,8 @@ def render_split(model: str, groups: list[list[int]], frontend_cpu_ms: float | N
         workers = max(1, math.ceil(frontend_cpu_ms / 1000 * peak_rps))
     host = site.host(0)
     renders = [site.base_port + RENDER_OFFSET + k for k in range(workers)]
-    commands = [Command("render", ["vllm", "launch", "render", model, "--port", str(p),
-                                   *parsers], {}, host) for p in renders]
+    commands = [Command("render", runtime.render_server(model, p, *parsers), {}, host)
+                for p in renders]
     engines = []
     for i, (h, k) in enumerate(_on_hosts(site, len(groups))):
         port = site.base_port + PREFILL_OFFSET + k

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from advisor.goodput.placements import Placement
 from advisor.rundata.manifest import EngineRan
+from advisor.rundata.recommendation import DeployPlan
 from advisor.sweep.options import SweepOptions
-from advisor.sweep.topologies import TopologySpec, check_vllm_topologies
+from advisor.sweep.topologies import TopologySpec
 from advisor.vllm_engine.locate import find_vllm
 from advisor.vllm_engine.model_dir import model_dir
 from advisor.vllm_engine.runtime import (
@@ -41,19 +42,21 @@ def on_vllm(opts: SweepOptions) -> tuple[list[Placement], EngineRan]:
 
 def placements(specs: tuple[TopologySpec, ...], settings: VllmSettings,
                base_port: int | None = None) -> list[Placement]:
-    """The vLLM placements for `specs`, from `base_port` (default: a free range); UsageError
-    for a kind not run on vLLM."""
-    check_vllm_topologies(specs)
+    """The vLLM placements for `specs`, from `base_port` (default: a free range): each
+    waits for its model's instances, then its render servers, then its front."""
     base = base_port or free_base_port()
     out = []
     for s in specs:
-        plan = plan_for(s.prefill, s.decode, s.kind == "disagg-bidi", settings, base)
-        urls = tuple(f"http://127.0.0.1:{port_of(c)}" for c in plan.commands
-                     if c.role in INSTANCE_ROLES)
-        fronts = [f"http://127.0.0.1:{port_of(c)}" for c in plan.commands if c.role == "proxy"]
-        out.append(Placement(s.name, "disagg" if s.prefill else "collocated",
-                             url=(fronts or urls)[0],
-                             metrics=tuple(u + "/metrics" for u in urls),
-                             cmd=script(plan), instances=urls,
+        plan = plan_for(s.kind, s.prefill, s.decode, settings, base)
+        serving = _urls(plan, INSTANCE_ROLES)
+        out.append(Placement(s.name, "disagg" if s.prefill else s.kind,
+                             url=(_urls(plan, ("proxy", "front")) or serving)[0],
+                             metrics=tuple(u + "/metrics" for u in serving),
+                             cmd=script(plan), instances=serving + _urls(plan, ("render",)),
                              bidirectional=s.kind == "disagg-bidi"))
     return out
+
+
+def _urls(plan: DeployPlan, roles: tuple[str, ...]) -> tuple[str, ...]:
+    """Where the commands of `roles` serve."""
+    return tuple(f"http://127.0.0.1:{port_of(c)}" for c in plan.commands if c.role in roles)

@@ -25,7 +25,6 @@ from advisor.sweep.topologies import (
     TopologySpec,
     at_urls,
     bundled,
-    check_vllm_topologies,
     parse_topologies,
 )
 from engine.api import CONNECTORS, DTYPES, load_model_config, parse_emulation
@@ -276,8 +275,6 @@ class SweepOptions:
                              "preset it runs)")
         if self.bundled:
             self.placements()  # the engine's own checks of each topology
-        else:
-            check_vllm_topologies(self.topology_specs)
 
     def placements(self) -> list[Placement]:
         """The placements to measure, collocated first (it leads the rate search): the

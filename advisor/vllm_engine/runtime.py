@@ -16,10 +16,12 @@ from advisor.deploy.vllm import (
     DECODE_OFFSET,
     PREFILL_OFFSET,
     PROXY_OFFSET,
+    RENDER_OFFSET,
     Runtime,
     Site,
     collocated,
     disaggregated,
+    render_split,
 )
 from advisor.rundata.recommendation import Command, Deployment, DeployPlan
 from advisor.vllm_engine.locate import VllmInstall
@@ -28,7 +30,7 @@ HOOK_DIR = Path(__file__).parent / "hook"
 KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: each CPU instance's KV, in GiB
 SIDE_OFFSET = 400  # NIXL side channels, from the base port
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-INSTANCE_ROLES = ("collocated", "prefill", "decode")
+INSTANCE_ROLES = ("collocated", "prefill", "decode", "engine")  # what serves the model
 # NOTE: vLLM's workers spin (sched_yield) for a second after each step; on cores the client
 # and the front share, only the idle scheduling class keeps that from taking their share
 IDLE_CLASS = ("chrt", "--idle", "0")
@@ -62,10 +64,12 @@ class VllmSettings:
                  "--max-model-len", str(self.context),
                  *(("--load-format", "dummy") if self.dummy_weights else ()))
         if not self.device.startswith("cpu"):
-            return Runtime(self.install.server, flags)
+            return Runtime(self.install.server, flags, render=self.install.render)
         env = (("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB)), ("PYTHONPATH", str(HOOK_DIR)),
                ("ADVISOR_NIXL_PROGRESS_THREAD", "off"))
-        return Runtime((*IDLE_CLASS, *self.install.server), flags, env, cpu=True)
+        # a render server is request-path CPU work like the front's: it keeps its priority
+        return Runtime((*IDLE_CLASS, *self.install.server), flags, env, cpu=True,
+                       render=self.install.render)
 
 
 def units(n: int, device: str) -> list[list[int]]:
@@ -78,17 +82,20 @@ def units(n: int, device: str) -> list[list[int]]:
     return [[cores[(i * width + j) % len(cores)] for j in range(width)] for i in range(n)]
 
 
-def plan_for(prefill: int, decode: int, bidirectional: bool, settings: VllmSettings,
+def plan_for(kind: str, prefill: int, decode: int, settings: VllmSettings,
              base_port: int) -> DeployPlan:
-    """`prefill` + `decode` instances (no prefillers: `decode` collocated replicas) as
-    advisor.deploy.vllm plans them, on this host's cores or GPUs from `base_port`, with
-    advisor proxy in front."""
+    """A placement (a --topologies kind with its prefillers and decoders or replicas) as
+    advisor.deploy.vllm plans it, on this host's cores or GPUs from `base_port`: P/D and
+    collocated replicas behind advisor proxy, the render split behind its render front (one
+    render server)."""
     site = Site(base_port=base_port, side_port=base_port + SIDE_OFFSET)
     runtime = settings.runtime()
     if prefill:
         return disaggregated(settings.model_dir, units(prefill + decode, settings.device),
-                             prefill, decode, bidirectional, site, "advisor", runtime)
+                             prefill, decode, kind == "disagg-bidi", site, "advisor", runtime)
     groups = units(decode, settings.device)
+    if kind == "render-split":
+        return render_split(settings.model_dir, groups, None, None, site=site, runtime=runtime)
     return collocated(settings.model_dir, [u for g in groups for u in g], len(groups[0]),
                       site, runtime)
 
@@ -100,17 +107,25 @@ def port_of(command: Command) -> str:
 
 def script(plan: DeployPlan) -> str:
     """`plan` as `advisor deploy --format shell` writes it, `advisor` run by this Python."""
-    here = [sys.executable, "-m", "advisor.cli"]
-    commands = [replace(c, argv=here + c.argv[1:]) if c.argv[0] == "advisor" else c
-                for c in plan.commands]
+    commands = [replace(c, argv=_here(c.argv)) for c in plan.commands]
     return as_shell(Deployment("", [], None, [replace(plan, commands=commands)], []))
+
+
+def _here(argv: list[str]) -> list[str]:
+    """`argv`, the project's own programs (advisor, `python -m engine...`) run by this
+    Python."""
+    if argv[0] == "advisor":
+        return [sys.executable, "-m", "advisor.cli", *argv[1:]]
+    if argv[0] == "python" and argv[1:2] == ["-m"] and argv[2].startswith("engine."):
+        return [sys.executable, *argv[1:]]
+    return argv
 
 
 def free_base_port(tries: int = 50) -> int:
     """A base port whose whole layout (instances, front, side channels) is free on
     127.0.0.1."""
     offsets = (0, 1, 2, 3, PREFILL_OFFSET, PREFILL_OFFSET + 1, DECODE_OFFSET,
-               DECODE_OFFSET + 1, PROXY_OFFSET, SIDE_OFFSET, SIDE_OFFSET + 1)
+               DECODE_OFFSET + 1, PROXY_OFFSET, SIDE_OFFSET, SIDE_OFFSET + 1, RENDER_OFFSET)
     rng = random.Random()
     for _ in range(tries):
         base = rng.randrange(*_bases(), 1000)

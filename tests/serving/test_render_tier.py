@@ -98,7 +98,7 @@ def via_render_tier(engine_url: str, render_url: str, body: dict) -> tuple[dict,
         assert status == 200, r
         state = r["stream_state"]
         assert len(str(state)) < 1000  # the state stays small: no history, no prompt
-        choices.append(r["choices"][0])
+        choices.append(r["chunk"]["choices"][0])
     return (
         merged([c["delta"] for c in choices]),
         choices[-1]["finish_reason"],
@@ -169,6 +169,6 @@ def test_streaming_derender_over_http_equals_whole_for_every_two_way_split(serve
             )
             assert status == 200, r
             state = r["stream_state"]
-            choices.append(r["choices"][0])
+            choices.append(r["chunk"]["choices"][0])
         assert merged([c["delta"] for c in choices]) == whole["choices"][0]["message"], cut
         assert choices[-1]["finish_reason"] == whole["choices"][0]["finish_reason"]

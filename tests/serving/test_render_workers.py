@@ -59,7 +59,7 @@ def stream(conns: list[http.client.HTTPConnection], ids: list[int]) -> tuple[str
                                    "finish_reason": "stop" if last else None}}
         body.update({"stream_state": state} if state else {"chat_request": CHAT})
         out = call(conns[k % len(conns)], "POST", DERENDER, body)
-        state, delta = out["stream_state"], out["choices"][0]["delta"]
+        state, delta = out["stream_state"], out["chunk"]["choices"][0]["delta"]
         reasoning += delta.get("reasoning_content") or ""
         content += delta.get("content") or ""
     return reasoning, content

@@ -3,12 +3,12 @@ bundled engine on the same weights, and our P/D proxy against vLLM's own toy pro
 of the same instances: the same greedy tokens, and one NIXL transfer per request. With
 bidirectional transfer (NixlConnector's bidirectional_kv_xfer, advisor proxy
 --bidirectional), a later turn's prefiller pulls the earlier turn's KV, its reply included,
-back from the decoder instead of computing it, read from vLLM's own counters."""
+back from the decoder instead of computing it, read from vLLM's own counters. `advisor bench
+--save-result` and `vllm bench serve` against the same instance write the same keys and
+agree on the medians."""
 
-import json
 import random
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,32 +21,18 @@ from advisor.sweep.topologies import parse_topologies
 from engine import SamplingParams
 from engine.processes.children import free_port
 from tests.engine.helpers import make_llm
-from tests.vllm.conftest import MODEL
+from tests.vllm.client import MAX_TOKENS, MODEL, complete, prompts
 
 pytestmark = pytest.mark.slow
 TOY_PROXY = Path(__file__).parents[3] / "shared" / "thirdparty" / "vllm" / "toy_proxy_server.py"
-MAX_TOKENS = 16
 REPLY = 320  # tokens: far over vLLM's recompute threshold (64), so they are pulled back
-
-
-def prompts(n=3, seed=0):
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 512) for _ in range(rng.randint(20, 300))] for _ in range(n)]
+MEDIANS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms")
 
 
 def reference(token_prompts):
     """The bundled engine's greedy tokens on the same weights (the mini preset, seed 0)."""
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
     return [o.token_ids for o in make_llm(model=MODEL).generate(token_prompts, params)]
-
-
-def complete(url, prompt):
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS,
-                       "temperature": 0, "ignore_eos": True, "return_token_ids": True}).encode()
-    req = urllib.request.Request(url + "/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())["choices"][0]["token_ids"]
 
 
 def transfers(metrics_url):
@@ -56,11 +42,25 @@ def transfers(metrics_url):
     return 0.0
 
 
-def test_collocated_script_is_the_bundled_engines_output(vllm_settings, tmp_path):
-    [p] = placements(parse_topologies("collocated:1"), vllm_settings)
-    ps = prompts(seed=2)
-    with started(p, tmp_path, MODEL, None, 300):
-        assert [complete(p.url, q) for q in ps] == reference(ps)
+def test_collocated_script_is_the_bundled_engines_output(single):
+    assert single.completions == reference(prompts(seed=2))
+
+
+def test_advisor_bench_and_vllm_bench_serve_agree(single):
+    """The same keys but those vLLM keeps and we do not (generated texts, and the detailed
+    lists without --save-detailed, which vLLM writes anyway); each median within the band
+    the two tools' repeats span."""
+    ours, theirs = single.bench["advisor"], single.bench["vllm"]
+    assert set(theirs[0]) - set(ours[0]) <= {"generated_texts", "input_lens", "output_lens",
+                                             "ttfts", "itls", "start_times", "errors"}
+    assert set(ours[0]) <= set(theirs[0])
+    for run in ours + theirs:
+        assert (run["completed"], run["failed"]) == (24, 0)
+        assert run["total_output_tokens"] == 24 * 16
+    for key in MEDIANS:
+        a, v = [r[key] for r in ours], [r[key] for r in theirs]
+        band = max(max(a) - min(a), max(v) - min(v), 0.1 * max(a + v))
+        assert abs(sum(a) / len(a) - sum(v) / len(v)) <= band, (key, a, v)
 
 
 @pytest.fixture(scope="module")
@@ -103,16 +103,6 @@ def test_vllms_toy_proxy_gives_the_same_tokens_as_ours(pd, vllm_settings):
         stop_group(toy, grace_s=5)
 
 
-def turn(url, prompt, max_tokens, cid):
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
-                       "temperature": 0, "ignore_eos": True, "return_token_ids": True,
-                       "conversation_id": cid}).encode()
-    req = urllib.request.Request(url + "/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())["choices"][0]["token_ids"]
-
-
 def computed(metrics_url) -> float:
     """Prompt tokens the instance computed itself, all requests so far."""
     for line in scrape_text([metrics_url]).splitlines():
@@ -126,10 +116,10 @@ def test_a_later_turn_pulls_the_reply_back_instead_of_computing_it(pd):
     rng = random.Random(5)
     first = [rng.randrange(3, 512) for _ in range(200)]
     new = [rng.randrange(3, 512) for _ in range(24)]
-    reply = turn(pd.url, first, REPLY, "conv-1")
+    reply = complete(pd.url, first, REPLY, conversation_id="conv-1")
     second = first + reply + new
     before = computed(pd.metrics[0])
-    out = turn(pd.url, second, 16, "conv-1")
+    out = complete(pd.url, second, 16, conversation_id="conv-1")
     on_prefiller = computed(pd.metrics[0]) - before
     params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
     assert out == make_llm(model=MODEL).generate([second], params)[0].token_ids
