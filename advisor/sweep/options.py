@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
+from pathlib import Path
 
 from advisor.errors import UsageError
 from advisor.flags import option
@@ -57,6 +58,9 @@ class SweepOptions:
     engine: str = option("bundled", "the engine the sweep starts: bundled (this project's) or "
                                     f"vllm (vLLM itself, from PATH or .tools/vllm; default "
                                     f"model {VLLM_DEFAULT_MODEL})")
+    toy_proxy: str | None = option(None, "--engine vllm: front the disagg placement with vLLM's "
+                                         "toy proxy (toy_proxy_server.py from a vLLM checkout, "
+                                         "run by vLLM's Python) instead of advisor proxy")
     # None: the sweep's default model (and a default SLO it may widen)
     model: str | None = option(None, "preset name or a local HF model directory "
                                      f"(default: {DEFAULT_MODEL})")
@@ -275,6 +279,14 @@ class SweepOptions:
                              "preset it runs)")
         if self.bundled:
             self.placements()  # the engine's own checks of each topology
+        if self.toy_proxy is not None:
+            if self.engine != "vllm":
+                raise UsageError("--toy-proxy fronts vLLM's P/D: it needs --engine vllm")
+            if not Path(self.toy_proxy).is_file():
+                raise UsageError(f"--toy-proxy {self.toy_proxy}: no such file")
+            if any(s.kind == "disagg-bidi" for s in self.topology_specs):
+                raise UsageError("--toy-proxy: vLLM's toy proxy does not carry conversations; "
+                                 "disagg-bidi runs behind advisor proxy --bidirectional only")
 
     def placements(self) -> list[Placement]:
         """The placements to measure, collocated first (it leads the rate search): the

@@ -54,8 +54,8 @@ def resolved(opts: SweepOptions, resume: str | None) -> tuple[RunDir | None, Swe
 def setup(opts: SweepOptions, resume: RunDir | None = None,
           argv: list[str] | None = None) -> SweepSetup:
     """A new sweep's run directory and manifest, or (with `resume` and the options
-    `resolved` took back) the interrupted sweep's; with its placements, each bundled P/D
-    on CUDA put on GPU pairs with P2P."""
+    `resolved` took back) the interrupted sweep's; with its placements, each P/D on CUDA
+    (bundled or vLLM) put on GPU pairs with P2P."""
     if resume is None:
         run_dir, manifest, opts = _created(opts, argv)
     else:
@@ -63,7 +63,7 @@ def setup(opts: SweepOptions, resume: RunDir | None = None,
     probe = manifest.probe
     matrix = p2p.P2PMatrix.from_json(probe.p2p) if probe is not None and probe.p2p else None
     if opts.local and opts.engine == "vllm":
-        placements, ran = on_vllm(opts)
+        placements, ran = on_vllm(opts, matrix)
         manifest = run_dir.update_manifest(engine=ran)
         return SweepSetup(run_dir, manifest, opts, placements)
     return SweepSetup(run_dir, manifest, opts, on_p2p(opts.placements(), matrix))
@@ -126,6 +126,10 @@ def _resumed(resume: str, given: SweepOptions) -> tuple[RunDir, SweepOptions]:
                              "goes only to URLs named on the command line)")
         opts = dataclasses.replace(opts, **{cmd: getattr(given, cmd),
                                             url: getattr(given, url) or getattr(opts, url)})
+    if opts.toy_proxy and not given.toy_proxy:
+        raise UsageError("--resume: this sweep ran vLLM's toy proxy; give --toy-proxy again (a "
+                         "run directory's programs are never run)")
+    opts = dataclasses.replace(opts, toy_proxy=given.toy_proxy)
     ran = manifest.dtype_ran or opts.dtype  # as the interrupted sweep ran
     return run_dir, dataclasses.replace(opts, dtype=ran, model=opts.model_to_run(),
                                         slo=opts.slo or DEFAULT_SLO, api_key=given.api_key)

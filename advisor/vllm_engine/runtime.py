@@ -23,6 +23,7 @@ from advisor.deploy.vllm import (
     disaggregated,
     render_split,
 )
+from advisor.probe.p2p_pairs import GpuPlacement
 from advisor.rundata.recommendation import Command, Deployment, DeployPlan
 from advisor.vllm_engine.locate import VllmInstall
 
@@ -57,6 +58,7 @@ class VllmSettings:
     context: int
     device: str = "cpu"
     dummy_weights: bool = False  # the directory has no weights: --load-format dummy
+    toy_proxy: str | None = None  # vLLM's toy_proxy_server.py, P/D's front instead of ours
 
     def runtime(self) -> Runtime:
         """How each instance starts here."""
@@ -83,16 +85,22 @@ def units(n: int, device: str) -> list[list[int]]:
 
 
 def plan_for(kind: str, prefill: int, decode: int, settings: VllmSettings,
-             base_port: int) -> DeployPlan:
+             base_port: int, gpus: GpuPlacement | None = None) -> DeployPlan:
     """A placement (a --topologies kind with its prefillers and decoders or replicas) as
-    advisor.deploy.vllm plans it, on this host's cores or GPUs from `base_port`: P/D and
-    collocated replicas behind advisor proxy, the render split behind its render front (one
-    render server)."""
+    advisor.deploy.vllm plans it, on this host's cores or GPUs from `base_port`: P/D (its
+    instances on `gpus` where given: the P2P matrix's pairs) and collocated replicas behind
+    advisor proxy, the render split behind its render front (one render server)."""
     site = Site(base_port=base_port, side_port=base_port + SIDE_OFFSET)
     runtime = settings.runtime()
     if prefill:
-        return disaggregated(settings.model_dir, units(prefill + decode, settings.device),
-                             prefill, decode, kind == "disagg-bidi", site, "advisor", runtime)
+        toy = settings.toy_proxy if kind == "disagg" else None
+        groups = gpus.prefill + gpus.decode if gpus else units(prefill + decode, settings.device)
+        plan = disaggregated(settings.model_dir, groups,
+                             prefill, decode, kind == "disagg-bidi", site,
+                             "vllm" if toy else "advisor", runtime)
+        return replace(plan, commands=[
+            replace(c, argv=[settings.install.python, toy, *c.argv[2:]])
+            if toy and c.role == "proxy" else c for c in plan.commands])
     groups = units(decode, settings.device)
     if kind == "render-split":
         return render_split(settings.model_dir, groups, None, None, site=site, runtime=runtime)

@@ -42,3 +42,14 @@ def test_an_api_key_goes_only_to_urls_the_command_line_names(tmp_path):
     assert r.returncode == 2 and "give --collocated-url again" in r.stderr
     assert json.loads((run.path / "manifest.json").read_text())["config"][
         "collocated_url"] == "http://attacker.invalid:80"  # left as it was
+
+
+def test_a_toy_proxy_in_the_run_directory_is_never_run(tmp_path):
+    pwned = tmp_path / "PWNED"
+    script = tmp_path / "toy_proxy_server.py"
+    script.write_text(f"open({str(pwned)!r}, 'w')\n")
+    run = crafted(tmp_path, engine="vllm", model="mini", toy_proxy=str(script))
+    r = advisor("sweep", "--resume", str(run.path), "--no-report", timeout=60)
+    assert r.returncode == 2 and not pwned.exists()
+    (line,) = said(r.stderr)
+    assert "give --toy-proxy again" in line and "never run" in line

@@ -7,11 +7,13 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 
 from advisor.deploy.advice import Where, section
 from advisor.errors import UsageError
+from advisor.probe.p2p import P2PMatrix
 from advisor.rundata.recommendation import Recommendation
 from advisor.sweep import on_vllm
 from advisor.sweep.options import SweepOptions
@@ -66,6 +68,27 @@ def test_the_sweeps_pd_is_what_deploy_prints_but_for_the_host(kind, monkeypatch)
     assert [a for a in ours if a.startswith("--")] == [a for a in theirs if a.startswith("--")]
 
 
+def test_with_toy_proxy_the_pd_front_is_vllms_script_run_by_vllms_python(monkeypatch):
+    monkeypatch.setattr(vp.os, "sched_getaffinity", lambda _: {0, 1})
+    toy = replace(SETTINGS, toy_proxy="/src/vllm/toy_proxy_server.py")
+    [pd, bidi] = on_vllm.placements(parse_topologies("disagg:1p1d,disagg-bidi:1p1d"), toy, 30000)
+    front = pd.cmd.splitlines()[-1]
+    assert front.startswith("/venv/bin/python /src/vllm/toy_proxy_server.py --port 30192 "
+                            "--prefiller-hosts localhost --prefiller-ports 30100 "
+                            "--decoder-hosts localhost --decoder-ports 30200")
+    assert "advisor.cli proxy" in bidi.cmd and "toy_proxy" not in bidi.cmd
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"toy_proxy": __file__}, "needs --engine vllm"),
+    ({"engine": "vllm", "toy_proxy": "/no/such/toy.py"}, "no such file"),
+    ({"engine": "vllm", "toy_proxy": __file__, "topologies": "collocated:2,disagg-bidi:1p1d"},
+     "does not carry conversations")])
+def test_the_toy_proxy_flag_is_checked(kw, needle):
+    with pytest.raises(UsageError, match=needle):
+        SweepOptions(**kw).check()
+
+
 def test_collocated_replicas_on_cores_behind_the_round_robin_front(monkeypatch):
     monkeypatch.setattr(vp.os, "sched_getaffinity", lambda _: {0, 1})
     [p] = on_vllm.placements(parse_topologies("collocated:2"), SETTINGS, 30000)
@@ -103,6 +126,21 @@ def test_on_gpus_collocated_is_one_data_parallel_server():
     assert p.instances == ("http://127.0.0.1:30000",) and p.url == p.instances[0]
     assert "--data-parallel-size 2" in p.cmd and "CUDA_VISIBLE_DEVICES=0,1" in p.cmd
     assert "chrt" not in p.cmd
+
+
+def test_on_gpus_a_pd_pair_goes_on_the_p2p_matrixs_pairs():
+    """GPU 0 reads GPU 1 only through the host; 0 and 2 have P2P: the pair is 0 -> 2."""
+    ok, no = "OK", "CNS"
+    matrix = P2PMatrix(["GPU0", "GPU1", "GPU2"],
+                       [["X", no, ok], [no, "X", no], [ok, no, "X"]])
+    settings = vp.VllmSettings(INSTALL, "/m", "m", "bfloat16", 4096, device="cuda")
+    [p] = on_vllm.placements(parse_topologies("disagg:1p1d"), settings, 30000, matrix)
+    assert (p.on_gpus.prefill, p.on_gpus.decode) == ([[0]], [[2]])
+    prefiller, decoder = [x for x in p.cmd.splitlines() if "--kv-transfer-config" in x]
+    assert "CUDA_VISIBLE_DEVICES=0 " in prefiller and "kv_producer" in prefiller
+    assert "CUDA_VISIBLE_DEVICES=2 " in decoder and "kv_consumer" in decoder
+    with pytest.raises(UsageError, match="disagg:2p2d: 2P2D needs 4 GPUs"):
+        on_vllm.placements(parse_topologies("disagg:2p2d"), settings, 30000, matrix)
 
 
 @pytest.mark.parametrize("cores,n,expected", [
