@@ -22,6 +22,8 @@ from engine.api import (
     supervise,
 )
 
+DEFAULT_MODEL = "small"
+
 
 @dataclass(frozen=True)
 class ServeOptions:
@@ -39,7 +41,11 @@ class ServeOptions:
     bidirectional: bool = option(False, "disagg: a conversation's next turn reuses the KV its "
                                         "decoder kept (prompt and reply); clients send "
                                         "X-Conversation-Id", "--bidirectional")
-    model: str = option("small", "preset name or a local HF model directory")
+    engine: str | None = option(None, "serve the topology on this engine instead of the "
+                                      "bundled one: vllm (collocated or disagg; from PATH or "
+                                      ".tools/vllm)")
+    model: str | None = option(None, "preset name or a local HF model directory (default "
+                                     "small; with --engine vllm, mini)")
     dtype: str = option("auto", "auto (bfloat16 where fast here, else float32), float32, "
                                 "bfloat16 or float16")
     device: str = option("cpu", "cpu or cuda")
@@ -60,7 +66,8 @@ class ServeOptions:
         """The topology these options name (an empty key is none)."""
         given = {f.name: getattr(self, f.name) for f in fields(Topology)
                  if f.name in _FLAGGED}
-        return Topology(**{**given, "api_key": self.api_key or None})
+        return Topology(**{**given, "model": self.model or DEFAULT_MODEL,
+                           "api_key": self.api_key or None})
 
 
 _FLAGGED = {f.name for f in fields(ServeOptions)}

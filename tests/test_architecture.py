@@ -36,6 +36,7 @@ ADVISOR_LAYERS = (
     {"conclude"},  # evidence to a written recommendation: every way to advice ends there
     {"sweep", "plan", "imports"},  # measured, simulated and imported, side by side
     {"serve", "proxy", "testing"},
+    {"started_vllm"},  # bench, serve and probe on a vLLM started here
     {"cli"},
 )
 # NOTE: the planner, the advice and the CLI's start too: `advisor plan` and every bad-flag

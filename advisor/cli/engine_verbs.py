@@ -12,8 +12,9 @@ from advisor.serve import ServeOptions
 
 @options_command(ServeOptions)
 def serve(opts: ServeOptions) -> None:
-    """Run the bundled engine (collocated, disaggregated) or a render server, until ^C."""
-    from advisor.serve import run_serve
+    """Run the bundled engine (collocated, disaggregated), a render server, or the same on vLLM,
+    until ^C."""
+    from advisor.started_vllm import serve as run_serve
 
     with user_errors():
         run_serve(opts)
@@ -31,7 +32,7 @@ def proxy(opts: ProxyOptions) -> None:
 @options_command(BenchOptions)
 def bench(opts: BenchOptions) -> None:
     """Measure an OpenAI-compatible endpoint under a workload (flags as in `vllm bench serve`)."""
-    from advisor.measure.bench import run_bench
+    from advisor.started_vllm import bench as run_bench
 
     with user_errors():
         run_bench(opts)

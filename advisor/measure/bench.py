@@ -32,7 +32,7 @@ from advisor.measure.workers import default_workers
 from advisor.measure.workload_run import max_send_lateness_ms, measure, record_row
 from advisor.output import console
 from advisor.rundata.files import write_json
-from advisor.rundata.manifest import Manifest
+from advisor.rundata.manifest import EngineRan, Manifest
 from advisor.rundata.result import RunResult
 from workloads import traces
 from workloads.arrivals import Arrivals
@@ -126,8 +126,10 @@ def _build_workload(opts: BenchOptions) -> Workload:
     return w
 
 
-def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
-    """Run the benchmark the options describe; print it, save it when asked, return it."""
+def run_bench(opts: BenchOptions, argv: list[str] | None = None,
+              engine: EngineRan | None = None) -> RunResult:
+    """Run the benchmark the options describe; print it, save it when asked, return it.
+    `engine`: the engine this process started to measure, for the manifest."""
     opts = _resolved(opts)
     slos, percentiles, metrics = _checked(opts)
     workload = build_workload(opts)
@@ -148,7 +150,7 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
              "endpoint_type": opts.endpoint, "model_id": model, "base_url": opts.base_url,
              "percentiles": percentiles, "max_send_lateness_ms": max_send_lateness_ms(run),
              "manifest": Manifest.new(opts.seed, dataclasses.asdict(opts) | {"api_key": None},
-                                     argv).to_json()}
+                                     argv, engine=engine).to_json()}
     result = RunResult.of(
         summarize(run.records, run.duration, slos, percentiles, metrics),
         [record_row(r, run.start) for r in run.records], bench,

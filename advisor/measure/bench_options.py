@@ -19,6 +19,9 @@ class BenchOptions:
     """`advisor bench`'s options, named as `vllm bench serve` names them."""
 
     base_url: str = option("http://127.0.0.1:8000", "server base URL")
+    engine: str | None = option(None, "start the server and measure it instead: vllm (one "
+                                      "instance of --model, default mini, as the sweep starts "
+                                      "it; from PATH or .tools/vllm)")
     host: str | None = option(None, "server host, with --port instead of --base-url")
     port: int | None = option(None, "server port, with --host instead of --base-url")
     backend: str = option("openai", f"vLLM's request kind: {', '.join(BACKENDS)} (openai-chat "

@@ -19,6 +19,9 @@ class ProbeOptions:
                                           "-m, or both in one file) instead of the live one")
     link_mb: int = option(64, "payload size for the link measurements (MB)")
     transfer_check: str | None = option(None, "URL of a disaggregated deployment to check")
+    engine: str | None = option(None, "transfer check: start a 1P1D of this engine here and "
+                                      "check it instead of a URL: vllm (NixlConnector, "
+                                      "--model default mini)")
     metrics_urls: tuple[str, ...] = option((), "its decoders' /metrics (default URL/metrics)",
                                            "--metrics-url")
     check_prompts: int = option(3, "transfer check: prompts, sent one at a time")

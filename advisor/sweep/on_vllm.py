@@ -4,8 +4,6 @@ plans, whose instances the sweep waits for (advisor.sweep.deployments.started)."
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from advisor.errors import UsageError
 from advisor.goodput.placements import Placement
 from advisor.probe.p2p import P2PMatrix
@@ -14,8 +12,6 @@ from advisor.rundata.manifest import EngineRan
 from advisor.rundata.recommendation import DeployPlan
 from advisor.sweep.options import SweepOptions
 from advisor.sweep.topologies import TopologySpec
-from advisor.vllm_engine.locate import find_vllm
-from advisor.vllm_engine.model_dir import model_dir
 from advisor.vllm_engine.runtime import (
     CPU_NOTES,
     INSTANCE_ROLES,
@@ -25,26 +21,28 @@ from advisor.vllm_engine.runtime import (
     port_of,
     script,
 )
-from engine import api
 
 
 def on_vllm(opts: SweepOptions, matrix: P2PMatrix | None = None
             ) -> tuple[list[Placement], EngineRan]:
     """The placements (P/D on GPUs on `matrix`'s P2P pairs) and what the manifest records
     of them: vLLM's version, the model directory and each script as run."""
-    install = find_vllm()
     assert opts.model is not None  # filled by the set-up, or taken back on resume
-    directory, dummy = model_dir(opts.model, opts.dtype)
-    settings = VllmSettings(install, directory, opts.model, opts.dtype,
-                            api.load_model_config(opts.model).max_position_embeddings,
-                            opts.device, dummy,
-                            str(Path(opts.toy_proxy).resolve()) if opts.toy_proxy else None)
+    settings = VllmSettings.found(opts.model, opts.dtype, opts.device, opts.toy_proxy)
+    install = settings.install
     found = placements(opts.topology_specs, settings, matrix=matrix)
     print(f"engine: {install.distribution} {install.version} ({install.python}), model "
-          f"{directory}", flush=True)
-    return found, EngineRan("vllm", install.distribution, install.version, install.python,
-                            directory, {p.name: p.cmd or "" for p in found},
-                            list(CPU_NOTES) if opts.device.startswith("cpu") else [])
+          f"{settings.model_dir}", flush=True)
+    return found, engine_ran(settings, found)
+
+
+def engine_ran(settings: VllmSettings, found: list[Placement]) -> EngineRan:
+    """What a manifest records of vLLM started here: version, model directory, each
+    placement's script as run, and what the CPU build's environment sets, and why."""
+    install = settings.install
+    return EngineRan("vllm", install.distribution, install.version, install.python,
+                     settings.model_dir, {p.name: p.cmd or "" for p in found},
+                     list(CPU_NOTES) if settings.device.startswith("cpu") else [])
 
 
 def placements(specs: tuple[TopologySpec, ...], settings: VllmSettings,

@@ -28,15 +28,13 @@ from advisor.sweep.topologies import (
     bundled,
     parse_topologies,
 )
+from advisor.vllm_engine.runtime import VLLM_DEFAULT_MODEL, check_model
 from engine.api import CONNECTORS, DTYPES, load_model_config, parse_emulation
 from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset, preset_spec
 from workloads.spec import Workload
 
 DEFAULT_MODEL = "small"  # the bundled engine's when --model is not given
-VLLM_DEFAULT_MODEL = "mini"  # vLLM's: its CPU attention takes head sizes of 32 and up
 ENGINES = ("bundled", "vllm")
-# vLLM 0.32.0's CPUAttentionBackend.get_supported_head_sizes (v1/attention/backends/cpu_attn.py)
-VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 DEFAULT_TOPOLOGIES = "collocated:2,disagg:1p1d"
 # a multi-turn preset also measures P/D with bidirectional transfer (the decision row needs it)
 MULTI_TURN_TOPOLOGIES = "collocated:2,disagg:1p1d,disagg-bidi:1p1d"
@@ -267,16 +265,15 @@ class SweepOptions:
                                  "--disagg-url measure one that runs already: give one or the "
                                  "other")
             return
-        try:  # a clear error for an unknown model, before anything starts
-            model = load_model_config(self.model)
-        except ValueError as e:
-            raise UsageError(f"--model: {e}") from None
-        if not self.bundled and self.device == "cpu" and \
-                model.head_dim not in VLLM_CPU_HEAD_SIZES:
-            raise UsageError(f"--model {self.model}: vLLM's CPU attention takes head sizes of "
-                             f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}, not "
-                             f"{model.head_dim} (--model {VLLM_DEFAULT_MODEL} is the smallest "
-                             "preset it runs)")
+        if self.bundled:
+            try:  # a clear error for an unknown model, before anything starts
+                load_model_config(self.model)
+            except ValueError as e:
+                raise UsageError(f"--model: {e}") from None
+        else:
+            model = self.model_to_run()
+            assert model is not None  # a default for every engine started here
+            check_model(model, self.device)
         if self.bundled:
             self.placements()  # the engine's own checks of each topology
         if self.toy_proxy is not None:

@@ -23,9 +23,12 @@ from advisor.deploy.vllm import (
     disaggregated,
     render_split,
 )
+from advisor.errors import UsageError
 from advisor.probe.p2p_pairs import GpuPlacement
 from advisor.rundata.recommendation import Command, Deployment, DeployPlan
-from advisor.vllm_engine.locate import VllmInstall
+from advisor.vllm_engine.locate import VllmInstall, find_vllm
+from advisor.vllm_engine.model_dir import model_dir
+from engine import api
 
 HOOK_DIR = Path(__file__).parent / "hook"
 KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: each CPU instance's KV, in GiB
@@ -46,6 +49,24 @@ CPU_NOTES = (
     "idle or not; vLLM's transfer-status checks progress the transfers instead")
 
 
+VLLM_DEFAULT_MODEL = "mini"  # vLLM's: its CPU attention takes head sizes of 32 and up
+# vLLM 0.32.0's CPUAttentionBackend.get_supported_head_sizes (v1/attention/backends/cpu_attn.py)
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def check_model(model: str, device: str) -> None:
+    """UsageError naming --model where it is unknown, or where vLLM's CPU build cannot run
+    it, before anything starts."""
+    try:
+        cfg = api.load_model_config(model)
+    except ValueError as e:
+        raise UsageError(f"--model: {e}") from None
+    if device.startswith("cpu") and cfg.head_dim not in VLLM_CPU_HEAD_SIZES:
+        raise UsageError(f"--model {model}: vLLM's CPU attention takes head sizes of "
+                         f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}, not {cfg.head_dim} "
+                         f"(--model {VLLM_DEFAULT_MODEL} is the smallest preset it runs)")
+
+
 @dataclass(frozen=True)
 class VllmSettings:
     """What every vLLM placement of a sweep shares: the vLLM, the model directory it loads,
@@ -59,6 +80,19 @@ class VllmSettings:
     device: str = "cpu"
     dummy_weights: bool = False  # the directory has no weights: --load-format dummy
     toy_proxy: str | None = None  # vLLM's toy_proxy_server.py, P/D's front instead of ours
+
+    @classmethod
+    def found(cls, model: str, dtype: str, device: str,
+              toy_proxy: str | None = None) -> VllmSettings:
+        """The vLLM found here (UsageError where none is) serving `model` (a preset, its
+        directory written here, or an HF directory) in `dtype` on `device`, its whole
+        context."""
+        check_model(model, device)
+        install = find_vllm()
+        directory, dummy = model_dir(model, dtype)
+        return cls(install, directory, model, dtype,
+                   api.load_model_config(model).max_position_embeddings, device, dummy,
+                   str(Path(toy_proxy).resolve()) if toy_proxy else None)
 
     def runtime(self) -> Runtime:
         """How each instance starts here."""
