@@ -13,7 +13,6 @@ does). `advisor proxy` runs it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import itertools
 import json
@@ -22,6 +21,7 @@ import urllib.parse
 import uuid
 
 import aiohttp
+import uvloop
 from aiohttp import web
 
 from engine.core import deployment
@@ -318,7 +318,8 @@ def serve(decode: list[str], prefill: list[str] | None = None, bidirectional: bo
     round-robin front over replicas) until interrupted or sent SIGTERM."""
     proxy = Proxy(decode, prefill, bidirectional, max_body)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_app(proxy.app, host, port, "proxy", api_key))
+        # uvloop: 15% less CPU per relayed chunk than asyncio's loop (benchmarks/proxy_cpu.py)
+        uvloop.run(run_app(proxy.app, host, port, "proxy", api_key))
 
 
 def main(argv: list[str] | None = None) -> None:
