@@ -21,6 +21,7 @@ from advisor.vllm_engine.runtime import (
     port_of,
     script,
 )
+from workloads.presets import preset_spec
 
 
 def on_vllm(opts: SweepOptions, matrix: P2PMatrix | None = None
@@ -28,7 +29,8 @@ def on_vllm(opts: SweepOptions, matrix: P2PMatrix | None = None
     """The placements (P/D on GPUs on `matrix`'s P2P pairs) and what the manifest records
     of them: vLLM's version, the model directory and each script as run."""
     assert opts.model is not None  # filled by the set-up, or taken back on resume
-    settings = VllmSettings.found(opts.model, opts.dtype, opts.device, opts.toy_proxy)
+    settings = VllmSettings.found(opts.model, opts.dtype, opts.device, opts.toy_proxy,
+                                  tools=bool(preset_spec(opts.workload).tools))
     install = settings.install
     found = placements(opts.topology_specs, settings, matrix=matrix)
     print(f"engine: {install.distribution} {install.version} ({install.python}), model "

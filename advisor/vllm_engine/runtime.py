@@ -49,6 +49,8 @@ CPU_NOTES = (
     "idle or not; vLLM's transfer-status checks progress the transfers instead")
 
 
+# the bundled engine's tool-call markup (its default template's), parsed by vLLM as Hermes's
+TOOL_PARSER = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 VLLM_DEFAULT_MODEL = "mini"  # vLLM's: its CPU attention takes head sizes of 32 and up
 # vLLM 0.32.0's CPUAttentionBackend.get_supported_head_sizes (v1/attention/backends/cpu_attn.py)
 VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -80,25 +82,28 @@ class VllmSettings:
     device: str = "cpu"
     dummy_weights: bool = False  # the directory has no weights: --load-format dummy
     toy_proxy: str | None = None  # vLLM's toy_proxy_server.py, P/D's front instead of ours
+    tools: bool = False  # the requests carry tools: every server parses tool calls (Hermes)
 
     @classmethod
-    def found(cls, model: str, dtype: str, device: str,
-              toy_proxy: str | None = None) -> VllmSettings:
+    def found(cls, model: str, dtype: str, device: str, toy_proxy: str | None = None,
+              tools: bool = False) -> VllmSettings:
         """The vLLM found here (UsageError where none is) serving `model` (a preset, its
         directory written here, or an HF directory) in `dtype` on `device`, its whole
-        context."""
+        context; `tools`: requests with tools, which vLLM refuses without a tool-call
+        parser."""
         check_model(model, device)
         install = find_vllm()
         directory, dummy = model_dir(model, dtype)
         return cls(install, directory, model, dtype,
                    api.load_model_config(model).max_position_embeddings, device, dummy,
-                   str(Path(toy_proxy).resolve()) if toy_proxy else None)
+                   str(Path(toy_proxy).resolve()) if toy_proxy else None, tools)
 
     def runtime(self) -> Runtime:
         """How each instance starts here."""
         flags = ("--host", "127.0.0.1", "--served-model-name", self.served, "--dtype", self.dtype,
                  "--max-model-len", str(self.context),
-                 *(("--load-format", "dummy") if self.dummy_weights else ()))
+                 *(("--load-format", "dummy") if self.dummy_weights else ()),
+                 *(TOOL_PARSER if self.tools else ()))
         if not self.device.startswith("cpu"):
             return Runtime(self.install.server, flags, render=self.install.render)
         env = (("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB)), ("PYTHONPATH", str(HOOK_DIR)),

@@ -34,6 +34,7 @@ from engine.serve.sse import DONE, DataEvents, error_event, event, relay
 RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender"
 GENERATE = "/inference/v1/generate"
 PROMPT_TAIL = 8  # prompt IDs a derender gets to seed detokenization
+PARSER_NEEDS = b"is required when a tool or reasoning parser is configured"  # vLLM's 400
 
 
 class _Upstream(Exception):
@@ -64,6 +65,7 @@ class RenderFront:
         self._renders, self._engines = (itertools.cycle(self.render_urls),
                                         itertools.cycle(self.engine_urls))
         self.upstream = Upstream()
+        self.every_chunk = False  # the render servers need the chat request with every chunk
         self.app = application(max_body)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -149,6 +151,27 @@ class RenderFront:
                 return _Upstream(upstream.status, await upstream.read()).response()
             return await self._stream(request, upstream, body, prompt)
 
+    async def _derender_chunk(self, chunk: dict, state: dict | None, chat: dict,
+                              prompt: list[int], usage: bool) -> dict:
+        """One generated chunk derendered. The first chunk's call carries the chat request
+        and the prompt's tail, and the state carries them on; a render server that keeps
+        nothing of them (vLLM's, with a tool or reasoning parser, answers a later chunk's
+        call 400 without them) gets both, the prompt whole, with every chunk from then on."""
+        ask: dict = {"stream": True, "generate_chunk": chunk}
+        if state:
+            ask["stream_state"] = state
+        if not state or self.every_chunk:
+            ask.update(chat_request=chat, **_prompt(prompt, whole=self.every_chunk))
+        elif usage:
+            ask["prompt_tokens"] = len(prompt)
+        try:
+            return await self._json(self.render_url + DERENDER, ask, "derender")
+        except _Upstream as e:
+            if self.every_chunk or e.status != 400 or PARSER_NEEDS not in e.body:
+                raise
+            self.every_chunk = True
+            return await self._derender_chunk(chunk, state, chat, prompt, usage)
+
     async def _stream(self, request: web.Request, upstream, chat: dict,
                       prompt: list[int]) -> web.StreamResponse:
         """Derender the engines' stream chunk by chunk into the client's; usage, when the
@@ -163,13 +186,7 @@ class RenderFront:
                 if "error" in chunk:  # the engines' error event: the client gets it as it is
                     await resp.write(event(data))
                     continue
-                ask = {"stream": True, "generate_chunk": chunk}
-                if state:
-                    ask.update({"stream_state": state,
-                                **({"prompt_tokens": len(prompt)} if usage else {})})
-                else:
-                    ask.update({"chat_request": chat, **_prompt(prompt)})
-                answer = await self._json(self.render_url + DERENDER, ask, "derender")
+                answer = await self._derender_chunk(chunk, state, chat, prompt, usage)
                 state, out = answer["stream_state"], answer["chunk"]
                 counts = out.pop("usage", None)
                 if out.get("choices"):  # vLLM's derender answers the usage chunk with none
@@ -186,11 +203,11 @@ class RenderFront:
         return resp
 
 
-def _prompt(ids: list[int]) -> dict:
+def _prompt(ids: list[int], whole: bool = False) -> dict:
     """What a derender is told of the prompt: its length, for usage, and its last IDs, which
     seed detokenization (the first output token's leading space on SentencePiece
-    tokenizers); only the first chunk's call carries them, the state carries them on."""
-    return {"prompt_tokens": len(ids), "prompt_token_ids": ids[-PROMPT_TAIL:]}
+    tokenizers), or (`whole`) all of them, which a parser's initial state may need."""
+    return {"prompt_tokens": len(ids), "prompt_token_ids": ids if whole else ids[-PROMPT_TAIL:]}
 
 
 def _with_max_tokens(gen: dict, chat: dict) -> dict:

@@ -120,6 +120,19 @@ def test_the_render_split_is_vllms_render_server_tokens_only_engines_and_our_fro
            "http://localhost:30300 --engine http://localhost:30100 http://localhost:30101" in front
 
 
+def test_requests_with_tools_get_a_tool_call_parser_on_every_server(monkeypatch):
+    monkeypatch.setattr(vp.os, "sched_getaffinity", lambda _: {0, 1})
+    tools = replace(SETTINGS, tools=True)
+    [col, split] = on_vllm.placements((TopologySpec("collocated", 0, 2),
+                                       TopologySpec("render-split", 0, 1)), tools, 30000)
+    servers = [x for p in (col, split) for x in p.cmd.splitlines()
+               if "vllm.entrypoints" in x]
+    assert len(servers) == 4  # two replicas, a render server and a tokens-only engine
+    assert all(" ".join(vp.TOOL_PARSER) in x for x in servers)
+    assert " ".join(vp.TOOL_PARSER) not in on_vllm.placements(
+        parse_topologies("collocated:2"), SETTINGS, 30000)[0].cmd
+
+
 def test_on_gpus_collocated_is_one_data_parallel_server():
     settings = vp.VllmSettings(INSTALL, "/m", "m", "bfloat16", 4096, device="cuda")
     [p] = on_vllm.placements(parse_topologies("collocated:2"), settings, 30000)

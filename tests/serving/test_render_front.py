@@ -125,3 +125,39 @@ def test_render_servers_and_engines_are_taken_in_turn(render):
     assert seen["engine"] == [0, 1, 0, 1]
     assert [o["choices"][0]["token_ids"] for _, o in outs] == [[40], [41], [40], [41]]
     assert len(seen["render"]) == 4  # half of the 8 render and derender calls
+
+
+def test_a_render_server_that_keeps_nothing_gets_the_request_with_every_chunk(render):
+    """As vLLM's render server with a tool or reasoning parser: a later chunk's derender
+    without the chat request is a 400; the front then sends it, the prompt whole, with every
+    chunk, and the client's stream is the one a stateful render server gives."""
+    seen = []
+
+    async def stateless(request):
+        body = await request.json()
+        if request.path.endswith("/derender") and body.get("stream_state"):
+            seen.append((body.get("chat_request") is not None,
+                         len(body.get("prompt_token_ids") or [])))
+            if body.get("chat_request") is None:
+                return web.json_response({"error": {
+                    "message": "chat_request is required when a tool or reasoning parser is "
+                               "configured because plain detokenization would leak raw parser "
+                               "markup into content.", "type": "BadRequestError", "code": 400}},
+                    status=400)
+        async with aiohttp.ClientSession() as s, s.post(render + request.path, json=body) as r:
+            return web.json_response(await r.json(), status=r.status)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions/render", stateless)
+    app.router.add_post("/v1/chat/completions/derender", stateless)
+    with running_server() as (engine, _), running_app(app) as keeps_nothing:
+        plain, front = RenderFront(render, engine), RenderFront(keeps_nothing, engine)
+        with running_app(plain.app) as a, running_app(front.app) as b:
+            body = {**CHAT, "max_tokens": 6, "ignore_eos": True}
+            first, second = events(a, body), events(b, body)
+            assert [json.loads(e)["choices"] for e in first[:-1]] == \
+                   [json.loads(e)["choices"] for e in second[:-1]]
+            assert front.every_chunk and not plain.every_chunk
+            assert seen[0][0] is False and all(sent for sent, _ in seen[1:])
+            assert seen[-1][1] > 8  # the prompt whole, not its tail
+            assert events(b, body)[-1] == b"[DONE]"
