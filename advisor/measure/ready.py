@@ -85,7 +85,9 @@ def _not_ready(url: str, model: str | None, api_key: str | None) -> str | None:
         status, why = _ask(urllib.request.Request(base + path, headers=headers))
         if status == 200:
             return None
-        if status is None:  # refused or timed out: the other paths would be too
+        if status is None or status == 503:
+            # refused or timed out: the other paths would be too; a 503: a front saying
+            # none of its instances is up yet, though its /v1/models may answer already
             return why
     if model:
         body = json.dumps({"model": model, "prompt": "hi", "max_tokens": 1}).encode()
