@@ -43,6 +43,7 @@ class Running:
     it, and what says, when asked, why it is gone (None while it all runs)."""
 
     placement: Placement
+    model: str  # the name it serves
     engine: EngineRan
     gone: Callable[[], str | None]
 
@@ -68,7 +69,7 @@ def running(spec: TopologySpec, model: str | None, dtype: str, device: str,
     console.print(f"starting {p.name} on {settings.install.distribution} "
                   f"{settings.install.version} ({name}, {dtype}); logs in {logs}")
     with started(p, logs, name, None, ready_timeout) as gone:
-        yield Running(p, engine_ran(settings, [p]), gone)
+        yield Running(p, name, engine_ran(settings, [p]), gone)
 
 
 def checked_engine(engine: str | None) -> str | None:
@@ -89,8 +90,7 @@ def bench(opts: BenchOptions, argv: list[str] | None = None) -> RunResult:
     with running(TopologySpec("collocated", 0, 1), opts.model, "auto", "cpu",
                  opts.ready_timeout, Console(stderr=True)) as up:
         return run_bench(dataclasses.replace(opts, base_url=up.url, engine=None,
-                                             model=opts.model or VLLM_DEFAULT_MODEL),
-                         argv, up.engine)
+                                             model=up.model), argv, up.engine)
 
 
 def probe(opts: ProbeOptions) -> None:
@@ -106,7 +106,7 @@ def probe(opts: ProbeOptions) -> None:
                  Console(stderr=True)) as up:
         run_probe(dataclasses.replace(opts, engine=None, transfer_check=up.url,
                                       metrics_urls=up.placement.metrics[1:],
-                                      model=opts.model or VLLM_DEFAULT_MODEL))
+                                      model=up.model))
 
 
 def serve(opts: ServeOptions, console: Console | None = None) -> None:

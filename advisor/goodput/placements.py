@@ -59,12 +59,19 @@ def on_p2p(placements: list[Placement], matrix: P2PMatrix | None) -> list[Placem
         if t is None or t.mode != "disagg" or not t.device.startswith("cuda"):
             out.append(p)
             continue
-        try:
-            placed = place(matrix, list(range(len(matrix.gpus))), t.prefill, t.decode)
-        except ValueError as e:
-            raise UsageError(f"--topologies {p.name.replace('-', ':', 1)}: {e}") from None
+        placed = on_pairs(matrix, t.prefill, t.decode, p.name.replace('-', ':', 1))
         out.append(replace(p, topology=replace(t, gpus=tuple(placed.gpus)), on_gpus=placed))
     return out
+
+
+def on_pairs(matrix: P2PMatrix, prefill: int, decode: int, item: str) -> GpuPlacement:
+    """`prefill` + `decode` instances on the matrix's GPUs, each P->D pair with P2P where it
+    can (advisor.probe.p2p_pairs.place); UsageError naming the --topologies `item` where
+    the matrix has too few GPUs."""
+    try:
+        return place(matrix, list(range(len(matrix.gpus))), prefill, decode)
+    except ValueError as e:
+        raise UsageError(f"--topologies {item}: {e}") from None
 
 
 def p2p_evidence(placements: list[Placement], probe: ProbeFindings | None, model: str | None,

@@ -4,10 +4,8 @@ plans, whose instances the sweep waits for (advisor.sweep.deployments.started)."
 
 from __future__ import annotations
 
-from advisor.errors import UsageError
-from advisor.goodput.placements import Placement
+from advisor.goodput.placements import Placement, on_pairs
 from advisor.probe.p2p import P2PMatrix
-from advisor.probe.p2p_pairs import place
 from advisor.rundata.manifest import EngineRan
 from advisor.rundata.recommendation import DeployPlan
 from advisor.sweep.options import SweepOptions
@@ -57,12 +55,9 @@ def placements(specs: tuple[TopologySpec, ...], settings: VllmSettings,
     base = base_port or free_base_port()
     out = []
     for s in specs:
-        gpus = None
-        if s.prefill and matrix is not None and not settings.device.startswith("cpu"):
-            try:
-                gpus = place(matrix, list(range(len(matrix.gpus))), s.prefill, s.decode)
-            except ValueError as e:
-                raise UsageError(f"--topologies {s.kind}:{s.shape}: {e}") from None
+        gpus = on_pairs(matrix, s.prefill, s.decode, f"{s.kind}:{s.shape}") \
+            if s.prefill and matrix is not None and not settings.device.startswith("cpu") \
+            else None
         plan = plan_for(s.kind, s.prefill, s.decode, settings, base, gpus)
         serving = _urls(plan, INSTANCE_ROLES)
         out.append(Placement(s.name, "disagg" if s.prefill else s.kind,

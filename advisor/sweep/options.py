@@ -270,12 +270,11 @@ class SweepOptions:
                 load_model_config(self.model)
             except ValueError as e:
                 raise UsageError(f"--model: {e}") from None
+            self.placements()  # the engine's own checks of each topology
         else:
             model = self.model_to_run()
             assert model is not None  # a default for every engine started here
             check_model(model, self.device)
-        if self.bundled:
-            self.placements()  # the engine's own checks of each topology
         if self.toy_proxy is not None:
             if self.engine != "vllm":
                 raise UsageError("--toy-proxy fronts vLLM's P/D: it needs --engine vllm")

@@ -56,9 +56,9 @@ VLLM_DEFAULT_MODEL = "mini"  # vLLM's: its CPU attention takes head sizes of 32 
 VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
-def check_model(model: str, device: str) -> None:
-    """UsageError naming --model where it is unknown, or where vLLM's CPU build cannot run
-    it, before anything starts."""
+def check_model(model: str, device: str) -> api.ModelConfig:
+    """`model`'s configuration; UsageError naming --model where it is unknown, or where
+    vLLM's CPU build cannot run it, before anything starts."""
     try:
         cfg = api.load_model_config(model)
     except ValueError as e:
@@ -67,6 +67,7 @@ def check_model(model: str, device: str) -> None:
         raise UsageError(f"--model {model}: vLLM's CPU attention takes head sizes of "
                          f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}, not {cfg.head_dim} "
                          f"(--model {VLLM_DEFAULT_MODEL} is the smallest preset it runs)")
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,10 @@ class VllmSettings:
         directory written here, or an HF directory) in `dtype` on `device`, its whole
         context; `tools`: requests with tools, which vLLM refuses without a tool-call
         parser."""
-        check_model(model, device)
+        context = check_model(model, device).max_position_embeddings
         install = find_vllm()
         directory, dummy = model_dir(model, dtype)
-        return cls(install, directory, model, dtype,
-                   api.load_model_config(model).max_position_embeddings, device, dummy,
+        return cls(install, directory, model, dtype, context, device, dummy,
                    str(Path(toy_proxy).resolve()) if toy_proxy else None, tools)
 
     def runtime(self) -> Runtime:
