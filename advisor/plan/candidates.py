@@ -1,18 +1,21 @@
 """The placements a plan compares on a set of GPUs, and each one as a simulated system.
 
-Collocated: the GPUs as data-parallel replicas of one tensor-parallel size. Disaggregated:
-every xPyD split, the prefill and the decode tier each at its own tensor-parallel size,
-using every GPU. TP sizes are powers of two from the smallest the model fits at (weights
-within 90% of the memory, room for KV left).
+Collocated: data-parallel replicas of one TP size (an MoE's experts over each replica's
+ranks: TP + EP at DP 1), and for an MoE each size also as one DP-attention + EP instance
+(`-dp`). Disaggregated: every xPyD split, each tier at its own TP (equal for a hybrid SSM
+model, as vLLM requires), using every GPU. TP sizes are powers of two from the smallest
+the model fits at. Step times: measured kernels where aiconfigurator-core has them
+(advisor.plan.kernels), else the roofline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.plan.hardware import GPU
+from advisor.plan import kernels
+from advisor.plan.hardware import GPU, tp_fabric
 from advisor.plan.steptime import RooflineStep
-from advisor.plan.system import EngineSpec, System
+from advisor.plan.system import EngineSpec, StepModel, System
 from advisor.probe.links import LINKS, Link
 from advisor.probe.p2p_pairs import place
 from advisor.probe.shapes import ModelShape, kv_dtype_for
@@ -33,6 +36,7 @@ class Candidate:
     prefill: int = 0  # disagg
     decode: int = 0
     decode_tp: int = 0  # disagg: the decode tier's TP (0: as `tp`)
+    layout: str = "tp"  # collocated: tp (TP, + EP for an MoE) or dp (DP attention + EP)
 
     @property
     def dtp(self) -> int:
@@ -46,6 +50,8 @@ class Candidate:
 
     @property
     def tp_text(self) -> str:
+        if self.layout == "dp":
+            return f"DP {self.tp} + EP"
         return f"TP {self.tp}" if self.tp == self.dtp else f"TP {self.tp} P, {self.dtp} D"
 
 
@@ -84,8 +90,13 @@ def candidates(shape: ModelShape, g: GPU, gpus: int, dtype: str = "bfloat16",
     sizes = [low << k for k in range(gpus.bit_length()) if low << k <= node]
     out = [Candidate(f"collocated-{gpus // t}" + (f"-tp{t}" if t != low else ""),
                      "collocated", t, replicas=gpus // t) for t in sizes]
+    if shape.experts:
+        out += [Candidate(f"collocated-{gpus // t}-dp{t}", "collocated", t,
+                          replicas=gpus // t, layout="dp") for t in sizes if t > 1]
     for a in sizes:
         for b in sizes:
+            if shape.kind == "hybrid" and a != b:
+                continue
             for x in range(1, gpus // a + 1):
                 y, left = divmod(gpus - x * a, b)
                 if y >= 1 and not left:
@@ -117,15 +128,30 @@ def system(c: Candidate, shape: ModelShape, g: GPU, kv_link: Link, dtype: str = 
     """Candidate `c` as a simulated system (roofline step times on `g`), weights in
     `dtype`, KV in `kv_dtype` (default: kv_dtype_for): what P/D moves is in the KV's."""
     tokens, seqs = engine_defaults(g)
-    fabric = LINKS.get(g.fabric)
     kv = kv_dtype or kv_dtype_for(dtype)
 
-    def engine(tp: int) -> EngineSpec:
-        return EngineSpec(RooflineStep(shape, g, tp, fabric, dtype, kv),
+    def engine(tp: int, layout: str = "tp") -> EngineSpec:
+        return EngineSpec(step_model(shape, g, tp, dtype, kv, layout),
                           kv_tokens(shape, g, tp, dtype, kv), max_batched_tokens or tokens,
                           seqs, chunked)
 
     if c.kind == "collocated":
-        return System(decode=(engine(c.tp),) * c.replicas)
+        return System(decode=(engine(c.tp, c.layout),) * c.replicas)
     return System(decode=(engine(c.dtp),) * c.decode, prefill=(engine(c.tp),) * c.prefill,
                   link=kv_link, kv_bytes=lambda t: shape.kv_bytes(t, kv))
+
+
+def step_model(shape: ModelShape, g: GPU, tp: int, dtype: str, kv: str,
+               layout: str = "tp") -> StepModel:
+    """One instance's step times: measured kernels where aiconfigurator-core has tables for
+    `g` (or for the GPU it is priced from) and `shape`'s layers, else the roofline."""
+    fabric = tp_fabric(g, tp)
+    system = g.tables or (g.slowdown.reference if g.slowdown else None)
+    found = kernels.tables(system) if system and kernels.covers(shape) else None
+    if found is None:
+        return RooflineStep(shape, g, tp, fabric, dtype, kv, layout)
+    comm = 1.0
+    if g.slowdown is not None and fabric is not None:  # the reference's NVLink 4 against it
+        comm = max(1.0, LINKS["nvlink"].gbps / fabric.gbps)
+    return kernels.TableStep(shape, found, tp, dtype, kv, layout,
+                             fabric.gbps if fabric else 0.0, g.slowdown, comm)

@@ -35,7 +35,10 @@ from advisor.probe.shapes import ModelShape, shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import PlacementRank
+from advisor.rundata.result import AS_RUN
 from advisor.rundata.rundir import RunDir
+from workloads.arrivals import Arrivals
+from workloads.lengths import LengthDist
 from workloads.presets import preset_spec, seed_for
 from workloads.spec import SyntheticSpec
 
@@ -76,7 +79,7 @@ def _setup(o: PlanOptions) -> _Setup:
     """Everything the options name, checked: UsageError naming the flag otherwise."""
     check_judged(o.slos)
     for bad, what in ((o.gpus < 1, f"--gpus must be >= 1, not {o.gpus}"),
-                      (o.num_prompts < 10, f"--num-prompts must be >= 10, not {o.num_prompts}"),
+                      (o.requests < 10, f"--num-prompts must be >= 10, not {o.requests}"),
                       (any(r <= 0 for r in o.rates), "--rates must each be > 0")):
         if bad:
             raise UsageError(what)
@@ -89,7 +92,7 @@ def _setup(o: PlanOptions) -> _Setup:
         for flag, v in (("--scale", o.scale), ("--output-scale", o.output_scale)):
             if not 0 < v < math.inf:
                 raise ValueError(f"{flag} {v:g}: expected a finite number above 0")
-        spec = preset_spec(o.workload, o.scale, output_scale=o.output_scale)
+        spec = _spec(o)
     except ValueError as e:
         raise UsageError(str(e) if str(e).startswith("--") else f"--workload: {e}") from None
     matrix, source, said = _p2p(o)
@@ -116,8 +119,44 @@ def _setup(o: PlanOptions) -> _Setup:
     except ValueError as e:
         raise UsageError(str(e) if str(e).startswith("--") else
                          f"--model {o.model} on --gpus {o.gpus} --gpu {o.gpu}: {e}") from None
+    if o.placements:
+        unknown = [n for n in o.placements if n not in {c.name for c in found}]
+        if unknown:
+            raise UsageError(f"--placements: no placement {', '.join(unknown)} of {o.model} on "
+                             f"{o.gpus * o.nodes} x {g.name}; there are "
+                             f"{', '.join(c.name for c in found)}")
+        found = [c for c in found if c.name in o.placements]
     return _Setup(shape, g, lk, spec, found, matrix, source, said, weights, kv,
                   o.gpus if o.nodes > 1 else 0, inter)
+
+
+def _spec(o: PlanOptions) -> SyntheticSpec:
+    """The workload the options name: a preset at its scales, or vllm bench's random
+    dataset; arriving as --arrivals says. ValueError naming the flag."""
+    if o.dataset_name == "random":
+        kind = "uniform" if o.random_range_ratio else "fixed"
+        spec = SyntheticSpec(input=LengthDist(kind, o.random_input_len, o.random_range_ratio),
+                             output=LengthDist(kind, o.random_output_len, o.random_range_ratio))
+    else:
+        spec = preset_spec(o.workload, o.scale, output_scale=o.output_scale)
+    return dataclasses.replace(spec, arrivals=parse_arrivals(o.arrivals))
+
+
+def parse_arrivals(text: str) -> Arrivals:
+    """--arrivals poisson | constant | gamma:CV (gamma gaps of that coefficient of
+    variation: shape 1 / CV^2, vLLM's --burstiness); ValueError naming the flag."""
+    kind, _, cv = text.lower().partition(":")
+    if kind in ("poisson", "constant") and not cv:
+        return Arrivals(kind)
+    if kind == "gamma":
+        try:
+            v = float(cv)
+        except ValueError:
+            v = 0.0
+        if 0 < v < math.inf:
+            return Arrivals("gamma", burstiness=1 / v ** 2)
+    raise ValueError(f"--arrivals {text!r}: expected poisson, constant or gamma:CV with CV "
+                     "a number above 0 (gamma:2 is burstier than Poisson, gamma:0.5 steadier)")
 
 
 def _p2p(o: PlanOptions) -> tuple[P2PMatrix | None, str | None, str]:
@@ -147,7 +186,14 @@ def label(s: _Setup) -> str:
     return (f"simulated by advisor plan: {s.shape.name} on {s.gpu.name}, weights "
             f"{_short(s.weights)}, KV cache {_short(s.kv)}, KV over "
             f"{s.link.name}{p2p} ({s.link.source}){staged}{nodes}; {s.p2p_said}; step times "
-            "from the GPU's datasheet")
+            f"priced by {priced_by(s)}")
+
+
+def priced_by(s: _Setup) -> str:
+    """What prices the step times of the plan's first placement (every one is priced the
+    same way): measured kernel tables, or the roofline."""
+    c = s.candidates[0]
+    return cands.step_model(s.shape, s.gpu, c.tp, s.weights, s.kv, c.layout).source
 
 
 FALLEN = 2  # rates in a row a placement has collapsed at before its higher ones are skipped
@@ -201,7 +247,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     s = _setup(o)
     what = label(s)
     cal = unloaded(s, o)
-    run_dir = RunDir.create(o.out, f"plan-{o.workload}")
+    run_dir = RunDir.create(o.out, f"plan-{o.workload_name}")
     config = {k: v for k, v in dataclasses.asdict(o).items() if k != "as_json"}
     run_dir.write_manifest(Manifest.new(o.seed, config, argv, simulated=what, plan={
         "gpu": dataclasses.asdict(s.gpu), "link": dataclasses.asdict(s.link),
@@ -239,10 +285,9 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
                     bars.advance(task)
                     continue
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
-                reqs = sim_runs.requests(s.spec, rate, o.num_prompts, seed_for(o.seed, rate))
-                sim = sim_runs.run(system, reqs, p, rate, o.slos, o.attainment, what, o.workload,
-                               {"preset": o.workload, "scale": o.scale,
-                                "output_scale": o.output_scale, "simulated": True})
+                reqs = sim_runs.requests(s.spec, rate, o.requests, seed_for(o.seed, rate))
+                sim = sim_runs.run(system, reqs, p, rate, o.slos, o.attainment, what,
+                                   o.workload_name, _params(o))
                 run_dir.write_run(sim.result)
                 done[p.name].append(sim.outcome)
                 frontier_rows.append((p.name, rate, sim.result.stats, c.gpus, sim.outcome.meets))
@@ -273,6 +318,17 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
         print(f"run directory: {run_dir}: report.html, report.md, evidence.json, "
               "recommendation.json (every figure simulated)")
     return planned
+
+
+def _params(o: PlanOptions) -> dict:
+    """A simulated run's workload_params: what made its workload, and whether it is judged
+    on what it served alone (--num-prompts given: `AS_RUN`)."""
+    made = ({"dataset": "random", "random_input_len": o.random_input_len,
+             "random_output_len": o.random_output_len,
+             "random_range_ratio": o.random_range_ratio} if o.dataset_name else
+            {"preset": o.workload, "scale": o.scale, "output_scale": o.output_scale})
+    return {**made, "arrivals": o.arrivals, "simulated": True,
+            **({AS_RUN: True} if o.num_prompts else {})}
 
 
 def _ranking(s: _Setup, placements: list[Placement], done: dict,

@@ -102,6 +102,7 @@ class RooflineStep:
     fabric: Link | None = None  # between the TP ranks
     dtype: str = "bfloat16"  # the weights' precision (fp8 computes on FP8 tensor cores)
     kv_dtype: str | None = None  # the KV cache's (None: advisor.probe.shapes.kv_dtype_for)
+    layout: str = "tp"  # tp, or dp: data-parallel attention with expert parallelism (MoE)
 
     @property
     def source(self) -> str:
@@ -139,19 +140,19 @@ class RooflineStep:
         return STEP_OVERHEAD_MS + 1000 * (slower + self._allreduce_s(tokens))
 
     def _allreduce_s(self, tokens: int) -> float:
-        """The ranks' exchanges per layer over the tier's fabric: a dense model's two ring
-        all-reduces of the step's activations (attention's, the MLP's); an MoE's experts
-        spread over the ranks (expert parallelism): attention's all-reduce, then an
-        all-to-all sending each token's activations to its k experts' ranks and back."""
+        """The ranks' exchanges per layer over the tier's fabric. TP (an MoE's experts
+        spread over the same ranks at data-parallel size 1, as vLLM runs TP + EP): two
+        ring all-reduces of the step's activations (attention's, the MLP's or the
+        experts'). DP attention + EP: each rank attends to its own requests; an
+        all-to-all sends each token's activations to its k experts' ranks and back."""
         if self.tp == 1 or self.fabric is None:
             return 0.0
         sh = self.shape
         share = (self.tp - 1) / self.tp  # of the data that leaves a rank
-        ring = tokens * sh.hidden * 2 * 2 * share  # bf16 activations, reduce + gather
         latency = self.fabric.latency_ms / 1000
-        per_layer = 2 * (latency + ring / (self.fabric.gbps * 1e9))
-        if sh.experts:
-            a2a = tokens * sh.experts_per_token * sh.hidden * 2 * 2 * share / self.tp
-            per_layer = latency + ring / (self.fabric.gbps * 1e9) \
-                + 2 * latency + a2a / (self.fabric.gbps * 1e9)
-        return sh.layers * per_layer
+        rate = self.fabric.gbps * 1e9
+        if self.layout == "dp" and sh.experts:
+            a2a = tokens * sh.experts_per_token * sh.hidden * 2 * share / self.tp
+            return sh.layers * 2 * (latency + a2a / rate)
+        ring = tokens * sh.hidden * 2 * 2 * share  # bf16 activations, reduce + gather
+        return sh.layers * 2 * (latency + ring / rate)

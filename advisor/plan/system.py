@@ -17,6 +17,11 @@ class StepModel(Protocol):
 
     def ms(self, s: Step) -> Work: ...
 
+    @property
+    def source(self) -> str:
+        """What priced it, said beside every prediction."""
+        ...
+
 
 @dataclass(frozen=True)
 class SimRequest:

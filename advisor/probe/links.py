@@ -26,6 +26,8 @@ LINKS = {k.name: k for k in (
     Link("pcie4", 25, 0.01, 1.0, "PCIe 4 x16: 32 GB/s nominal, ~25 GB/s reached by P2P copies"),
     Link("pcie5", 50, 0.01, 1.0, "PCIe 5 x16: 64 GB/s nominal, ~50 GB/s reached"),
     Link("nvlink", 300, 0.005, 0.5, "NVLink 4: 450 GB/s per direction nominal, ~300 reached"),
+    Link("infinity-fabric", 51, 0.005, 0.5, "one AMD Infinity Fabric link between two "
+         "MI300X: 64 GB/s per direction nominal, ~80% reached"),
     Link("rdma-100g", 11, 0.005, 1.0, "100 Gb/s RDMA: 12.5 GB/s line rate"),
     Link("rdma-400g", 45, 0.005, 1.0, "400 Gb/s RDMA: 50 GB/s line rate"),
     Link("tcp-25g", 2.5, 0.05, 2.0, "25 Gb/s TCP: 3.1 GB/s line rate, ~80% reached"),

@@ -45,6 +45,7 @@ class ModelShape:
     experts: int = 0  # MoE: routed experts per layer (0: dense)
     experts_per_token: int = 0  # MoE: the experts each token is routed to
     expert_params: float = 0.0  # MoE: every routed expert's parameters, all layers
+    intermediate: int = 0  # the MLP's width (MoE: one expert's); 0: not known
 
     @property
     def kv_layers(self) -> int:
@@ -97,7 +98,8 @@ def from_config(c: ModelConfig) -> ModelShape:
     """A dense grouped-query model the engine runs (a preset or a Llama/Qwen config.json)."""
     p = _dense_params(c)
     return ModelShape(c.name, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
-                      c.num_key_value_heads, c.head_dim, p, p, c.max_position_embeddings)
+                      c.num_key_value_heads, c.head_dim, p, p, c.max_position_embeddings,
+                      intermediate=c.intermediate_size)
 
 
 def _mla(name: str, d: dict, params: float, active: float) -> ModelShape:
@@ -174,7 +176,9 @@ def _moe_gqa(name: str, d: dict) -> ModelShape:
     return ModelShape(name, d["num_hidden_layers"], d["hidden_size"], heads, kv_heads,
                       head_dim, *_moe_params(d), d.get("max_position_embeddings", 4096),
                       attention_layers=full, state_elements=window,
-                      weights=quantized(d.get("quantization_config")), **_expert_fields(d))
+                      weights=quantized(d.get("quantization_config")), **_expert_fields(d),
+                      intermediate=d.get("moe_intermediate_size") or d.get("intermediate_size",
+                                                                           0))
 
 
 def _windowed(d: dict, kv_heads: int, head_dim: int) -> tuple[int | None, int]:

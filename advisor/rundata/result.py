@@ -28,6 +28,9 @@ BENCH_KEYS = ("burstiness", "max_concurrency", "endpoint_type", "model_id", "bas
 # arrived at (`RunResult.pace`) did not sustain that rate, whatever its attainment: its
 # queue grew, and a longer run would have missed the SLO.
 KEEP_PACE = 0.85
+# workload_params key: the run is a benchmark of a set number of prompts (as a publication
+# ran it), judged on what it served: its pace without the share of the rate's load
+AS_RUN = "judged_as_run"
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,10 @@ class RunResult:
 
         Multi-turn: the same over conversations (a later turn waits on the one before, so
         turns arrive at no rate of their own; conversations per second: the rate over the
-        turns each). None for one recorded before those statistics were."""
+        turns each). None for one recorded before those statistics were.
+
+        A run marked `AS_RUN` (a benchmark of so many prompts, as published) is judged on
+        what it served: its completions' pace alone."""
         offsets = self.described.arrival_offsets
         window = (self.get("duration") or 0.0) - (offsets[0] if offsets else 0.0)
         if len(offsets) < 2 or offsets[-1] <= offsets[0] or window <= 0:
@@ -141,6 +147,8 @@ class RunResult:
             per_s = rate if math.isfinite(rate) else (len(offsets) - 1) / span
         kept = done * (span + early / 1000) / ((len(offsets) - 1) * window)
         steady = per_s * (life or 0.0) / 1000  # under way at once at the rate
+        if self.described.workload_params.get(AS_RUN):
+            return kept
         return min(kept, peak / steady) if peak is not None and steady > 0 else kept
 
     def host_cores_busy(self) -> float | None:

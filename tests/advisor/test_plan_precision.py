@@ -195,18 +195,30 @@ def test_screening_bisects_the_rates_for_the_highest_that_meets(knee, found):
     assert len(tried) <= 4 and len(set(tried)) == len(tried)  # log2(11) tries, none twice
 
 
-def test_expert_parallelism_pays_an_all_to_all_over_the_tiers_fabric():
+def test_tp_with_ep_all_reduces_as_a_dense_model_and_dp_attention_pays_an_all_to_all():
     from dataclasses import replace
 
     moe, g = shape_of("qwen3-235b-a22b"), hardware.gpu("mi300x")
-    fabric = LINKS[g.fabric]
-    ep = RooflineStep(moe, g, 8, fabric, "fp8")
-    none = RooflineStep(moe, g, 8, None, "fp8")  # no fabric: exchanges not priced
+    dense_shape = replace(moe, experts=0, experts_per_token=0, expert_params=0.0)
+    fabric = hardware.tp_fabric(g, 8)
+
+    def exchanged(shape, layout, step):
+        with_fabric = RooflineStep(shape, g, 8, fabric, "fp8", layout=layout)
+        return with_fabric.ms(step) - RooflineStep(shape, g, 8, None, "fp8",
+                                                  layout=layout).ms(step)
+
     one, many = prefill_step(16), prefill_step(8192)
-    assert ep.ms(one) > none.ms(one) and ep.ms(many) - none.ms(many) > ep.ms(one) - none.ms(one)
-    # k experts' round trips: more bytes exchanged than a dense model's second all-reduce
-    dense = RooflineStep(replace(moe, experts=0, experts_per_token=0, expert_params=0.0), g, 8,
-                         fabric, "fp8")
-    nodense = RooflineStep(replace(moe, experts=0, experts_per_token=0, expert_params=0.0), g,
-                           8, None, "fp8")
-    assert ep.ms(many) - none.ms(many) > dense.ms(many) - nodense.ms(many)
+    # TP + EP at DP 1: two all-reduces a layer, byte for byte a dense model's
+    assert exchanged(moe, "tp", many) == pytest.approx(exchanged(dense_shape, "tp", many))
+    hop = 94 * 2 * fabric.latency_ms  # a latency per exchange, two a layer
+    ring = hop + 94 * 2 * (8192 * 4096 * 2 * 2 * 7 / 8) / (fabric.gbps * 1e9) * 1000
+    assert exchanged(moe, "tp", many) == pytest.approx(ring, rel=0.01)
+    # DP attention + EP: dispatch and combine, each token's activations to k = 8 experts'
+    # ranks, an eighth of them each
+    a2a = hop + 94 * 2 * (8192 * 8 * 4096 * 2 * 7 / 8 / 8) / (fabric.gbps * 1e9) * 1000
+    assert exchanged(moe, "dp", many) == pytest.approx(a2a, rel=0.01)
+    assert exchanged(moe, "dp", many) > exchanged(moe, "dp", one) > 0
+    # a TP group of 8 MI300X exchanges over 7 links of 64 GB/s; of 4, over 3
+    assert fabric.gbps == pytest.approx(0.8 * 7 * 64)
+    assert hardware.tp_fabric(g, 4).gbps == pytest.approx(0.8 * 3 * 64)
+    assert hardware.tp_fabric(hardware.gpu("h200"), 4).name == "nvlink"
