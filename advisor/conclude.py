@@ -7,11 +7,12 @@ import dataclasses
 
 from advisor.decide.table import recommend
 from advisor.deploy.advice import Where, from_evidence
+from advisor.deploy.origin import origin
 from advisor.goodput.from_runs import write_summary
 from advisor.goodput.outcomes import Outcome
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.recommendation import Recommendation
-from advisor.rundata.rundir import RunDir
+from advisor.rundata.rundir import MANIFEST, RunDir
 
 
 def conclude(run_dir: RunDir, evidence: Evidence, placements, done: dict[str, list[Outcome]],
@@ -22,9 +23,10 @@ def conclude(run_dir: RunDir, evidence: Evidence, placements, done: dict[str, li
     recommendation and summary.csv (one row per run of `placements`); the recommendation."""
     run_dir.write_evidence(evidence)
     rec = recommend(evidence)
-    deploy = from_evidence(rec, evidence, model, where or Where())
+    came = origin(run_dir.read_manifest()) if (run_dir.path / MANIFEST).exists() else None
+    deploy = from_evidence(rec, evidence, model, where or Where(), came, str(run_dir.path))
     rec = dataclasses.replace(rec, deploy=deploy, reasons=[*rec.reasons, *more_reasons],
-                              **extra)
+                              measured_on=came.text if came else None, **extra)
     run_dir.write_recommendation(rec)
     write_summary(run_dir, placements, done)
     return rec

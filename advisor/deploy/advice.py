@@ -4,21 +4,27 @@ has them, and what each action asks of the operator besides (fix the transfer, m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from advisor.deploy.origin import Origin, elsewhere
 from advisor.deploy.vllm import (
     DECODE_OFFSET,
+    GPU,
     PROXY_OFFSET,
+    Runtime,
     Site,
     collocated,
     disaggregated,
     render_split,
+    replicas_behind_front,
 )
+from advisor.errors import UsageError
 from advisor.probe.p2p import P2PMatrix
 from advisor.probe.p2p_pairs import pairs_text, place
-from advisor.probe.shapes import HF_NAMES
+from advisor.probe.shapes import HF_NAMES, shape_of
 from advisor.rundata.recommendation import Deployment, DeployPlan, Recommendation
 
 ACTION_PLAN = {"disaggregate": "disaggregated",
@@ -74,25 +80,39 @@ def section(rec: Recommendation, collocated_name: str | None, disagg_name: str |
     prefill, decode = _shape(disagg_name)
     replicas = _replicas(collocated_name) or 1
     tp, site = tps(collocated_name, where.tp)[0], where.site
+    dp = _dp_width(collocated_name)
     name, notes = _model_name(model)
+    experts, hybrid = _layers(model)
+    runtime = Runtime(flags=("--enable-expert-parallel",)) if experts else GPU
+    ptp, dtp = tps(disagg_name, where.tp)
+    if hybrid and ptp != dtp:
+        raise UsageError(f"--model {model}: its Mamba (SSM) layers' state moves only between "
+                         f"equal TP in vLLM, but {disagg_name} has prefill TP {ptp} and decode "
+                         f"TP {dtp}")
     plans: list[DeployPlan] = []
     used: set[int] = set()
     if collocated_name:
-        gpus = list(where.gpus or range(replicas * tp))
-        plans.append(collocated(name, gpus, tp, site))
+        gpus = list(where.gpus or range(replicas * (dp or tp)))
+        if dp:  # one server per instance: DP attention over its ranks, experts over all
+            plans.append(collocated(name, gpus, 1, site, runtime))
+        elif experts and replicas > 1:  # vLLM's DP would join the replicas' experts
+            plans.append(replicas_behind_front(name, [gpus[i:i + tp] for i in
+                                                      range(0, len(gpus), tp)], site, runtime))
+        else:
+            plans.append(collocated(name, gpus, tp, site, runtime))
         used |= set(gpus)
     action = rec.action
     if disagg_name or action in ("disaggregate", "disaggregate-bidirectional", "fix-transfer"):
-        groups, placed = _pd_groups(where, prefill, decode, *tps(disagg_name, where.tp))
+        groups, placed = _pd_groups(where, prefill, decode, ptp, dtp)
         plan = disaggregated(name, groups, prefill, decode,
-                             action == "disaggregate-bidirectional", site, where.proxy)
+                             action == "disaggregate-bidirectional", site, where.proxy, runtime)
         plans.append(DeployPlan(plan.placement, plan.commands, [*placed, *plan.notes]))
         used |= {g for group in groups for g in group}
     if "split-render-tier" in (action, *rec.secondary_actions):
         gpus = list(where.gpus or range(replicas * tp))
         groups = [gpus[i * tp:(i + 1) * tp] for i in range(len(gpus) // tp)]
         plans.append(render_split(name, groups, frontend_cpu_ms, peak_rps,
-                                  parsers_for(model), site, tp))
+                                  parsers_for(model), site, tp, runtime))
         used |= set(gpus)
     return Deployment(name, sorted(used), ACTION_PLAN.get(action), plans,
                       notes + _action_notes(action, site))
@@ -159,8 +179,24 @@ def _shape(name: str | None) -> tuple[int, int]:
 
 
 def _replicas(name: str | None) -> int | None:
-    n = (name or "").removeprefix("collocated-").partition("-tp")[0]
+    n = (name or "").removeprefix("collocated-").partition("-")[0]
     return int(n) if n.isdigit() else None
+
+
+def _dp_width(name: str | None) -> int:
+    """collocated-N-dpT (a plan's DP attention + EP instance) -> T; 0 otherwise."""
+    tail = (name or "").partition("-dp")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _layers(model: str | None) -> tuple[bool, bool]:
+    """(whether `model` has routed experts, whether it has SSM layers), where its shape is
+    known (a preset, a published name or a local config.json); (False, False) otherwise."""
+    try:
+        shape = shape_of(model) if model else None
+    except ValueError:
+        return False, False
+    return (bool(shape.experts), shape.kind == "hybrid") if shape else (False, False)
 
 
 def tps(name: str | None, default: int) -> tuple[int, int]:
@@ -172,15 +208,37 @@ def tps(name: str | None, default: int) -> tuple[int, int]:
     return default, default
 
 
-def from_evidence(rec: Recommendation, ev, model: str | None, where: Where = Where()
-                  ) -> Deployment:
+def from_evidence(rec: Recommendation, ev, model: str | None, where: Where = Where(),
+                  came: Origin | None = None, run_path: str | None = None) -> Deployment:
     """`section` for a sweep's or plan's evidence (advisor.rundata.evidence.Evidence), its
-    P/D placed on the P2P matrix the evidence recorded unless `where` names one."""
+    P/D placed on the P2P matrix the evidence recorded unless `where` names one; said to be
+    measured elsewhere (`measured_elsewhere`) where `came` is not `model` on GPUs."""
     dis = ev.disaggregated
     peak = max([s.max_goodput_rps or 0.0 for s in (ev.collocated, dis) if s] or [0.0])
     if where.matrix is None and ev.p2p is not None and len(where.site.hosts) < 2:
         where = Where(where.gpus, where.site, P2PMatrix(ev.p2p.gpus, ev.p2p.status,
                                                         ev.p2p.paths), where.proxy, where.tp)
-    return section(rec, ev.collocated.placement if ev.collocated else None,
-                   dis.placement if dis else None, model, where,
-                   ev.frontend.cpu_ms_per_request if ev.frontend else None, peak or None)
+    out = section(rec, ev.collocated.placement if ev.collocated else None,
+                  dis.placement if dis else None, model, where,
+                  ev.frontend.cpu_ms_per_request if ev.frontend else None, peak or None)
+    return measured_elsewhere(out, came, model, run_path) if came else out
+
+
+def measured_elsewhere(d: Deployment, came: Origin, model: str | None,
+                       run_path: str | None) -> Deployment:
+    """`d` saying where its evidence came from, and, where that is not `model` on GPUs, that
+    its commands are the favoured placement's shape only, with the commands that would
+    measure or predict the real target."""
+    why = elsewhere(came, model)
+    if why is None:
+        return dataclasses.replace(d, measured_on=came.text)
+    n = len(d.gpus) or 1
+    calibrate = f" --calibrate {run_path}" if run_path and came.kind in ("cpu", "gpu") else ""
+    notes = [f"MEASURED ELSEWHERE ({why}): the advice came from {came.text}; below is the "
+             f"shape of the placement it favoured, not a recommendation for {d.model} on "
+             "these GPUs",
+             f"to measure the target: advisor sweep --engine vllm --model {d.model} on "
+             f"those {n} GPUs; to predict it: advisor plan --model {d.model} --gpu GPU "
+             f"--gpus {n}{calibrate}"]
+    return dataclasses.replace(d, measured_on=came.text, elsewhere=why,
+                               notes=[*notes, *d.notes])

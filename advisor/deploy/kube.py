@@ -1,27 +1,19 @@
 """A deployment on Kubernetes, from the same commands the shell form runs: plain manifests
-(`--format k8s`: a Deployment and a Service per tier, and the front), or Helm values for
-llm-d's model-service chart (`--format llm-d`: prefill and decode replicas, tensor
-parallelism, the same vLLM flags and kv-transfer-config, the routing sidecar), as the
-chart's values.yaml (llm-d-incubation/llm-d-modelservice v0.4.0) and llm-d's
-guides/pd-disaggregation/ms-pd/values.yaml lay them out."""
+(`--format k8s`: a Deployment and a Service per tier, and the front), each vLLM pod as
+advisor.deploy.pods dresses it (vendor's GPUs, one pinned image, /dev/shm, probes, the KV
+network, affinity). llm-d's form is advisor.deploy.llmd."""
 
 from __future__ import annotations
 
-import math
-
 import yaml
 
+from advisor.deploy.pods import DEFAULT_CLUSTER, Cluster, engine_pod
 from advisor.deploy.shell import comment
-from advisor.probe.shapes import shape_of
 from advisor.rundata.recommendation import Command, Deployment, DeployPlan
 
-VLLM_IMAGE = "vllm/vllm-openai:latest"
 PART_OF = "advisor"
 SIDE_PORT = 5600  # NIXL's side channel in every pod (one instance per pod)
 POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-# llm-d's chart: vLLM on servicePort in a prefill pod, on the sidecar's targetPort in a
-# decode pod (the routing sidecar takes servicePort there)
-LLMD_SERVICE_PORT, LLMD_TARGET_PORT = 8000, 8200
 
 
 class _Dumper(yaml.SafeDumper):
@@ -71,31 +63,39 @@ def _env(c: Command, p2p: bool) -> list[dict]:
     return env
 
 
-def _tier(name: str, image: str, c: Command, argv: list[str], replicas: int,
-          gpus: int) -> list[dict]:
-    """A Deployment of `replicas` pods running `argv` (c's, adjusted) and its Service."""
+def labels_of(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": PART_OF}
+
+
+def _tier(name: str, image: str, c: Command, argv: list[str], replicas: int, gpus: int,
+          cluster: Cluster | None = None, hosts: list[str] | None = None,
+          pair_with: dict | None = None) -> list[dict]:
+    """A Deployment of `replicas` pods running `argv` (c's, adjusted) and its Service; a
+    vLLM pod (`cluster` given) dressed as advisor.deploy.pods says."""
     port = int(_flag(argv, "--port") or 8000)
     p2p = "--kv-transfer-config" in argv
     ports = [{"containerPort": port, "name": "http"}]
     if p2p:
         ports.append({"containerPort": SIDE_PORT, "name": "nixl"})
     container = {"name": name.rsplit("-", 1)[-1], "image": image, "command": argv[:2],
-                 "args": argv[2:], "env": _env(c, p2p), "ports": ports,
-                 "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}}}
-    if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": PART_OF}
+                 "args": argv[2:], "env": _env(c, p2p), "ports": ports}
+    if cluster is None:
+        pod = {"containers": [{**container, "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"}}}]}
+    else:
+        pod = engine_pod(container, cluster, gpus, p2p, hosts or [], pair_with)
+    labels = labels_of(name)
     return [{"apiVersion": "apps/v1", "kind": "Deployment",
              "metadata": {"name": name, "labels": labels},
              "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                      "template": {"metadata": {"labels": labels},
-                                   "spec": {"containers": [container]}}}},
+                      "template": {"metadata": {"labels": labels}, "spec": pod}}},
             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
              "spec": {"selector": labels,
                       "ports": [{"name": "http", "port": port, "targetPort": "http"}]}}]
 
 
-def as_k8s(deploy: Deployment, image: str = VLLM_IMAGE, front_image: str = "advisor") -> str:
+def as_k8s(deploy: Deployment, cluster: Cluster = DEFAULT_CLUSTER,
+           front_image: str = "advisor") -> str:
     """Multi-document YAML for the chosen plan: each tier a Deployment (replicas: its
     instances) and a Service, P/D pods with NIXL's side channel on their pod IP, and the
     front (advisor proxy, or the render front) in `front_image`, this project installed."""
@@ -112,14 +112,18 @@ def as_k8s(deploy: Deployment, image: str = VLLM_IMAGE, front_image: str = "advi
         if role == "collocated":  # a data-parallel rank per pod
             replicas = int(_flag(argv, "--data-parallel-size") or 1) * len(cmds)
             argv = _without(argv, "--data-parallel-size")
-        gpus = int(_flag(argv, "--tensor-parallel-size") or 1) if argv[:2] == ["vllm", "serve"] \
-            else 0
-        docs += _tier(f"{base}-{role}", image, cmds[0], argv, replicas, gpus)
+        engine = argv[:2] == ["vllm", "serve"]
+        gpus = int(_flag(argv, "--tensor-parallel-size") or 1) if engine else 0
+        hosts = [c.host for c in cmds if c.host]
+        pair = labels_of(f"{base}-prefill") if role == "decode" and not hosts else None
+        docs += _tier(f"{base}-{role}", cluster.image, cmds[0], argv, replicas, gpus,
+                      cluster if engine else None, hosts, pair)
         urls[role] = f"http://{base}-{role}:{_flag(argv, '--port')}"
     front = _front(plan, urls)
     if front:
         docs += _tier(f"{base}-front", front_image, Command("front", front), front, 1, 0)
     head = [comment(f"advisor deploy --format k8s: {plan.placement} of {deploy.model}")]
+    head += [comment(n) for n in header_notes(deploy, cluster)]
     head += [comment(n) for n in _k8s_notes(plan)]
     return "\n".join(head) + "\n" + _yaml(docs)
 
@@ -139,6 +143,23 @@ def _front(plan: DeployPlan, urls: dict[str, str]) -> list[str] | None:
     return None
 
 
+def header_notes(deploy: Deployment, cluster: Cluster) -> list[str]:
+    """Where the advice was measured (and that it was elsewhere, where it was), and what the
+    pods assume of the cluster."""
+    out = [n for n in deploy.notes if n.startswith("MEASURED ELSEWHERE")]
+    if deploy.measured_on and not deploy.elsewhere:
+        out.append(f"evidence from {deploy.measured_on}")
+    out.append(f"image {cluster.image} on every tier (NIXL's handshake wants one vLLM on "
+               "both sides of a transfer)")
+    net = {"rdma": f"P/D pods move KV over RDMA: one {cluster.rdma_resource} each (your RDMA "
+                   "device plugin's resource: --rdma-resource)",
+           "host": "P/D pods use their node's network (hostNetwork) for KV",
+           "pod": "P/D pods move KV over the pod network (TCP): the guide's slow-transfer "
+                  "case; give --kv-network rdma or host where the nodes have RDMA"}
+    out.append(net[cluster.kv_network])
+    return out
+
+
 def _k8s_notes(plan: DeployPlan) -> list[str]:
     notes = [n for n in plan.notes if "http://" not in n and "checkout" not in n]
     if plan.placement.startswith("disaggregated"):
@@ -146,67 +167,3 @@ def _k8s_notes(plan: DeployPlan) -> list[str]:
                      "tree, not in its image); --front-image names an image with this "
                      "project installed")
     return notes
-
-
-def as_llmd(deploy: Deployment, image: str = VLLM_IMAGE) -> str:
-    """Helm values for llm-d's model-service chart: the chosen plan's prefill and decode
-    tiers (a collocated plan: decode replicas only, no sidecar), each with the vLLM flags
-    of its shell command but --port and --tensor-parallel-size (the chart sets both)."""
-    plan = chosen(deploy)
-    by_role = {r: [c for c in plan.commands if c.role == r]
-               for r in ("collocated", "prefill", "decode", "engine")}
-    pd = bool(by_role["prefill"])
-    decoders = by_role["decode"] or by_role["collocated"] or by_role["engine"]
-    if not decoders:
-        raise ValueError(f"{plan.placement}: nothing for llm-d's model-service chart")
-    decode = _llmd_tier(decoders, image, LLMD_TARGET_PORT if pd else LLMD_SERVICE_PORT)
-    if by_role["collocated"]:
-        decode["replicas"] *= int(_flag(decoders[0].argv, "--data-parallel-size") or 1)
-    values = {
-        "multinode": False,
-        "modelArtifacts": {"name": deploy.model, "uri": f"hf://{deploy.model}",
-                           "size": _volume(deploy.model),
-                           "labels": {"llm-d.ai/inferenceServing": "true",
-                                      "llm-d.ai/model": deploy.model.split("/")[-1].lower()}},
-        "accelerator": {"type": "nvidia"},
-        "routing": {"servicePort": LLMD_SERVICE_PORT,
-                    "proxy": {"enabled": pd, "targetPort": LLMD_TARGET_PORT,
-                              "connector": "nixlv2", "secure": False}},
-        "decode": decode,
-        "prefill": (_llmd_tier(by_role["prefill"], image, LLMD_SERVICE_PORT) if pd
-                    else {"create": False, "replicas": 0}),
-    }
-    head = [comment(f"advisor deploy --format llm-d: {plan.placement} of {deploy.model}, "
-                    "values for llm-d's model-service chart "
-                    "(llm-d-incubation/llm-d-modelservice v0.4.0)")]
-    if plan.placement.endswith("bidirectional"):
-        head.append("# llm-d's routing sidecar keeps no conversation's decoder blocks for its "
-                    "next turn: bidirectional reuse needs a router that does (advisor proxy, "
-                    "--format k8s)")
-    if plan.placement == "render-split":
-        head.append("# the chart has no render tier: the render servers and the render front "
-                    "go as in --format k8s")
-    return "\n".join(head) + "\n" + _yaml([values])
-
-
-def _llmd_tier(cmds: list[Command], image: str, port: int) -> dict:
-    argv = cmds[0].argv
-    tp = int(_flag(argv, "--tensor-parallel-size") or 1)
-    args = _without(argv[3:], "--port", "--tensor-parallel-size", "--data-parallel-size")
-    p2p = "--kv-transfer-config" in argv
-    ports = [{"containerPort": port, "name": "vllm", "protocol": "TCP"}]
-    if p2p:
-        ports.append({"containerPort": SIDE_PORT, "name": "nixl", "protocol": "TCP"})
-    return {"create": True, "replicas": len(cmds), "parallelism": {"tensor": tp},
-            "containers": [{"name": "vllm", "image": image, "modelCommand": "vllmServe",
-                            "args": args, "env": _env(cmds[0], p2p), "ports": ports,
-                            "mountModelVolume": True}]}
-
-
-def _volume(model: str) -> str:
-    """The model volume: its bf16 weights and a fifth more, where its shape is known."""
-    try:
-        gib = shape_of(model).weight_bytes() / 2**30
-    except ValueError:
-        return "100Gi"
-    return f"{max(1, math.ceil(gib * 1.2))}Gi"

@@ -6,18 +6,27 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from advisor.deploy import kube
+from advisor.deploy import kube, llmd
 from advisor.deploy.advice import Where, from_evidence
+from advisor.deploy.origin import origin
+from advisor.deploy.pods import KV_NETWORKS, TESTED_VLLM, VENDORS, Cluster
 from advisor.deploy.shell import as_shell
 from advisor.deploy.vllm import Site
 from advisor.errors import UsageError
 from advisor.flags import option
 from advisor.probe import p2p
+from advisor.rundata.manifest import Manifest
 from advisor.rundata.model_name import checked_model
 from advisor.rundata.recommendation import Deployment
 from advisor.rundata.rundir import MANIFEST, RunDir
 
 FORMATS = ("sh", "json", "k8s", "llm-d")
+
+
+def _choice(flag: str, text: str | None, allowed: tuple[str, ...]) -> str | None:
+    if text is not None and text not in allowed:
+        raise UsageError(f"{flag} must be one of {', '.join(allowed)}, not {text!r}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,19 @@ class DeployOptions:
                                   "decode +200, render +300, proxy +192", min=1, max=65000)
     side_channel_port: int = option(5600, "NIXL side-channel ports from here, one per "
                                           "instance on a host", min=1, max=65000)
-    image: str = option(kube.VLLM_IMAGE, "k8s and llm-d: the vLLM image")
+    # None: vLLM's own image for the GPU vendor, at the vLLM measured or planned
+    image: str | None = option(None, "k8s and llm-d: the vLLM image (default: vLLM's for the "
+                                     "GPU vendor, pinned to the vLLM the advice was measured or "
+                                     f"planned with, else {TESTED_VLLM})")
+    gpu_vendor: str | None = option(None, "k8s and llm-d: nvidia or amd (default: the plan's "
+                                          "GPU's, else nvidia)",
+                                    parse=lambda t: _choice("--gpu-vendor", t, tuple(VENDORS)))
+    kv_network: str = option("rdma", "k8s and llm-d: how P/D pods move KV: rdma (an RDMA "
+                                     "device each: --rdma-resource), host (the node's network) "
+                                     "or pod (TCP over the pod network: slow)",
+                             parse=lambda t: _choice("--kv-network", t, KV_NETWORKS) or "rdma")
+    rdma_resource: str = option("rdma/ib", "k8s and llm-d: the RDMA device resource a P/D pod "
+                                           "asks for, one each (your device plugin's name)")
     front_image: str = option("advisor", "k8s: an image with this project installed, for "
                                          "the front (advisor proxy or the render front)")
 
@@ -79,24 +100,36 @@ def run_deploy(source: str, opts: DeployOptions) -> Deployment:
     # a plan's placements may need tensor parallelism (its manifest says how much)
     manifest = run_dir.read_manifest()
     planned = (manifest.plan or {}).get("candidates") or [{}]
+    planned_gpu = (manifest.plan or {}).get("gpu") or {}
     w = where(opts, planned[0].get("tp", 1))
     model = checked_model(opts.model, "--model") if opts.model else \
         checked_model(manifest.model, f"{run_dir.path / MANIFEST}: config.model") \
         if manifest.model else None
     try:
-        out = from_evidence(rec, ev, model, w)
+        out = from_evidence(rec, ev, model, w, origin(manifest),
+                            str(run_dir.path))
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
+    cluster = Cluster(opts.gpu_vendor or planned_gpu.get("vendor", "nvidia"),
+                      _vllm_version(manifest), opts.image, opts.kv_network, opts.rdma_resource)
     if opts.format == "json":
         text = json.dumps(out.to_json(), indent=2) + "\n"
     elif opts.format == "k8s":
-        text = kube.as_k8s(out, opts.image, opts.front_image)
+        text = kube.as_k8s(out, cluster, opts.front_image)
     elif opts.format == "llm-d":
         try:
-            text = kube.as_llmd(out, opts.image)
+            text = llmd.as_llmd(out, cluster, llmd.threshold(ev))
         except ValueError as e:
             raise UsageError(f"--format llm-d: {e}") from None
     else:
         text = as_shell(out)
     print(text, end="")
     return out
+
+
+def _vllm_version(m: Manifest) -> str:
+    """The vLLM the advice was measured with (a sweep on vLLM), or planned with (the plan's
+    kernel tables'); else the one this project tests against."""
+    if m.engine is not None and m.engine.name == "vllm":
+        return m.engine.version
+    return str((m.plan or {}).get("vllm") or TESTED_VLLM)

@@ -16,9 +16,12 @@ def comment(text: str) -> str:
 def as_shell(deploy: Deployment) -> str:
     """The script, with what it assumes as comment lines."""
     lines = [comment(f"{deploy.model} on GPUs {','.join(map(str, deploy.gpus))}")]
+    if deploy.measured_on and not deploy.elsewhere:
+        lines.append(comment(f"evidence from {deploy.measured_on}"))
     lines += [comment(f"NOTE: {n}") for n in deploy.notes]
     for plan in deploy.plans:
-        mark = " (recommended)" if plan.placement == deploy.recommended else ""
+        mark = "" if plan.placement != deploy.recommended else \
+            " (favoured where measured, not here)" if deploy.elsewhere else " (recommended)"
         lines += ["", comment(f"--- {plan.placement}{mark}")]
         lines += [comment(n) for n in plan.notes]
         host = None

@@ -93,8 +93,8 @@ def collocated(model: str, gpus: list[int], tp: int = 1, site: Site = Site(),
     CPU cores, one server per `tp` cores behind that front (vLLM's CPU build runs no data
     parallelism)."""
     if runtime.cpu:
-        return _replicas_behind_front(model, [gpus[i:i + tp] for i in range(0, len(gpus), tp)],
-                                      site, runtime)
+        return replicas_behind_front(model, [gpus[i:i + tp] for i in range(0, len(gpus), tp)],
+                                     site, runtime)
     hosts: list[str | None] = list(site.hosts) or [None]
     commands = [Command("collocated", runtime.serve(
         model, site.base_port, "--data-parallel-size", str(len(gpus) // tp), *_tp(tp)),
@@ -108,20 +108,23 @@ def collocated(model: str, gpus: list[int], tp: int = 1, site: Site = Site(),
     return DeployPlan("collocated", commands, notes)
 
 
-def _replicas_behind_front(model: str, groups: list[list[int]], site: Site,
-                           runtime: Runtime) -> DeployPlan:
-    """A server on each group of one host's cores (its threads bound to them: the CPU build's
-    parallelism within an instance), and advisor proxy's round-robin front."""
+def replicas_behind_front(model: str, groups: list[list[int]], site: Site,
+                          runtime: Runtime) -> DeployPlan:
+    """A server on each group of one host's units, and advisor proxy's round-robin front: on
+    cores, each server's threads bound to its group (the CPU build's parallelism within an
+    instance); on GPUs, each group one tensor-parallel instance (an MoE's replicas, which
+    vLLM's data parallelism would join into one expert-parallel group)."""
     host = site.host(0)
     ports = [site.base_port + k for k in range(len(groups))]
-    commands = [Command("collocated", runtime.serve(model, port), runtime.placed(group), host)
-                for port, group in zip(ports, groups)]
+    commands = [Command("collocated", runtime.serve(
+        model, port, *(() if runtime.cpu else _tp(len(group)))), runtime.placed(group), host)
+        for port, group in zip(ports, groups)]
     front = site.base_port + PROXY_OFFSET
     commands.append(_round_robin([f"http://{site.address(host)}:{p}" for p in ports], front,
                                  host))
     return DeployPlan("collocated", commands, [
         f"clients use http://{site.address(host)}:{front} (a round-robin front over "
-        f"{len(groups)} server(s), one per core group)"])
+        f"{len(groups)} server(s), one per {'core' if runtime.cpu else 'GPU'} group)"])
 
 
 def _round_robin(urls: list[str], port: int, host: str | None) -> Command:

@@ -79,6 +79,8 @@ def print_recommendation(rec: Recommendation, out: Console | None = None) -> Non
     lines = [f"SIMULATED, not measured: {rec.simulated}"] if rec.simulated else []
     lines += [f"IMPORTED, {rec.imported}"] if rec.imported else []
     lines.append(f"recommendation: {rec.action}")
+    if rec.measured_on:
+        lines.append(f"  evidence from {rec.measured_on}")
     lines += [f"  {reason}" for reason in rec.reasons]
     if rec.secondary_actions:
         lines.append(f"  also: {', '.join(rec.secondary_actions)}")

@@ -189,6 +189,14 @@ def label(s: _Setup) -> str:
             f"priced by {priced_by(s)}")
 
 
+def _tables_vllm(s: _Setup) -> str | None:
+    """The vLLM whose kernel tables price the plan (None: the roofline)."""
+    c = s.candidates[0]
+    step = cands.step_model(s.shape, s.gpu, c.tp, s.weights, s.kv, c.layout)
+    tables = getattr(step, "tables", None)
+    return tables.versions["gemm"] if tables is not None else None
+
+
 def priced_by(s: _Setup) -> str:
     """What prices the step times of the plan's first placement (every one is priced the
     same way): measured kernel tables, or the roofline."""
@@ -251,6 +259,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     config = {k: v for k, v in dataclasses.asdict(o).items() if k != "as_json"}
     run_dir.write_manifest(Manifest.new(o.seed, config, argv, simulated=what, plan={
         "gpu": dataclasses.asdict(s.gpu), "link": dataclasses.asdict(s.link),
+        "vllm": _tables_vllm(s),
         "candidates": [dataclasses.asdict(c) for c in s.candidates]}))
     prompt = float(cal.prompt_tokens[-1])  # the workload's mean prompt
     rates = grid(s, o, cal)

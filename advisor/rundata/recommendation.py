@@ -88,9 +88,15 @@ class Deployment:
     recommended: str | None
     plans: list[DeployPlan]
     notes: list[str] = field(default_factory=list)
+    measured_on: str | None = None  # the engine, hardware and model the advice came from
+    # why these commands are not what was measured (another model, GPUs from a CPU run):
+    # the recommended placement's shape only, not a recommendation; None: they are
+    elsewhere: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        """Without measured_on and elsewhere where they are unknown (None)."""
+        out = {k: v for k, v in asdict(self).items()
+               if not (k in ("measured_on", "elsewhere") and v is None)}
         out["plans"] = [{"placement": p.placement, "commands": [c.to_json() for c in p.commands],
                          "shell": p.shell, "notes": p.notes} for p in self.plans]
         return out
@@ -126,7 +132,7 @@ class ParetoPoint:
 
 
 # fields written only where they are set: a plain sweep's file has no plan's ranking
-_OPTIONAL = ("deploy", "ranking", "compare", "imported", "pareto")
+_OPTIONAL = ("deploy", "ranking", "compare", "imported", "pareto", "measured_on")
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,7 @@ class Recommendation:
     # `advisor plan --calibrate`: predicted beside measured
     compare: list[dict[str, Any]] | None = None
     pareto: list[ParetoPoint] | None = None  # `advisor plan`: every placement x rate, frontier
+    measured_on: str | None = None  # the engine, hardware and model (advisor.deploy.origin)
 
     def row(self, row_id: str) -> DecisionRow | None:
         return next((r for r in self.rows if r.id == row_id), None)

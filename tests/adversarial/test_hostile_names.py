@@ -9,7 +9,8 @@ import subprocess
 import pytest
 import yaml
 
-from advisor.deploy import kube
+from advisor.deploy import kube, llmd
+from advisor.deploy.pods import Cluster
 from advisor.deploy.shell import as_shell
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Command, Deployment, DeployPlan
@@ -75,8 +76,9 @@ def test_text_from_files_stays_on_its_comment_line(tmp_path, text):
     assert len(ran) == 3 and all(ln.startswith(("vllm ", "python ")) for ln in ran)
     assert "touch" not in "".join(ran)
     benign = _deployment("")
-    for render in (lambda d: kube.as_k8s(d, "vllm/vllm-openai:v0", "front:v0"),
-                   lambda d: kube.as_llmd(d, "vllm/vllm-openai:v0")):
+    for render in (lambda d: kube.as_k8s(d, Cluster(image_override="vllm/vllm-openai:v0"),
+                                         "front:v0"),
+                   lambda d: llmd.as_llmd(d, Cluster(image_override="vllm/vllm-openai:v0"))):
         got = list(yaml.safe_load_all(render(_deployment(text))))
         # the same objects with the same fields: the text is inside values, never a key
         want = list(yaml.safe_load_all(render(benign)))

@@ -199,17 +199,20 @@ def test_every_action_in_every_format(tmp_path, capsys, row, fmt):
                 assert {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {
                     "fieldRef": {"fieldPath": "status.podIP"}}} in c["env"]
     else:
-        values = yaml.safe_load(text)
-        assert values["modelArtifacts"]["name"] == "Qwen/Qwen2.5-7B-Instruct"
-        pd = values["prefill"]["create"]
-        assert pd == kube.chosen(out).placement.startswith("disaggregated")
-        assert values["routing"]["proxy"]["enabled"] == pd
-        for tier in ("prefill", "decode") if pd else ("decode",):
-            (c,) = values[tier]["containers"]
-            assert c["modelCommand"] == "vllmServe" and "--port" not in c["args"]
-            if pd:
-                assert json.loads(flag(c["args"], "--kv-transfer-config")) == cfg(commands[tier])
-        assert values["decode"]["replicas"] == (1 if pd else 2)
+        values, *servers = yaml.safe_load_all(text)
+        pd = kube.chosen(out).placement.startswith("disaggregated")
+        (name,) = values["inferenceExtension"]["pluginsCustomConfig"]
+        assert ("prefix-based-pd-decider" in values["inferenceExtension"][
+            "pluginsCustomConfig"][name]) == pd
+        roles = {d["spec"]["template"]["metadata"]["labels"]["llm-d.ai/role"]: d
+                 for d in servers}
+        assert set(roles) == ({"prefill", "decode"} if pd else {"both"})
+        for tier in ("prefill", "decode") if pd else ():
+            (c,) = roles[tier]["spec"]["template"]["spec"]["containers"]
+            assert c["args"][0] == "Qwen/Qwen2.5-7B-Instruct"
+            assert json.loads(flag(c["args"], "--kv-transfer-config")) == cfg(commands[tier])
+        if not pd:
+            assert roles["both"]["spec"]["replicas"] == 2
 
 
 def test_deploy_places_1p1d_on_the_p2p_pair_of_the_runs_matrix(tmp_path, capsys):
