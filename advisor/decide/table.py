@@ -8,14 +8,15 @@ SLO wins); the rules decide only when that comparison is missing or a tie.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, replace
 from typing import Any
 
 from advisor.decide.comparison import compare
 from advisor.decide.floor import behind_note, slowdown_note, unreachable
-from advisor.decide.thresholds import Thresholds
+from advisor.decide.thresholds import RATIO_WIDTH, Thresholds
 from advisor.decide.transfer_row import kv_row, p2p_reason, slow_text
-from advisor.rundata.evidence import Evidence
+from advisor.rundata.evidence import Evidence, PlacementEvidence
 from advisor.rundata.recommendation import Comparison, Recommendation
 from advisor.rundata.recommendation import DecisionRow as Row
 
@@ -230,10 +231,12 @@ def _measured(ev: Evidence, t: Thresholds, fired: dict[str, Row], split: str,
     action = None
     if d > c * (1 + t.goodput_margin) and d > 0:
         action = split
-        why = [f"{seen}: {_versus('disaggregated', d, 'collocated', c)}"]
+        why = [f"{seen}: {_versus('disaggregated', d, 'collocated', c)}"
+               f"{_ratio_span(dis, ev.collocated, ev.search_stopped)}"]
     elif c > d * (1 + t.goodput_margin) and c > 0:
         action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
-        why = [f"{seen}: {_versus('collocated', c, 'disaggregated', d)}"]
+        why = [f"{seen}: {_versus('collocated', c, 'disaggregated', d)}"
+               f"{_ratio_span(ev.collocated, dis, ev.search_stopped)}"]
     else:
         why = [f"{seen} goodputs are within {t.goodput_margin:.0%} ({c:.3g} vs {d:.3g} "
                "req/s): the rules decide"]
@@ -283,6 +286,29 @@ def _secondary(fired: dict[str, Row], action: str, blocked: bool) -> list[str]:
     if blocked and action == "fix-transfer":
         secondary.append("measure-first")
     return secondary
+
+
+def _ratio_span(a: PlacementEvidence, b: PlacementEvidence, stopped: str | None) -> str:
+    """Where the ratio a/b of two max goodputs surely lies (from their goodput intervals),
+    and, where that is no narrower than the rate grid's factor of 2, why; nothing where no
+    ratio is stated (one met the SLO at no rate)."""
+    if not (a.max_goodput_rps or 0) > 0 or not (b.max_goodput_rps or 0) > 0:
+        return ""
+    ia, ib = a.max_goodput_interval_rps, b.max_goodput_interval_rps
+    if not ia or not ib or not ia[0] or not ib[0] or ib[1] is None:
+        open_ = [f"{e.placement} surely met the SLO at no rate measured" for e, i in
+                 ((a, ia), (b, ib)) if not i or not i[0]]
+        if ib and ib[1] is None:
+            open_.append(f"{b.placement} surely missed it at no rate measured above")
+        return "; the ratio is not bounded: " + "; ".join(open_) + \
+            (f" ({stopped})" if stopped else "")
+    lo, hi = ia[0] / ib[1], (math.inf if ia[1] is None else ia[1] / ib[0])
+    span = f"; the ratio lies between {lo:.2f}x and " + \
+        ("any higher" if math.isinf(hi) else f"{hi:.2f}x")
+    if hi / lo < RATIO_WIDTH:
+        return span
+    return f"{span}, no narrower than the rate grid's factor of 2: " + \
+        (stopped or "no rate between the bounds measured apart from them (within noise)")
 
 
 def _versus(a_name: str, a: float, b_name: str, b: float) -> str:

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from advisor.measure.transfer import SLOW_MS
 
+# a stated ratio of two max goodputs: its interval's hi / lo below the rate grid's factor
+RATIO_WIDTH = 2.0
+
 
 @dataclass(frozen=True)
 class Thresholds:

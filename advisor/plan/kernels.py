@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -99,18 +99,21 @@ def tables(system: str) -> Tables | None:
     return Tables(system, versions, **frames)
 
 
-def _log_interp(x: float, xs, ys) -> float:
+def _log_interp(x: float, xs, ys, lx: list[float] | None = None) -> float:
     """ys at x, linear in log x between the points, the end slope past the ends (latency
-    per token beyond the table's largest count: proportional)."""
-    lx = [math.log(v) for v in xs]
-    t = math.log(max(x, 1e-9))
-    if t >= lx[-1]:
+    per token beyond the table's largest count: proportional); `lx`: log of each of xs,
+    where the caller keeps them."""
+    if x >= xs[-1]:
         return float(ys[-1]) * x / xs[-1]
-    if t <= lx[0]:
+    if x <= xs[0]:
         return float(ys[0])
-    i = bisect.bisect_right(lx, t) - 1
-    f = (t - lx[i]) / (lx[i + 1] - lx[i])
+    i = bisect.bisect_right(xs, x) - 1
+    lo, hi = (lx[i], lx[i + 1]) if lx else (math.log(xs[i]), math.log(xs[i + 1]))
+    f = (math.log(x) - lo) / (hi - lo)
     return float(ys[i] + f * (ys[i + 1] - ys[i]))
+
+
+LOG_TOKENS = [math.log(t) for t in TOKENS]
 
 
 def _nearest(values, want: float) -> float:
@@ -120,12 +123,21 @@ def _nearest(values, want: float) -> float:
 def gemm_ms(t: Tables, m: int, n: int, k: int, dtype: str) -> float:
     """One GEMM of m x k by k x n: the table's fastest kernel at the nearest measured
     (n, k), scaled by n x k, interpolated in m."""
+    nn, kk, ms, lat = _gemm_curve(t.system, dtype, n, k)
+    return _log_interp(m, ms, lat) * (n * k) / (nn * kk)
+
+
+@cache
+def _gemm_curve(system: str, dtype: str, n: int, k: int) -> tuple[int, int, list, list]:
+    """(the nearest measured n and k, their m, their fastest latency at each m)."""
+    t = tables(system)
+    assert t is not None
     g = t.gemm[t.gemm.gemm_dtype == dtype]
     if g.empty:
         raise LookupError(f"{t.system}: no {dtype} GEMMs in its tables")
     nn, kk = _nearest(g.n.unique(), n), _nearest(g.k.unique(), k)
     rows = g[(g.n == nn) & (g.k == kk)].groupby("m").latency.min().sort_index()
-    return _log_interp(m, rows.index.to_list(), rows.to_list()) * (n * k) / (nn * kk)
+    return int(nn), int(kk), rows.index.to_list(), rows.to_list()
 
 
 def moe_ms(t: Tables, tokens: int, shape: ModelShape, ep: int, dtype: str) -> float:
@@ -228,7 +240,6 @@ class TableStep:
     fabric_gbps: float = 0.0  # per rank, one direction: the all-to-all's rate
     slow: Slowdown | None = None
     comm_scale: float = 1.0  # all-reduce times the reference's (a slower fabric)
-    _grid: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def source(self) -> str:
@@ -241,12 +252,11 @@ class TableStep:
 
     def _prices(self) -> tuple[list[float], Attention]:
         """(ms of every layer's linear, MoE and all-reduce work at each of TOKENS, the
-        attention coefficients), built once."""
-        if not self._grid:
-            self._grid["linear"], self._grid["attention"] = self._build()
-        return self._grid["linear"], self._grid["attention"]
+        attention coefficients), built once for every step model alike."""
+        return _priced(self)
 
-    def _build(self) -> tuple[list[float], Attention]:
+    def build(self) -> tuple[list[float], Attention]:
+        """What `_prices` keeps: priced from the tables (~0.5 s: pandas lookups)."""
         sh, t = self.shape, self.tables
         ranks = self.tp
         attn_tp = 1 if self.layout == "dp" else ranks
@@ -281,6 +291,16 @@ class TableStep:
                           a.per_kv_token / ranks)
         return out, a
 
+    def _key(self) -> tuple:  # the tables (data frames) by their system's name
+        return (self.shape, self.tables.system, self.tp, self.dtype, self.kv_dtype,
+                self.layout, self.fabric_gbps, self.slow, self.comm_scale)
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TableStep) and self._key() == other._key()
+
     def _x(self, compute_bound: bool) -> float:
         """A kernel's time on this GPU against the tables' GPU."""
         if self.slow is None:
@@ -301,6 +321,11 @@ class TableStep:
         tokens = s.decodes + s.prefill_tokens
         fixed = (a.prefill_fixed if s.prefill_tokens else 0.0) \
             + (a.decode_fixed if s.decodes else 0.0)
-        lin = _log_interp(tokens, TOKENS, linear) if tokens else 0.0
+        lin = _log_interp(tokens, TOKENS, linear, LOG_TOKENS) if tokens else 0.0
         return STEP_OVERHEAD_MS + lin + fixed + a.per_pair * s.pairs \
             + a.per_kv_token * s.kv_read_tokens
+
+
+@cache
+def _priced(step: TableStep) -> tuple[list[float], Attention]:
+    return step.build()

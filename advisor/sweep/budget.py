@@ -55,4 +55,4 @@ class TimeBudget:
         if not self.spent:
             return None
         return (f"the sweep's time budget ({self.limit_s:g} s, --time-budget; 0 for none) "
-                "ran out before its second pass could part them")
+                "ran out before its search was done")

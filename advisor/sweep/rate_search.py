@@ -2,13 +2,16 @@
 resumed sweep makes the same choices. The first pass (every placement's) builds a bracket
 around each max goodput, up to a rate that surely misses; the second (`refine`), only
 while two intervals overlap, measures again the bounds within noise, steps down and
-bisects. docs/design/sweep.md has the procedure step by step."""
+bisects; the third (`to_sharpen`), where the decision states a ratio of two placements' max
+goodputs, bisects their intervals until the ratio's is narrower than the grid's factor of
+2. docs/design/sweep.md has the procedure step by step."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
+from advisor.decide.thresholds import RATIO_WIDTH
 from advisor.goodput.outcomes import Outcome, apart, goodput_interval, top
 
 
@@ -190,6 +193,46 @@ def _parts_by_top_up(done: dict[str, list[Outcome]], name: str) -> bool:
 def others_of(done: dict[str, list[Outcome]], name: str) -> dict[str, list[Outcome]]:
     """Every topology's outcomes but `name`'s."""
     return {n: outs for n, outs in done.items() if n != name}
+
+
+def ratio_width(a: list[Outcome], b: list[Outcome]) -> float:
+    """hi / lo of the interval the ratio of two max goodputs lies in (from each one's
+    goodput interval); infinite where either is unbounded above or from 0."""
+    (la, ha), (lb, hb) = goodput_interval(a), goodput_interval(b)
+    if la <= 0 or lb <= 0 or ha is None or hb is None:
+        return math.inf
+    return (ha / la) * (hb / lb)
+
+
+def to_sharpen(done: dict[str, list[Outcome]], pair: tuple[str, str], stuck: set[str],
+               plan: SearchPlan) -> tuple[str, float, bool] | None:
+    """What to measure next while the ratio of `pair`'s max goodputs is stated no narrower
+    than RATIO_WIDTH: (placement, rate, whether to measure it again). A rate within noise
+    that holds an interval open (`top_up`: a bound not sure, a bisection that came out
+    within noise) is measured again first; else the interval is bisected at its geometric
+    middle, where not measured and wider than `plan.min_ratio`; the wider interval (one
+    without a bound widest) first. Placements in `stuck` (a step that narrowed nothing) are
+    passed over. None: narrow enough, or nothing left to try."""
+    if ratio_width(done[pair[0]], done[pair[1]]) < RATIO_WIDTH:
+        return None
+    options = []
+    for name in pair:
+        if name in stuck:
+            continue
+        lo, hi = goodput_interval(done[name])
+        width = hi / lo if lo > 0 and hi is not None else math.inf
+        again = top_up(done[name])
+        if again is not None:
+            options.append((width, name, again, True))
+        if again is not None or hi is None or lo <= 0:
+            continue
+        mid = round(math.sqrt(lo * hi), 4)
+        if width >= plan.min_ratio and all(abs(o.rate - mid) > 1e-9 for o in done[name]):
+            options.append((width, name, mid, False))
+    if not options:
+        return None
+    _, name, rate, again = max(options)
+    return name, rate, again
 
 
 def _on_lattice(rate: float, start: float) -> bool:

@@ -2,8 +2,10 @@
 calibrate on the first deployment, run its first pass, then, where its goodput interval
 still overlaps another's and the time budget allows, its second pass (each rate within
 noise measured again first, then the search's next rate: advisor.sweep.rate_search), then
-the user's operating rate. Every step reads and extends one `SweepState`; what a deployment
-is and how a rate is run are the subclass's (advisor.sweep.sweep.Sweep)."""
+the user's operating rate; last, where the decision states a ratio of max goodputs, the
+two placements' intervals bisected until it is narrower than 2x (`sharpen`). Every step
+reads and extends one `SweepState`; what a deployment is and how a rate is run are the
+subclass's (advisor.sweep.sweep.Sweep)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 
 from advisor.errors import UsageError
-from advisor.goodput.outcomes import Outcome, outcome_of
+from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate, outcome_of
 from advisor.goodput.placements import Placement
 from advisor.measure.failures import refused
 from advisor.rundata.result import RunResult
@@ -28,12 +30,25 @@ from advisor.sweep.rate_search import (
     others_of,
     replay_grid,
     to_refine,
+    to_sharpen,
     top_up,
     unsettled,
 )
 from advisor.sweep.state import SweepState
 
 Urls = tuple[str, list[str], str]  # front URL, every instance's /metrics, one instance's URL
+
+
+def _best_pair(placements: list[Placement], done: dict[str, list[Outcome]]
+               ) -> tuple[str, str] | None:
+    """The collocated and the disaggregated placement of most goodput, which the decision
+    compares; None without one of each."""
+    best = {}
+    for kind in ("collocated", "disagg"):
+        of = [p.name for p in placements if p.kind == kind and done.get(p.name)]
+        if of:
+            best[kind] = max(of, key=lambda n: max_goodput_rate(done[n]))
+    return (best["collocated"], best["disagg"]) if len(best) == 2 else None
 
 
 class Steps:
@@ -73,9 +88,36 @@ class Steps:
         while not self.budget.spent:
             name = to_refine(self.state.done, refined)
             if name is None:
-                return
+                break
             refined.add(name)
             self.measure(next(p for p in placements if p.name == name), refine=True)
+        self.sharpen(placements)
+
+    def sharpen(self, placements: list[Placement]) -> None:
+        """The best collocated and best disaggregated placements' goodput intervals bisected,
+        the wider first, while the budget lasts and the ratio of their max goodputs is
+        stated no narrower than the grid's factor of 2 (`rate_search.to_sharpen`). A fixed
+        grid (--rates) is no search."""
+        s = self.state
+        pair = _best_pair(placements, s.done)
+        stuck: set[str] = set()
+        while pair and not s.opts.rates and not self.budget.spent:
+            pick = to_sharpen(s.done, pair, stuck, s.plan)
+            if pick is None:
+                return
+            name, rate, again = pick
+            p = next(p for p in placements if p.name == name)
+            before = goodput_interval(s.done[name])
+            with contextlib.ExitStack() as own:
+                at = self._deployment(p, own)
+                if (again or not self.run_dir.has_run(name, rate)) and not self._fits(rate, at):
+                    return
+                if again:
+                    self._again(p, rate, s.done[name], at)
+                else:
+                    self._measure_at(p, rate, s.done[name], at)
+            if again and goodput_interval(s.done[name]) == before:  # noise, measured twice
+                stuck.add(name)
 
     def measure(self, p: Placement, refine: bool = False, last: bool = False) -> bool:
         """`p`'s first pass (runs already in the run directory are read, not run), then its
@@ -147,11 +189,16 @@ class Steps:
             rate = top_up(outcomes, others)
             if rate is None or not self._fits(rate, at):
                 break
-            before = self.run_dir.read_run(p.name, rate, records=True)
-            self._store(p, rate, self._timed_run(at, p, rate, before))
-            outcomes[[o.rate for o in outcomes].index(rate)] = self.outcome(p, rate)
-            self.bars.advance(self.task)
+            self._again(p, rate, outcomes, at)
         return p.name in unsettled(done) and not self.budget.spent
+
+    def _again(self, p: Placement, rate: float, outcomes: list[Outcome], at: OnDemand) -> None:
+        """`p` measured again at `rate`, pooled with the run already there; its outcome
+        replaced."""
+        before = self.run_dir.read_run(p.name, rate, records=True)
+        self._store(p, rate, self._timed_run(at, p, rate, before))
+        outcomes[[o.rate for o in outcomes].index(rate)] = self.outcome(p, rate)
+        self.bars.advance(self.task)
 
     def _at_operating_rate(self, p: Placement, outcomes: list[Outcome], at: OnDemand) -> None:
         """`p` measured at the user's --operating-rate where its search did not reach it:

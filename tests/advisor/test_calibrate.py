@@ -104,6 +104,7 @@ def test_calibration_measures_the_scripted_timings_and_the_wake_up_curve():
     assert "TTFT after an idle machine: +" in cal.summary()
 
 
+@pytest.mark.slow  # a calibration against a scripted server, ~5 s
 def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
     calm = Wakeup(1.0, busy_ms=17.0, after_idle_ms=17.5)  # 1.03x: nothing to find
     with scripted(TTFT_MS, ITL_MS, wake_ms_per_s=WAKE_MS_PER_S) as url:
@@ -114,6 +115,7 @@ def test_a_host_that_does_not_slow_down_after_idling_skips_the_wake_up_points():
         in cal.summary()
 
 
+@pytest.mark.slow  # a calibration against a scripted server, ~5 s
 def test_the_decode_tail_is_each_requests_own_p99_itl_not_the_median_step():
     calm = Wakeup(1.0, busy_ms=17.0, after_idle_ms=17.5)
     with scripted(TTFT_MS, ITL_MS, stall_ms=STALL_MS) as url:

@@ -109,6 +109,28 @@ def test_the_measured_comparison_outranks_the_rules():
     assert recommend(ev, Thresholds(goodput_margin=0.0)).comparison.ratio > 1
 
 
+def test_the_stated_ratio_gives_its_interval_and_says_why_when_it_is_2x_or_wider():
+    ev = copy.deepcopy(L40S)
+    ev["kv_transfer"]["mean_ms"] = 8
+    ev["disaggregated"].update(median_ttft_ms=750, max_goodput_rps=4.4,
+                               max_goodput_interval_rps=[4.4, 5.0])
+    ev["collocated"].update(max_goodput_rps=1.1, max_goodput_interval_rps=[1.1, 1.4],
+                            placement="collocated-2")
+    (first, *_) = recommend(ev).reasons
+    # 4.4 / 1.4 to 5.0 / 1.1: narrower than the grid's factor of 2, said alone
+    assert "the ratio lies between 3.14x and 4.55x" in first and "factor of 2" not in first
+    ev["collocated"]["max_goodput_interval_rps"] = [1.1, 2.2]  # a grid step wide
+    ev["search_stopped"] = "the sweep's time budget (300 s) ran out before its search was done"
+    (first, *_) = recommend(ev).reasons
+    assert "between 2.00x and 4.55x, no narrower than the rate grid's factor of 2: the " \
+           "sweep's time budget" in first
+    ev["collocated"]["max_goodput_interval_rps"] = [1.1, None]
+    assert "not bounded: collocated-2 surely missed it at no rate measured above (the " \
+           "sweep's time budget" in recommend(ev).reasons[0]
+    ev["collocated"]["max_goodput_interval_rps"] = [0.0, 1.4]
+    assert "collocated-2 surely met the SLO at no rate measured" in recommend(ev).reasons[0]
+
+
 def test_a_placement_that_met_the_slo_at_no_rate_is_not_shown_as_a_measured_0():
     ev = copy.deepcopy(L40S)
     ev["kv_transfer"]["mean_ms"] = 8

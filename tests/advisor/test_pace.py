@@ -99,6 +99,7 @@ def test_summaries_count_the_requests_under_way_at_once():
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a run against a scripted server, ~5 s
 def test_a_run_that_fell_behind_its_arrivals_surely_misses_whatever_its_attainment():
     # 40 requests at ~50 req/s of ~100 ms each: the scripted server keeps up with any
     # load; one request at a time (the client's cap) serves ~10 per second, and the queue
