@@ -120,6 +120,15 @@ def test_amd_gpus_get_amds_resource_and_rocm_image_at_the_vllm_measured(tmp_path
         assert not any("nvidia" in k for k in c["resources"]["limits"])
 
 
+def test_a_plan_on_amd_gpus_deploys_amds_resource_at_the_tables_vllm(tmp_path, capsys):
+    plan = {"gpu": {"name": "mi300x", "vendor": "amd"}, "vllm": "0.24.0"}
+    _, text = deploy(capsys, run(tmp_path, plan=plan), format="k8s")
+    docs = [valid(d) for d in yaml.safe_load_all(text)]
+    for _, c in vllm_containers(docs):
+        assert c["image"] == "vllm/vllm-openai-rocm:v0.24.0"
+        assert set(c["resources"]["limits"]) == {"amd.com/gpu", "rdma/ib"}
+
+
 def test_llm_d_router_gets_the_pd_decider_at_the_threshold_the_evidence_gives(tmp_path,
                                                                               capsys):
     _, text = deploy(capsys, run(tmp_path), format="llm-d")
