@@ -23,7 +23,7 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def _yaml(docs: list[dict]) -> str:
+def yaml_docs(docs: list[dict]) -> str:
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
 
 
@@ -35,11 +35,11 @@ def chosen(deploy: Deployment) -> DeployPlan:
         (p for p in deploy.plans if p.placement.startswith("disaggregated")), deploy.plans[0])
 
 
-def _flag(argv: list[str], flag: str, default: str | None = None) -> str | None:
+def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else default
 
 
-def _without(argv: list[str], *flags: str) -> list[str]:
+def without_flags(argv: list[str], *flags: str) -> list[str]:
     """`argv` without each of `flags` and the value after it."""
     out, skip = [], False
     for a in argv:
@@ -52,7 +52,7 @@ def _without(argv: list[str], *flags: str) -> list[str]:
     return out
 
 
-def _env(c: Command, p2p: bool) -> list[dict]:
+def pod_env(c: Command, p2p: bool) -> list[dict]:
     """The command's environment but what the pod decides (its GPUs, its own address)."""
     env: list[dict] = [{"name": k, "value": v} for k, v in c.env.items()
            if k not in ("CUDA_VISIBLE_DEVICES", "VLLM_NIXL_SIDE_CHANNEL_HOST",
@@ -72,13 +72,13 @@ def _tier(name: str, image: str, c: Command, argv: list[str], replicas: int, gpu
           pair_with: dict | None = None) -> list[dict]:
     """A Deployment of `replicas` pods running `argv` (c's, adjusted) and its Service; a
     vLLM pod (`cluster` given) dressed as advisor.deploy.pods says."""
-    port = int(_flag(argv, "--port") or 8000)
+    port = int(flag_value(argv, "--port") or 8000)
     p2p = "--kv-transfer-config" in argv
     ports = [{"containerPort": port, "name": "http"}]
     if p2p:
         ports.append({"containerPort": SIDE_PORT, "name": "nixl"})
     container = {"name": name.rsplit("-", 1)[-1], "image": image, "command": argv[:2],
-                 "args": argv[2:], "env": _env(c, p2p), "ports": ports}
+                 "args": argv[2:], "env": pod_env(c, p2p), "ports": ports}
     if cluster is None:
         pod = {"containers": [{**container, "readinessProbe": {
             "httpGet": {"path": "/health", "port": "http"}}}]}
@@ -110,28 +110,28 @@ def as_k8s(deploy: Deployment, cluster: Cluster = DEFAULT_CLUSTER,
         argv = list(cmds[0].argv)
         replicas = len(cmds)
         if role == "collocated":  # a data-parallel rank per pod
-            replicas = int(_flag(argv, "--data-parallel-size") or 1) * len(cmds)
-            argv = _without(argv, "--data-parallel-size")
+            replicas = int(flag_value(argv, "--data-parallel-size") or 1) * len(cmds)
+            argv = without_flags(argv, "--data-parallel-size")
         engine = argv[:2] == ["vllm", "serve"]
-        gpus = int(_flag(argv, "--tensor-parallel-size") or 1) if engine else 0
+        gpus = int(flag_value(argv, "--tensor-parallel-size") or 1) if engine else 0
         hosts = [c.host for c in cmds if c.host]
         pair = labels_of(f"{base}-prefill") if role == "decode" and not hosts else None
         docs += _tier(f"{base}-{role}", cluster.image, cmds[0], argv, replicas, gpus,
                       cluster if engine else None, hosts, pair)
-        urls[role] = f"http://{base}-{role}:{_flag(argv, '--port')}"
+        urls[role] = f"http://{base}-{role}:{flag_value(argv, '--port')}"
     front = _front(plan, urls)
     if front:
         docs += _tier(f"{base}-front", front_image, Command("front", front), front, 1, 0)
     head = [comment(f"advisor deploy --format k8s: {plan.placement} of {deploy.model}")]
     head += [comment(n) for n in header_notes(deploy, cluster)]
     head += [comment(n) for n in _k8s_notes(plan)]
-    return "\n".join(head) + "\n" + _yaml(docs)
+    return "\n".join(head) + "\n" + yaml_docs(docs)
 
 
 def _front(plan: DeployPlan, urls: dict[str, str]) -> list[str] | None:
     """The front's argv against the tiers' Services (advisor proxy in place of vLLM's
     scripts, which its image lacks), on every address."""
-    port = next((_flag(c.argv, "--port") for c in plan.commands if c.role in
+    port = next((flag_value(c.argv, "--port") for c in plan.commands if c.role in
                  ("proxy", "front")), None)
     if "prefill" in urls:
         return ["advisor", "proxy", "--prefill", urls["prefill"], "--decode", urls["decode"],

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.deploy.kube import SIDE_PORT, _env, _flag, _without, _yaml, chosen, header_notes
+from advisor.deploy.kube import (
+    SIDE_PORT,
+    chosen,
+    flag_value,
+    header_notes,
+    pod_env,
+    without_flags,
+    yaml_docs,
+)
 from advisor.deploy.pods import DEFAULT_CLUSTER, Cluster, engine_pod
 from advisor.deploy.shell import comment
 from advisor.rundata.evidence import Evidence
@@ -76,7 +84,7 @@ def picker_config(pd: bool, tokens: int) -> str:
                    {"pluginRef": "queue-scorer", "weight": 2},
                    {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
                    {"pluginRef": "max-score-picker"}]}]}
-        return _yaml([cfg])
+        return yaml_docs([cfg])
     plugins: list[dict] = [{"type": "approx-prefix-cache-producer"},
                {"type": "disagg-headers-handler"},
                {"name": "pd-decider", "type": "prefix-based-pd-decider",
@@ -100,7 +108,7 @@ def picker_config(pd: bool, tokens: int) -> str:
                    {"pluginRef": "active-request-scorer", "weight": 2},
                    {"pluginRef": "prefix-cache-scorer", "weight": 2},
                    {"pluginRef": "max-score-picker"}]}]}
-    return _yaml([cfg])
+    return yaml_docs([cfg])
 
 
 def as_llmd(deploy: Deployment, cluster: Cluster = DEFAULT_CLUSTER,
@@ -150,22 +158,22 @@ def as_llmd(deploy: Deployment, cluster: Cluster = DEFAULT_CLUSTER,
     if plan.placement == "render-split":
         head.append(comment("llm-d's router has no render tier: the render servers and the "
                             "render front go as in --format k8s"))
-    return "\n".join(head) + "\n" + _yaml(docs)
+    return "\n".join(head) + "\n" + yaml_docs(docs)
 
 
 def _server(name: str, role: str, cmds: list[Command], pool: dict, cluster: Cluster,
             port: int, sidecar: bool = False) -> dict:
     """A Deployment of one role's vLLM servers in the router's pool (llm-d.ai/role)."""
     argv = cmds[0].argv
-    replicas = len(cmds) * int(_flag(argv, "--data-parallel-size") or 1)
-    args = [*_without(argv[2:], "--port", "--data-parallel-size"), f"--port={port}"]
+    replicas = len(cmds) * int(flag_value(argv, "--data-parallel-size") or 1)
+    args = [*without_flags(argv[2:], "--port", "--data-parallel-size"), f"--port={port}"]
     p2p = "--kv-transfer-config" in argv
     ports = [{"containerPort": port, "name": "vllm"}]
     if p2p:
         ports.append({"containerPort": SIDE_PORT, "name": "nixl"})
     container = {"name": "modelserver", "image": cluster.image, "command": argv[:2],
-                 "args": args, "env": _env(cmds[0], p2p), "ports": ports}
-    gpus = int(_flag(argv, "--tensor-parallel-size") or 1)
+                 "args": args, "env": pod_env(cmds[0], p2p), "ports": ports}
+    gpus = int(flag_value(argv, "--tensor-parallel-size") or 1)
     hosts = [c.host for c in cmds if c.host]
     labels = {**pool, "llm-d.ai/role": role, "app.kubernetes.io/name": name}
     pair = {**pool, "llm-d.ai/role": "prefill"} if role == "decode" and not hosts else None

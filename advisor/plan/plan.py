@@ -23,7 +23,7 @@ from advisor.measure.stats import check_judged
 from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
-from advisor.plan import hardware, pareto, screen, sim_runs
+from advisor.plan import hardware, kernels, pareto, screen, sim_runs
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.simulate import Simulation
 from advisor.plan.steptime import Step, prefill_step
@@ -189,19 +189,22 @@ def label(s: _Setup) -> str:
             f"priced by {priced_by(s)}")
 
 
+def _first_step(s: _Setup):
+    """The step model of the plan's first placement: every one is priced the same way
+    (measured kernel tables, or the roofline)."""
+    c = s.candidates[0]
+    return cands.step_model(s.shape, s.gpu, c.tp, s.weights, s.kv, c.layout)
+
+
 def _tables_vllm(s: _Setup) -> str | None:
     """The vLLM whose kernel tables price the plan (None: the roofline)."""
-    c = s.candidates[0]
-    step = cands.step_model(s.shape, s.gpu, c.tp, s.weights, s.kv, c.layout)
-    tables = getattr(step, "tables", None)
-    return tables.versions["gemm"] if tables is not None else None
+    step = _first_step(s)
+    return step.tables.versions["gemm"] if isinstance(step, kernels.TableStep) else None
 
 
 def priced_by(s: _Setup) -> str:
-    """What prices the step times of the plan's first placement (every one is priced the
-    same way): measured kernel tables, or the roofline."""
-    c = s.candidates[0]
-    return cands.step_model(s.shape, s.gpu, c.tp, s.weights, s.kv, c.layout).source
+    """What prices the plan's step times."""
+    return _first_step(s).source
 
 
 FALLEN = 2  # rates in a row a placement has collapsed at before its higher ones are skipped
