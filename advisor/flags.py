@@ -15,7 +15,8 @@ class Flag:
 
     help: str
     decls: tuple[str, ...] = ()  # its spellings (default: --the-field-name)
-    parse: Callable[[str | None], Any] | None = None  # the text given -> the field's value
+    # the text given (a words flag: its items) -> the field's value; not called without one
+    parse: Callable[[Any], Any] | None = None
     envvar: str | None = None  # read from here when the flag is not given
     words: bool = False  # NAME:MS values also taken from the words after it (vLLM's --goodput)
     min: float | None = None
@@ -26,7 +27,7 @@ class Flag:
         return self.decls[0].split("/")[0] if self.decls else "--" + field_name.replace("_", "-")
 
 
-def option(default: Any, help: str, *decls: str, parse: Callable[[str | None], Any] | None = None,
+def option(default: Any, help: str, *decls: str, parse: Callable[[Any], Any] | None = None,
            envvar: str | None = None, words: bool = False, min: float | None = None,
            max: float | None = None, secret: bool = False) -> Any:
     """A dataclass field with its command-line flag; `secret` keeps it out of repr."""

@@ -35,7 +35,8 @@ from collections.abc import Callable
 import torch
 from timing import best_of
 
-from engine import LLM, SamplingParams
+from engine import SamplingParams
+from engine.llm import LLM
 from engine.model.linear import linear
 
 

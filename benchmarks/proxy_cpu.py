@@ -22,8 +22,8 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from advisor.engines.vllm.locate import find_vllm
 from advisor.measure.ready import wait_ready
-from advisor.vllm_engine.locate import find_vllm
 from engine.processes.children import free_port
 
 TOY = Path(__file__).resolve().parents[2] / "shared" / "thirdparty" / "vllm" / "toy_proxy_server.py"

@@ -23,13 +23,13 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from advisor.engines.processes import started, stop_group
+from advisor.engines.topologies import parse_topologies
+from advisor.engines.vllm.locate import find_vllm
+from advisor.engines.vllm.model_dir import model_dir
+from advisor.engines.vllm.placements import placements
+from advisor.engines.vllm.runtime import VllmSettings
 from advisor.measure.ready import wait_ready
-from advisor.sweep.deployments import started, stop_group
-from advisor.sweep.on_vllm import placements
-from advisor.sweep.topologies import parse_topologies
-from advisor.vllm_engine.locate import find_vllm
-from advisor.vllm_engine.model_dir import model_dir
-from advisor.vllm_engine.runtime import VllmSettings
 from engine.processes.children import free_port
 
 MODEL = "mini"

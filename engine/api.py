@@ -3,57 +3,66 @@ names, model configs, the chat-history check, and the link measurements. The adv
 imports the engine through this module alone, so that it depends on this surface and not
 on the engine's layers.
 
-Each name loads its module when first used: the command line lists connectors or checks
-a model without loading torch.
+Every name is imported here, so type checkers see it. The two that need torch (the link
+measurements and writing a model's weights) are functions that import it when called: the
+command line lists connectors or checks a model without loading torch.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
+from pathlib import Path
+from typing import Any
 
-# name here -> (module, name there)
-_EXPORTS = {
-    # models and dtypes
-    "DTYPE_BYTES": ("engine.core.config", "DTYPE_BYTES"),
-    "DTYPES": ("engine.core.config", "DTYPES"),
-    "PRESETS": ("engine.core.config", "PRESETS"),
-    "EngineConfig": ("engine.core.config", "EngineConfig"),
-    "ModelConfig": ("engine.core.config", "ModelConfig"),
-    "config_from_hf_dict": ("engine.core.config", "config_from_hf_dict"),
-    "load_model_config": ("engine.core.config", "load_model_config"),
-    "write_hf_dir": ("engine.hf_dir", "write_hf_dir"),
-    "DtypeChoice": ("engine.model.dtype", "DtypeChoice"),
-    "resolve_dtype": ("engine.model.dtype", "resolve"),
-    "best_rates": ("engine.model.dtype", "best_rates"),
-    "choose_cpu": ("engine.model.dtype", "choose_cpu"),
-    # KV links and connectors
-    "CONNECTORS": ("engine.kv.connectors", "NAMES"),
-    "parse_link": ("engine.kv.links", "parse_link"),
-    "parse_emulation": ("engine.kv.links", "parse_emulation"),
-    "host_links": ("engine.kv.loopback", "host_links"),
-    "gpu_links": ("engine.kv.loopback", "gpu_links"),
-    "copy_gbps": ("engine.kv.loopback", "copy_gbps"),
-    # the front end
-    "FrontendConfig": ("engine.render.frontend", "FrontendConfig"),
-    "TextTokenizer": ("engine.render.tokenizer", "TextTokenizer"),
-    "check_history": ("engine.render.history", "check_history"),
-    "error_body": ("engine.render.protocol", "error_body"),
-    # deployments
-    "MODES": ("engine.processes.launch", "MODES"),
-    "Topology": ("engine.processes.launch", "Topology"),
-    "launch": ("engine.processes.launch", "launch"),
-    "supervise": ("engine.processes.supervise", "supervise"),
-    "LaunchError": ("engine.processes.children", "LaunchError"),
-    "serve_proxy": ("engine.fronts.proxy", "serve"),
-}
+from engine.core.config import (
+    DTYPE_BYTES,
+    DTYPES,
+    PRESETS,
+    EngineConfig,
+    ModelConfig,
+    config_from_hf_dict,
+    load_model_config,
+)
+from engine.fronts.proxy import serve as serve_proxy
+from engine.kv.connectors import NAMES as CONNECTORS
+from engine.kv.links import parse_emulation, parse_link
+from engine.model.dtype import DtypeChoice, best_rates, choose_cpu
+from engine.model.dtype import resolve as resolve_dtype
+from engine.processes.children import LaunchError
+from engine.processes.launch import MODES, Deployment, Topology, launch
+from engine.processes.supervise import supervise
+from engine.render.frontend import FrontendConfig
+from engine.render.history import check_history
+from engine.render.protocol import error_body
+from engine.render.tokenizer import TextTokenizer
+
+__all__ = [
+    "CONNECTORS", "DTYPES", "DTYPE_BYTES", "MODES", "PRESETS", "Deployment", "DtypeChoice",
+    "EngineConfig",
+    "FrontendConfig", "LaunchError", "ModelConfig", "TextTokenizer", "Topology", "best_rates",
+    "check_history", "choose_cpu", "config_from_hf_dict", "error_body", "gpu_links",
+    "host_links", "launch", "load_model_config", "parse_emulation", "parse_link",
+    "resolve_dtype", "serve_proxy", "supervise", "write_hf_dir",
+]
 
 
-def __dir__() -> list[str]:
-    return sorted(_EXPORTS)
+def host_links(nbytes: int = 64 << 20) -> dict[str, dict[str, Any]]:
+    """shm and tcp pull throughput on this host for a payload of about `nbytes` (torch)."""
+    from engine.kv.loopback import host_links as measure
+
+    return measure(nbytes)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'engine.api' has no attribute {name!r}")
-    module, attr = _EXPORTS[name]
-    return getattr(import_module(module), attr)
+def gpu_links(n: int, nbytes: int = 256 << 20) -> list[dict[str, Any]]:
+    """Every ordered pair of `n` GPUs: peer-to-peer and host-staged copy rates (torch)."""
+    from engine.kv.loopback import gpu_links as measure
+
+    return measure(n, nbytes)
+
+
+def write_hf_dir(cfg: ModelConfig, path: Path, seed: int | None = 0,
+                 dtype: str = "float32") -> Path:
+    """`cfg` written as an HF model directory at `path` (engine.hf_dir; torch for the
+    weights, none where `seed` is None)."""
+    from engine.hf_dir import write_hf_dir as write
+
+    return write(cfg, path, seed, dtype)

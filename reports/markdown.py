@@ -67,7 +67,7 @@ def render(data: Report, figures: list[Figure]) -> str:
     lines += [
         "## Every placement and rate",
         "",
-        "SLO: " + _cell(", ".join(f"{k} {v}" for k, v in data.slo.items())) + ". Latencies in ms.",
+        "SLO: " + _cell(data.slo.text or "-") + ". Latencies in ms.",
         "",
         "| " + " | ".join(_cell(c.title) for c in data.columns) + " |",
         "|" + "---|" * len(data.columns),

@@ -126,13 +126,24 @@ class P2P:
 
 
 @dataclass(frozen=True)
+class SloLines:
+    """The SLO as a report draws it: the TTFT and ITL limits its plots mark, the share of
+    requests that must meet it, and its text (ttft:2000 itl:50, judged per request)."""
+
+    text: str = ""
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    attainment: float | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything a report shows."""
 
     title: str
     run_name: str
     series: list[Series]
-    slo: dict[str, float]  # ttft_ms, itl_ms, attainment ... as set
+    slo: SloLines
     advice: Advice | None = None
     problems: list[str] = field(default_factory=list)  # what is missing or damaged
     emulated: str | None = None  # the emulated KV link, where transfers ran over one

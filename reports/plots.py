@@ -62,10 +62,9 @@ def _vs_rate(
                 color=_color(s),
                 label=f"{s.label} {name}",
             )
-    if data.slo.get(slo_key):
-        ax.axhline(
-            data.slo[slo_key], color="black", lw=1, ls=":", label=f"SLO {data.slo[slo_key]:g} ms"
-        )
+    limit = getattr(data.slo, slo_key)
+    if limit:
+        ax.axhline(limit, color="black", lw=1, ls=":", label=f"SLO {limit:g} ms")
     ax.set_yscale("log")
     return _finish(fig, ax, title, data, ylabel)
 
@@ -97,7 +96,7 @@ def ttft_vs_rate(data: Report):
 def attainment_vs_rate(data: Report):
     """3. SLO attainment against rate, the target, and each placement's max goodput rate."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    target = data.slo.get("attainment")
+    target = data.slo.attainment
     for s in data.series:
         ax.plot(
             [p.rate for p in s.points],
@@ -135,14 +134,14 @@ def ttft_by_turn(data: Report):
         runs = [p for p in s.points if p.per_turn]
         if not runs:
             continue
-        good = [p for p in runs if p.attainment >= data.slo.get("attainment", 1.0)]
+        good = [p for p in runs if p.attainment >= (data.slo.attainment or 1.0)]
         run = max(good, key=lambda p: p.rate) if good else min(runs, key=lambda p: p.rate)
         ax.plot([t.turn for t in run.per_turn],
                 [t.median_ttft_ms or np.nan for t in run.per_turn],
                 marker="o", color=_color(s), label=f"{s.label} @ {run.rate:g} req/s")
-    if data.slo.get("ttft_ms"):
-        ax.axhline(data.slo["ttft_ms"], color="black", lw=1, ls=":",
-                   label=f"SLO {data.slo['ttft_ms']:g} ms")
+    if data.slo.ttft_ms:
+        ax.axhline(data.slo.ttft_ms, color="black", lw=1, ls=":",
+                   label=f"SLO {data.slo.ttft_ms:g} ms")
     ax.set_xlabel("turn")
     ax.set_ylabel("median TTFT (ms)")
     ax.set_title("TTFT by turn (multi-turn)", fontsize=10)
@@ -183,7 +182,7 @@ def timeline(data: Report):
     shown = data.series
     rate = data.timeline_rate
     fig, axes = plt.subplots(len(shown), 1, figsize=(7, 2.4 * len(shown)), squeeze=False)
-    limit = (data.slo.get("itl_ms") or np.inf) / 1000
+    limit = (data.slo.itl_ms or np.inf) / 1000
     for ax, s in zip(axes[:, 0], shown):
         # one collection per kind, not a line per request, which took seconds to draw
         waiting: list = []

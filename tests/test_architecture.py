@@ -27,16 +27,16 @@ ENGINE_LAYERS = {
 ADVISOR_LAYERS = (
     {"errors", "flags"},
     {"rundata"},
+    {"flag_groups"},  # option groups every verb declares alike: engine, model, SLO
     {"output"},  # the console, the reports built from run data
     {"measure"},
     {"probe"},
     {"deploy"},  # the advice as commands and manifests
-    {"vllm_engine"},  # real vLLM started here: found, its model written, the deploy commands
+    {"engines"},  # what starts what is measured: the bundled engine, vLLM, a given deployment
     {"decide", "goodput"},  # the advice; what runs say of each placement's goodput
     {"conclude"},  # evidence to a written recommendation: every way to advice ends there
     {"sweep", "plan", "imports"},  # measured, simulated and imported, side by side
-    {"serve", "proxy", "testing"},
-    {"started_vllm"},  # bench, serve and probe on a vLLM started here
+    {"verbs", "proxy", "testing"},  # bench, probe and serve on a URL or an engine started here
     {"cli"},
 )
 # NOTE: the planner, the advice and the CLI's start too: `advisor plan` and every bad-flag

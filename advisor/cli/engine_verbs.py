@@ -7,14 +7,14 @@ from advisor.cli.app import user_errors
 from advisor.cli.params import options_command
 from advisor.measure.bench_options import BenchOptions
 from advisor.proxy import ProxyOptions
-from advisor.serve import ServeOptions
+from advisor.verbs.serve import ServeOptions
 
 
 @options_command(ServeOptions)
 def serve(opts: ServeOptions) -> None:
     """Run the bundled engine (collocated, disaggregated), a render server, or the same on vLLM,
     until ^C."""
-    from advisor.started_vllm import serve as run_serve
+    from advisor.verbs.serve import serve as run_serve
 
     with user_errors():
         run_serve(opts)
@@ -32,7 +32,7 @@ def proxy(opts: ProxyOptions) -> None:
 @options_command(BenchOptions)
 def bench(opts: BenchOptions) -> None:
     """Measure an OpenAI-compatible endpoint under a workload (flags as in `vllm bench serve`)."""
-    from advisor.started_vllm import bench as run_bench
+    from advisor.verbs.bench import bench as run_bench
 
     with user_errors():
         run_bench(opts)

@@ -30,7 +30,7 @@ def _parameters(cls) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(cls)
     out = []
     for name, (f, flag) in flags(cls).items():
-        kind = str if flag.parse else _cli_type(hints[name])
+        kind = list[str] if flag.words else str if flag.parse else _cli_type(hints[name])
         default = None if typing.get_origin(kind) is list or flag.parse else f.default
         opt = typer.Option(default, *flag.decls, help=flag.help, envvar=flag.envvar,
                            min=flag.min, max=flag.max)
@@ -45,11 +45,12 @@ def options_of(cls, given: dict, ctx: typer.Context | None):
         v = given[name]
         if flag.words:
             assert ctx is not None  # a command with word flags is given its context
-            v = tuple(slo_items(v, ctx)) or f.default
-        elif flag.parse:
-            v = flag.parse(v)
+            items = slo_items(v, ctx)
+            v = flag.parse(items) if flag.parse else tuple(items) or f.default
         elif v is None:
             v = f.default
+        elif flag.parse:
+            v = flag.parse(v)
         elif isinstance(v, list):
             v = tuple(v)
         values[name] = v

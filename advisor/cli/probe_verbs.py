@@ -12,7 +12,7 @@ from advisor.probe.options import ProbeOptions
 @options_command(ProbeOptions)
 def probe(opts: ProbeOptions) -> None:
     """Hardware and transfer checks: GPUs, P2P matrix, measured links, a live transfer check."""
-    from advisor.started_vllm import probe as run_probe
+    from advisor.verbs.probe import probe as run_probe
 
     with user_errors():
         run_probe(opts)

@@ -26,7 +26,7 @@ def compare(ev: Evidence, dis: PlacementEvidence, c: float, d: float) -> Compari
         return said(True, f"confident: the goodput {shown} do not overlap")
     more = ""
     if col.attainment_ci and dis.attainment_ci and col.requests_at_rate:
-        more = _what_would_separate(col, dis, ev.slo.attainment)
+        more = _what_would_separate(col, dis, ev.attainment)
     stopped = f"; {ev.search_stopped}" if ev.search_stopped else ""
     return said(confident, f"within noise: the goodput {shown} overlap{more}{stopped}")
 

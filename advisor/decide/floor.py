@@ -9,6 +9,9 @@ from collections.abc import Sequence
 from advisor.decide.thresholds import Thresholds
 from advisor.rundata.evidence import Evidence, PlacementEvidence
 from advisor.rundata.fmt import fmt_ms
+from advisor.rundata.slo import Metric
+
+BINDING: tuple[Metric, ...] = ("ttft", "itl")  # what the unloaded floor can miss
 
 
 def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] | None:
@@ -20,7 +23,7 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
     met it at any rate tried; then, where the runs' decode steps ran `t.host_slowed` times
     the calibrated ones or slower, that too (`slowdown_note`).
     """
-    slo = {"ttft": ev.slo.ttft_ms, "itl": ev.slo.itl_ms}
+    slo = ev.slo
     cal = ev.calibration
     floor = cal.floors(ev.workload.mean_prompt_tokens) if cal else {}
     where = f" here in {cal.dtype}" if cal and cal.dtype else " here"
@@ -29,9 +32,9 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
              "itl": "a looser ITL SLO, a smaller model"}
     measured = [p for p in (ev.collocated, ev.disaggregated)
                 if p is not None and p.max_goodput_rps is not None]
-    missed: list[str] = [m for m in ("ttft", "itl") if m in floor and floor[m] > slo[m]]
+    missed: list[Metric] = [m for m in BINDING if m in floor and floor[m] > slo.ms(m)]
     if missed:
-        facts = [f"{m}:{slo[m]:g} is binding, {unloaded[m]} is {fmt_ms(floor[m])}{where}"
+        facts = [f"{m}:{slo.ms(m):g} is binding, {unloaded[m]} is {fmt_ms(floor[m])}{where}"
                  for m in missed]
         head = "the SLO cannot be met even by one request alone"
         floor_missed = True
@@ -45,24 +48,24 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
         # each placement's worst metric against its SLO; the closest placement names it
         seen = {"ttft": ("median TTFT", "median_ttft_ms"), "itl": ("p99 ITL", "p99_itl_ms")}
         _, m, value, near = min(
-            max((_num(getattr(p, seen[m][1])) / slo[m], m, getattr(p, seen[m][1]), p.placement)
-                for m in slo) for p in measured)
+            max((_num(getattr(p, seen[m][1])) / slo.ms(m), m, getattr(p, seen[m][1]), p.placement)
+                for m in BINDING) for p in measured)
         missed = [m]
         on = f" on {near}" if near and len(measured) > 1 else ""
-        facts = [f"{m}:{slo[m]:g} is binding, {seen[m][0]} was {fmt_ms(_num(value))} at best{on}"
+        facts = [f"{m}:{slo.ms(m):g} is binding, {seen[m][0]} was {fmt_ms(_num(value))} at best{on}"
                  + (f" ({unloaded[m]} is {fmt_ms(floor[m])}{where})" if floor else "")]
-        if _num(value) <= slo[m]:  # pooled it meets: the requests that miss are too many
+        if _num(value) <= slo.ms(m):  # pooled it meets: the requests that miss are too many
             att = next(p.attainment_at_rate for p in measured if p.placement == near)
-            facts = [f"{m}:{slo[m]:g} is binding for each request (the SLO holds per request: "
+            facts = [f"{m}:{slo.ms(m):g} is binding for each request (the SLO holds per request: "
                      f"{'its own p99 gap' if m == 'itl' else 'its own TTFT'}); pooled, "
                      f"{seen[m][0]} was {fmt_ms(_num(value))} at best{on}, but only "
                      f"{_num(att):.0%} of requests met every SLO there, under the "
-                     f"{ev.slo.attainment:.0%} needed"]
+                     f"{ev.attainment:.0%} needed"]
         head = ("neither placement meets" if len(measured) > 1 else "no placement meets") + \
             " the SLO at any rate tried"
         floor_missed = False
         fixes = {m: f + ", lower rates (--start-rate)" for m, f in fixes.items()}
-        if kept := behind_facts(measured, ev.slo.attainment, ev.workload.multi_turn):
+        if kept := behind_facts(measured, ev.attainment, ev.workload.multi_turn):
             facts = [kept]
             fixes = dict.fromkeys(missed, "lower rates (--start-rate)")
         if failed := [p for p in measured if p.failed_at_rate]:

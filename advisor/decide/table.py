@@ -241,7 +241,7 @@ def _measured(ev: Evidence, t: Thresholds, fired: dict[str, Row], split: str,
         why = [f"{seen} goodputs are within {t.goodput_margin:.0%} ({c:.3g} vs {d:.3g} "
                "req/s): the rules decide"]
     why.append(comparison.confidence)
-    behind = behind_note([ev.collocated, dis], ev.slo.attainment, ev.workload.multi_turn)
+    behind = behind_note([ev.collocated, dis], ev.attainment, ev.workload.multi_turn)
     if behind:
         why.append(behind)
     return action, why, comparison

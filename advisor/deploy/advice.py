@@ -25,7 +25,7 @@ from advisor.errors import UsageError
 from advisor.probe.p2p import P2PMatrix
 from advisor.probe.p2p_pairs import pairs_text, place
 from advisor.probe.shapes import HF_NAMES, shape_of
-from advisor.rundata.recommendation import Deployment, DeployPlan, Recommendation
+from advisor.rundata.recommendation import DeployCommands, DeployPlan, Recommendation
 
 ACTION_PLAN = {"disaggregate": "disaggregated",
                "disaggregate-bidirectional": "disaggregated-bidirectional",
@@ -73,7 +73,7 @@ def parsers_for(model: str | None) -> tuple[str, ...]:
 
 def section(rec: Recommendation, collocated_name: str | None, disagg_name: str | None,
             model: str | None, where: Where = Where(), frontend_cpu_ms: float | None = None,
-            peak_rps: float | None = None) -> Deployment:
+            peak_rps: float | None = None) -> DeployCommands:
     """The commands for every placement measured (shaped as measured: `collocated-N`,
     `disagg-XpYd`), the recommended one named (None where the advice is no placement:
     measure-first). ValueError where the GPUs given are too few or not in the matrix."""
@@ -114,7 +114,7 @@ def section(rec: Recommendation, collocated_name: str | None, disagg_name: str |
         plans.append(render_split(name, groups, frontend_cpu_ms, peak_rps,
                                   parsers_for(model), site, tp, runtime))
         used |= set(gpus)
-    return Deployment(name, sorted(used), ACTION_PLAN.get(action), plans,
+    return DeployCommands(name, sorted(used), ACTION_PLAN.get(action), plans,
                       notes + _action_notes(action, site))
 
 
@@ -209,7 +209,7 @@ def tps(name: str | None, default: int) -> tuple[int, int]:
 
 
 def from_evidence(rec: Recommendation, ev, model: str | None, where: Where = Where(),
-                  came: Origin | None = None, run_path: str | None = None) -> Deployment:
+                  came: Origin | None = None, run_path: str | None = None) -> DeployCommands:
     """`section` for a sweep's or plan's evidence (advisor.rundata.evidence.Evidence), its
     P/D placed on the P2P matrix the evidence recorded unless `where` names one; said to be
     measured elsewhere (`measured_elsewhere`) where `came` is not `model` on GPUs."""
@@ -224,8 +224,8 @@ def from_evidence(rec: Recommendation, ev, model: str | None, where: Where = Whe
     return measured_elsewhere(out, came, model, run_path) if came else out
 
 
-def measured_elsewhere(d: Deployment, came: Origin, model: str | None,
-                       run_path: str | None) -> Deployment:
+def measured_elsewhere(d: DeployCommands, came: Origin, model: str | None,
+                       run_path: str | None) -> DeployCommands:
     """`d` saying where its evidence came from, and, where that is not `model` on GPUs, that
     its commands are the favoured placement's shape only, with the commands that would
     measure or predict the real target."""

@@ -9,7 +9,7 @@ import yaml
 
 from advisor.deploy.pods import DEFAULT_CLUSTER, Cluster, engine_pod
 from advisor.deploy.shell import comment
-from advisor.rundata.recommendation import Command, Deployment, DeployPlan
+from advisor.rundata.recommendation import Command, DeployCommands, DeployPlan
 
 PART_OF = "advisor"
 SIDE_PORT = 5600  # NIXL's side channel in every pod (one instance per pod)
@@ -27,7 +27,7 @@ def yaml_docs(docs: list[dict]) -> str:
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
 
 
-def chosen(deploy: Deployment) -> DeployPlan:
+def chosen(deploy: DeployCommands) -> DeployPlan:
     """The plan a manifest deploys: the recommended one, else the measured P/D, else the
     first (the advice named none: measure-first)."""
     by = {p.placement: p for p in deploy.plans}
@@ -94,7 +94,7 @@ def _tier(name: str, image: str, c: Command, argv: list[str], replicas: int, gpu
                       "ports": [{"name": "http", "port": port, "targetPort": "http"}]}}]
 
 
-def as_k8s(deploy: Deployment, cluster: Cluster = DEFAULT_CLUSTER,
+def as_k8s(deploy: DeployCommands, cluster: Cluster = DEFAULT_CLUSTER,
            front_image: str = "advisor") -> str:
     """Multi-document YAML for the chosen plan: each tier a Deployment (replicas: its
     instances) and a Service, P/D pods with NIXL's side channel on their pod IP, and the
@@ -143,7 +143,7 @@ def _front(plan: DeployPlan, urls: dict[str, str]) -> list[str] | None:
     return None
 
 
-def header_notes(deploy: Deployment, cluster: Cluster) -> list[str]:
+def header_notes(deploy: DeployCommands, cluster: Cluster) -> list[str]:
     """Where the advice was measured (and that it was elsewhere, where it was), and what the
     pods assume of the cluster."""
     out = [n for n in deploy.notes if n.startswith("MEASURED ELSEWHERE")]

@@ -27,7 +27,7 @@ from advisor.deploy.kube import (
 from advisor.deploy.pods import DEFAULT_CLUSTER, Cluster, engine_pod
 from advisor.deploy.shell import comment
 from advisor.rundata.evidence import Evidence
-from advisor.rundata.recommendation import Command, Deployment
+from advisor.rundata.recommendation import Command, DeployCommands
 
 GAIE_VERSION = "v1.5.0"
 ROUTER_CHART = "oci://registry.k8s.io/gateway-api-inference-extension/charts/standalone"
@@ -111,7 +111,7 @@ def picker_config(pd: bool, tokens: int) -> str:
     return yaml_docs([cfg])
 
 
-def as_llmd(deploy: Deployment, cluster: Cluster = DEFAULT_CLUSTER,
+def as_llmd(deploy: DeployCommands, cluster: Cluster = DEFAULT_CLUSTER,
             at: Threshold | None = None) -> str:
     """The router's chart values (the first document) and the model servers' Deployments
     (the rest) for the chosen plan; ValueError where it has no vLLM servers."""

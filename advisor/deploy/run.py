@@ -17,7 +17,7 @@ from advisor.flags import option
 from advisor.probe import p2p
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.model_name import checked_model
-from advisor.rundata.recommendation import Deployment
+from advisor.rundata.recommendation import DeployCommands
 from advisor.rundata.rundir import MANIFEST, RunDir
 
 FORMATS = ("sh", "json", "k8s", "llm-d")
@@ -92,7 +92,7 @@ def where(opts: DeployOptions, tp: int) -> Where:
     return Where(gpus, site, matrix, opts.proxy, tp)
 
 
-def run_deploy(source: str, opts: DeployOptions) -> Deployment:
+def run_deploy(source: str, opts: DeployOptions) -> DeployCommands:
     """Print the commands for a finished run's placements (the recommended one marked) in
     the format asked; UsageError naming the bad flag."""
     run_dir = RunDir.existing(source)

@@ -3,7 +3,7 @@ process but the last in the background, each command under the host it runs on."
 
 from __future__ import annotations
 
-from advisor.rundata.recommendation import Deployment
+from advisor.rundata.recommendation import DeployCommands
 
 
 def comment(text: str) -> str:
@@ -13,7 +13,7 @@ def comment(text: str) -> str:
     return "# " + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
-def as_shell(deploy: Deployment) -> str:
+def as_shell(deploy: DeployCommands) -> str:
     """The script, with what it assumes as comment lines."""
     lines = [comment(f"{deploy.model} on GPUs {','.join(map(str, deploy.gpus))}")]
     if deploy.measured_on and not deploy.elsewhere:

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from advisor.engines.placement import Placement
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
-from advisor.goodput.placements import Placement
 from advisor.measure.failures import commonest
 from advisor.measure.prom import FRONTEND_CPU, PROCESS_CPU, Sample, transfer_of
 from advisor.measure.transfer import link_class, verdict
@@ -24,11 +24,11 @@ from advisor.rundata.evidence import (
     FrontendEvidence,
     KVTransferEvidence,
     PlacementEvidence,
-    SloEvidence,
     TurnEvidence,
     WorkloadEvidence,
 )
 from advisor.rundata.rundir import RunDir
+from advisor.rundata.slo import Slo
 from advisor.rundata.stats import Intervals
 from engine.api import TextTokenizer, check_history
 
@@ -40,7 +40,7 @@ class EvidenceOptions(Protocol):
     SLO and where it is judged, and, for the bundled engine, what its KV crossed."""
 
     @property
-    def slos(self) -> dict[str, float]: ...
+    def judged_slo(self) -> Slo: ...
     @property
     def attainment(self) -> float: ...
     @property
@@ -270,17 +270,17 @@ def build_evidence(opts: EvidenceOptions, placements: list[Placement],
     (the calibrated floor missed the SLO), the calibration and the sized prompt alone.
     `stopped`: why the search ended before the placements' intervals parted, if not by
     the measurements (the time budget)."""
-    slos = opts.slos
     col = next((p for p in placements if p.kind == "collocated"), None)
     dis = next((p for p in placements if p.kind == "disagg" and not p.bidirectional), None)
     bid = next((p for p in placements if p.bidirectional), None)
     split = next((p for p in placements if p.kind == "render-split"), None)
     lead = col or dis or placements[0]
     pd = dis or bid  # the P/D whose KV transfers are judged
-    slo = SloEvidence(**{f"{k}_ms": v for k, v in slos.items()}, attainment=opts.attainment)
+    slo = opts.judged_slo
     if not grid:
         prompt = prompt_tokens or 0.0
-        return Evidence(slo=slo, collocated=PlacementEvidence(placement=col.name if col else None),
+        return Evidence(slo=slo, attainment=opts.attainment,
+                        collocated=PlacementEvidence(placement=col.name if col else None),
                         disaggregated=PlacementEvidence(placement=dis.name) if dis else None,
                         workload=WorkloadEvidence(mean_prompt_tokens=prompt, concurrency=0.0,
                                                   prefill_ms=calibration.ttft_at(prompt)
@@ -292,7 +292,7 @@ def build_evidence(opts: EvidenceOptions, placements: list[Placement],
         return _side(run_dir, p, done[p.name], rate, calibration) if p else None
 
     return Evidence(
-        slo=slo,
+        slo=slo, attainment=opts.attainment,
         collocated=side(col) or PlacementEvidence(),
         disaggregated=side(dis),
         kv_transfer=_kv(opts, run_dir, pd, done[pd.name]) if pd else None,

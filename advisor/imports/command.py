@@ -12,9 +12,9 @@ import dataclasses
 import json
 
 from advisor.conclude import conclude
+from advisor.engines.placement import Placement
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, outcome_of
-from advisor.goodput.placements import Placement
 from advisor.imports.discover import runs_at
 from advisor.imports.found import NEVER_KEPT, Found
 from advisor.imports.options import ImportOptions, parse_placement
@@ -75,7 +75,7 @@ def run_import(opts: ImportOptions, argv: list[str] | None = None) -> Imported:
             result = _result(f, p, opts)
             run_dir.write_run(result)
             assert f.rate is not None  # discover refuses a run without one
-            done[p.name].append(outcome_of(result, f.rate, opts.attainment, opts.slos["itl"]))
+            done[p.name].append(outcome_of(result, f.rate, opts.attainment, opts.slo.itl_ms))
     # imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.from_runs import build_evidence
 
@@ -107,7 +107,7 @@ def _result(f: Found, p: Placement, opts: ImportOptions) -> RunResult:
     rows = [record_row(r, start) for r in f.records]
     firsts = sorted(r.scheduled for r in f.records if r.turn == 0)
     return RunResult.of(
-        summarize(f.records, f.duration, opts.slos, PERCENTILES), rows, topology=p.name,
+        summarize(f.records, f.duration, opts.slo, PERCENTILES), rows, topology=p.name,
         kind=p.kind, request_rate=f.rate, num_prompts=len(f.records), workload="imported",
         workload_params={"tool": f.tool, "max_concurrency": f.max_concurrency},
         multi_turn=any(r.turn > 0 for r in f.records),

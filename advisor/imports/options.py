@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
+from advisor.flag_groups import slo_option
 from advisor.flags import option
-from advisor.measure.stats import DEFAULT_SLO, check_judged, parse_slos
+from advisor.measure.stats import check_judged
+from advisor.rundata.slo import DEFAULT_SLO, Slo
 
 KINDS = ("collocated", "disagg")
 
@@ -20,8 +22,7 @@ class ImportOptions:
             "collocated or disagg (or starts with one: collocated-4); PATH a file or "
             "directory of vLLM --save-detailed results, aiperf profile_export.jsonl or "
             "guidellm benchmarks.json; @RATE only for a file that does not say its rate")
-    slo: tuple[str, ...] = option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)",
-                                  words=True)
+    slo: Slo = slo_option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)")
     attainment: float = option(0.9, "share of requests that must meet every SLO")
     operating_rate: float | None = option(None, "your production rate (req/s)")
     model: str | None = option(None, "the model served, for the deploy commands (default: "
@@ -38,11 +39,12 @@ class ImportOptions:
     dtype: str = "bfloat16"
 
     @property
-    def slos(self) -> dict[str, float]:
-        return parse_slos(list(self.slo), "--slo")
+    def judged_slo(self) -> Slo:
+        """The SLO runs are judged against."""
+        return self.slo
 
     def validate(self) -> None:
-        check_judged(self.slos, self.attainment, self.operating_rate)
+        check_judged(self.slo, self.attainment, self.operating_rate)
         if not self.placement:
             raise UsageError("--placement: give at least one, e.g. --placement "
                              "collocated=DIR --placement disagg=DIR")

@@ -26,7 +26,7 @@ from advisor.measure.ready import (
 )
 from advisor.measure.records import ClientRun, Endpoint
 from advisor.measure.selfcheck import client_check
-from advisor.measure.stats import METRICS, parse_percentiles, parse_slos, summarize
+from advisor.measure.stats import METRICS, parse_percentiles, summarize
 from advisor.measure.urls import check_url
 from advisor.measure.workers import default_workers
 from advisor.measure.workload_run import max_send_lateness_ms, measure, record_row
@@ -52,8 +52,8 @@ def _resolved(opts: BenchOptions) -> BenchOptions:
     return dataclasses.replace(opts, base_url=f"http://{host}:{opts.port or 8000}")
 
 
-def _checked(opts: BenchOptions) -> tuple[dict[str, float], list[float], tuple[str, ...]]:
-    """Validate options, naming the bad flag; returns (SLOs, percentiles, metrics)."""
+def _checked(opts: BenchOptions) -> tuple[list[float], tuple[str, ...]]:
+    """Validate options, naming the bad flag; returns (percentiles, metrics)."""
     check_url("--base-url", opts.base_url)
     if opts.backend not in BACKENDS:
         raise UsageError(f"--backend {opts.backend!r} is not one here; one of "
@@ -86,7 +86,7 @@ def _checked(opts: BenchOptions) -> tuple[dict[str, float], list[float], tuple[s
     if bad or not metrics:
         raise UsageError(f"--percentile-metrics: {', '.join(bad) or 'empty'}; choose from "
                          f"{', '.join(METRICS)}")
-    return parse_slos(list(opts.goodput)), parse_percentiles(opts.metric_percentiles), metrics
+    return parse_percentiles(opts.metric_percentiles), metrics
 
 
 def build_workload(opts: BenchOptions) -> Workload:
@@ -131,7 +131,7 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None,
     """Run the benchmark the options describe; print it, save it when asked, return it.
     `engine`: the engine this process started to measure, for the manifest."""
     opts = _resolved(opts)
-    slos, percentiles, metrics = _checked(opts)
+    percentiles, metrics = _checked(opts)
     workload = build_workload(opts)
     if opts.export_trace:
         traces.save(traces.from_workload(workload), opts.export_trace, "mooncake")
@@ -152,7 +152,7 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None,
              "manifest": Manifest.new(opts.seed, dataclasses.asdict(opts) | {"api_key": None},
                                      argv, engine=engine).to_json()}
     result = RunResult.of(
-        summarize(run.records, run.duration, slos, percentiles, metrics),
+        summarize(run.records, run.duration, opts.goodput, percentiles, metrics),
         [record_row(r, run.start) for r in run.records], bench,
         request_rate=rate if rate is None or math.isfinite(rate) else "inf",
         num_prompts=workload.num_requests, workload=workload.name, workload_params=workload.params,
@@ -164,7 +164,7 @@ def run_bench(opts: BenchOptions, argv: list[str] | None = None,
         result.write(Path(opts.result_dir))
     shown = result.to_json()
     console.print_summary(shown, metrics, percentiles, result.pace(),
-                          failure=commonest(result.records or [])[1])
+                          failure=commonest(result.records or [])[1], slo=opts.goodput)
     if opts.save_result:
         _save_vllm(opts, run, shown, model, rate)
     return result

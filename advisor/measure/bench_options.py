@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.flag_groups import EngineKind, engine_option, model_option, slo_option
 from advisor.flags import option
 from advisor.measure.records import COMPLETIONS
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
+from advisor.rundata.slo import Slo
 from workloads.presets import PRESETS
 
 DATASETS = ("random",)
@@ -19,16 +21,19 @@ class BenchOptions:
     """`advisor bench`'s options, named as `vllm bench serve` names them."""
 
     base_url: str = option("http://127.0.0.1:8000", "server base URL")
-    engine: str | None = option(None, "start the server and measure it instead: vllm (one "
-                                      "instance of --model, default mini, as the sweep starts "
-                                      "it; from PATH or .tools/vllm)")
+    # None: measure --base-url
+    engine: EngineKind | None = engine_option(
+        None, "start the server here and measure it instead: bundled or vllm (one instance of "
+              "--model, as the sweep starts it; vLLM from PATH or .tools/vllm)")
     host: str | None = option(None, "server host, with --port instead of --base-url")
     port: int | None = option(None, "server port, with --host instead of --base-url")
     backend: str = option("openai", f"vLLM's request kind: {', '.join(BACKENDS)} (openai-chat "
                                     "wants --endpoint /v1/chat/completions)")
     endpoint: str = option(COMPLETIONS, "/v1/completions or /v1/chat/completions")
-    # None: the first model the server lists
-    model: str | None = option(None, "model name (default: the first the server lists)")
+    # None: the first model the server lists (--engine: the engine's default model)
+    model: str | None = model_option("model name (default: the first the server lists; "
+                                     "--engine: the model to start, default small, or mini "
+                                     "on vllm)")
     dataset: str = option("random", "dataset: random", "--dataset", "--dataset-name")
     random_input_len: int = option(1024, "random: prompt tokens", "--random-input-len",
                                    "--input-len")
@@ -50,8 +55,9 @@ class BenchOptions:
     workers: int | None = option(None, "client processes, requests dealt among them (default: "
                                        "1 on a host of 2 cores or fewer, else half its cores, "
                                        "up to 8)", min=1)
-    goodput: tuple[str, ...] = option((), "SLOs in ms: ttft:2000 itl:50 tpot:30 e2el:...",
-                                      words=True)
+    # None: every completed request is good
+    goodput: Slo | None = slo_option(None, "SLOs in ms: ttft:2000 itl:50 tpot:30 e2el:...",
+                                     "--goodput")
     percentile_metrics: str = option("ttft,tpot,itl", "of ttft,tpot,itl,e2el")
     metric_percentiles: str = option("99", "e.g. 50,90,99")
     seed: int = option(0, "workload seed")

@@ -15,10 +15,8 @@ import numpy as np
 from advisor.errors import UsageError
 from advisor.measure.confidence import intervals
 from advisor.measure.records import RequestRecord
+from advisor.rundata.slo import Slo
 from advisor.rundata.stats import METRICS, Intervals, Latency, RunStats, TurnStats
-
-DEFAULT_SLO = ("ttft:2000", "itl:50")  # the guide's: TTFT within 2 s, every gap within 50 ms
-
 
 
 def parse_rates(text: str | None) -> tuple[float, ...]:
@@ -29,31 +27,12 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
         raise UsageError(f"--rates {text!r}: expected comma-separated numbers") from None
 
 
-def parse_slos(items: list[str], flag: str = "--goodput") -> dict[str, float]:
-    """["ttft:2000", "itl:50"] (commas also split) -> {"ttft": 2000.0, "itl": 50.0}, in ms;
-    UsageError naming `flag` (the option they came from) when one is malformed."""
-    slos: dict[str, float] = {}
-    for item in (p for raw in items for p in raw.split(",") if p.strip()):
-        name, sep, value = item.strip().partition(":")
-        if not sep or name not in METRICS:
-            raise UsageError(f"{flag} item {item!r}: expected NAME:MS with NAME one of "
-                             f"{', '.join(METRICS)}")
-        try:
-            ms = float(value)
-        except ValueError:
-            raise UsageError(f"{flag} item {item!r}: {value!r} is not a number of ms") from None
-        if not ms > 0:
-            raise UsageError(f"{flag} item {item!r}: the limit must be > 0 ms")
-        slos[name] = ms
-    return slos
-
-
-def check_judged(slos: dict[str, float], attainment: float | None = None,
+def check_judged(slo: Slo, attainment: float | None = None,
                  operating_rate: float | None = None) -> None:
     """What every verb that decides asks of its SLO flags: ttft and itl among --slo (the
     decision table uses both), --attainment in (0, 1], --operating-rate > 0 (None: not
     checked, or not given); UsageError naming the flag."""
-    if "ttft" not in slos or "itl" not in slos:
+    if "ttft" not in slo or "itl" not in slo:
         raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
     if attainment is not None and not 0 < attainment <= 1:
         raise UsageError(f"--attainment must be in (0, 1], not {attainment}")
@@ -103,21 +82,22 @@ def latency(r: RequestRecord) -> RequestLatency | None:
     return RequestLatency(ttft, e2el, np.diff(r.chunks), tpot)
 
 
-def is_good(lat: RequestLatency | None, slos: dict[str, float]) -> bool:
-    """Whether a request met every SLO (ms). A failed request (None) never does."""
+def is_good(lat: RequestLatency | None, slo: Slo | None) -> bool:
+    """Whether a request met every objective of `slo` (None: none to meet). A failed
+    request (None) never does."""
     if lat is None:
         return False
     got = _judged(lat)
-    return all(got[k] * 1000 <= v for k, v in slos.items())
+    return slo is None or all(got[o.metric] * 1000 <= o.ms for o in slo)
 
 
-def slo_scale(lat: RequestLatency | None, slos: dict[str, float]) -> float:
+def slo_scale(lat: RequestLatency | None, slo: Slo) -> float:
     """The least multiple of every SLO that a request met: its figure over the SLO, the
     largest of them (at most 1 where `is_good`); infinite for a failed request."""
     if lat is None:
         return math.inf
     got = _judged(lat)
-    return max(got[k] * 1000 / v for k, v in slos.items())
+    return max(got[o.metric] * 1000 / o.ms for o in slo)
 
 
 def _judged(lat: RequestLatency) -> dict[str, float]:
@@ -139,7 +119,7 @@ def _latency(values_s: list[float] | np.ndarray, percentiles: list[float]) -> La
 def summarize(
     records: list[RequestRecord],
     duration: float,
-    slos: dict[str, float],
+    slo: Slo | None,
     percentiles: list[float],
     metrics: tuple[str, ...] = METRICS,
 ) -> RunStats:
@@ -149,7 +129,7 @@ def summarize(
     runs = [r for r in records if not r.warmup]
     lats = [latency(r) for r in runs]
     done = [(r, lat) for r, lat in zip(runs, lats) if lat is not None]
-    good = sum(is_good(lat, slos) for lat in lats)
+    good = sum(is_good(lat, slo) for lat in lats)
     out_tokens = sum(r.output_tokens for r, _ in done)
     in_tokens = sum(r.prompt_tokens for r, _ in done)
     duration = max(duration, 1e-9)
@@ -160,7 +140,7 @@ def summarize(
         "itl": np.concatenate([lat.itls for _, lat in done]) if done else [],
     }
     multi = any(r.turn > 0 for r in runs)
-    ci = intervals([is_good(lat, slos) for lat in lats],
+    ci = intervals([is_good(lat, slo) for lat in lats],
                    [lat.ttft * 1000 if lat else None for lat in lats],
                    [list(lat.itls * 1000) if lat else [] for lat in lats],
                    [r.conversation_id for r in runs] if multi else None)
@@ -171,7 +151,7 @@ def summarize(
         output_tokens_from_usage=sum(r.token_source == "usage" for r, _ in done),
         request_throughput=len(done) / duration, output_throughput=out_tokens / duration,
         total_token_throughput=(out_tokens + in_tokens) / duration,
-        request_goodput=good / duration, good_requests=good, goodput_slos=slos,
+        request_goodput=good / duration, good_requests=good, goodput_slos=slo,
         latency={m: _latency(pools[m], percentiles) for m in metrics},
         per_turn=per_turn(runs) if multi else None, **pace_figures(runs, lats),
         ci95=Intervals(**ci))

@@ -13,6 +13,7 @@ from rich.table import Table
 from advisor.rundata.fmt import fmt_items
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import KEEP_PACE
+from advisor.rundata.slo import Slo
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
@@ -24,10 +25,11 @@ _MULTI_TURN_BEHIND = (" (over conversations): fewer were under way at once than 
 
 def print_summary(result: dict[str, Any], metrics: tuple[str, ...], percentiles: list[float],
                   pace: float | None = None, out: Console | None = None,
-                  failure: str | None = None) -> None:
+                  failure: str | None = None, slo: Slo | None = None) -> None:
     """The headline counts (with the commonest `failure`, where any failed) and
     throughputs (with the run's `pace`, `RunResult.pace`, where known and any request
-    completed), then one row per latency metric (ms), where any was measured."""
+    completed), goodput where judged against `slo`, then one row per latency metric (ms),
+    where any was measured."""
     out = out or Console()
     title = f"{result['model_id']} @ {result['base_url']}"
     rows = [("requests", f"{result['num_requests']} ({result['completed']} completed, "
@@ -45,9 +47,8 @@ def print_summary(result: dict[str, Any], metrics: tuple[str, ...], percentiles:
     check = result.get("client_check")
     if check:
         rows.append(("measuring client", client_line(check)))
-    if result["goodput_slos"]:
-        slo = " ".join(f"{k}:{v:g}" for k, v in result["goodput_slos"].items())
-        rows += [("SLO", f"{slo} ms (itl: each request's p99 gap)"),
+    if slo is not None:
+        rows += [("SLO", slo.stated),
                  ("SLO attainment", f"{result['slo_attainment']:.1%} of all requests"),
                  ("request goodput", f"{result['request_goodput']:.3f} req/s")]
     show_table(out, title, None, [list(r) for r in rows])

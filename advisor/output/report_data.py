@@ -20,7 +20,7 @@ from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import EVIDENCE, MANIFEST, RECOMMENDATION, RunDir
 from reports import model
-from reports.model import Column, Report
+from reports.model import Column, Report, SloLines
 
 BUSY_SHARE = 0.9  # a run that kept this share of the host's cores busy is marked
 
@@ -68,11 +68,13 @@ class _Read:
         return next((r.emulated for r in self.runs if r.emulated), None)
 
     @property
-    def slo(self) -> dict[str, float]:
-        """The SLOs in force ({"ttft_ms": ..., "itl_ms": ..., "attainment": ...})."""
-        if self.evidence is None:
-            return {}
-        return {k: v for k, v in dataclasses.asdict(self.evidence.slo).items() if v is not None}
+    def slo(self) -> SloLines:
+        """The SLO in force, as the report draws it (none without evidence)."""
+        ev = self.evidence
+        if ev is None:
+            return SloLines()
+        return SloLines(ev.slo.for_share(ev.attainment), ev.slo.get("ttft"), ev.slo.get("itl"),
+                        ev.attainment)
 
 
 def _optional(read, name: str, run_dir: RunDir, problems: list[str]):
@@ -296,7 +298,7 @@ def setup(data: _Read) -> list[tuple[str, str]]:
             f"{' (sized from the calibration)' if sized else ''}, seed {m.seed if m else None}",
         ),
         ("placements", ", ".join(data.placements())),
-        ("SLO", ", ".join(f"{k} {v}" for k, v in data.slo.items()) or "-"),
+        ("SLO", data.slo.text or "-"),
         (
             "KV link",
             f"{cfg.get('connector')}" + (f", emulated {data.emulated}" if data.emulated else ""),

@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from advisor.engines.placement import Placement, counts
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome
-from advisor.goodput.placements import Placement, counts
-from advisor.measure.stats import DEFAULT_SLO
 from advisor.output import console
 from advisor.plan import sim_runs
 from advisor.plan.loadfit import fit_to_runs, instances, requests_of
@@ -27,7 +26,8 @@ from advisor.probe.shapes import DTYPE_BYTES, shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import RunDataError
 from advisor.rundata.manifest import Manifest
-from advisor.rundata.rundir import RunDir
+from advisor.rundata.rundir import MANIFEST, RunDir
+from advisor.rundata.slo import DEFAULT_SLO, Slo
 from engine.api import EngineConfig
 
 GIB = 1 << 30
@@ -145,7 +145,9 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                   "vLLM's default token budget"
                 + ("" if dtype == ran else f", KV bytes in {dtype} (the deployment's dtype, "
                    f"{ran}, is not known here)"))
-    slo = tuple(m.sizing.slo if m.sizing else cfg.get("slo") or DEFAULT_SLO)
+    given = cfg.get("slo")
+    slo = m.sizing.slo if m.sizing else Slo.from_run_file(
+        given, f"{fitted_on.path / MANIFEST}: config.slo") if given else DEFAULT_SLO
     opts = PlanOptions(model=model, slo=slo, dtype=dtype,
                        attainment=cfg.get("attainment", 0.9),
                        operating_rate=cfg.get("operating_rate"),
@@ -166,7 +168,7 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
         p = next(x for x in placements if x.name == name)
         reqs = requests_of(run)
         system = systems[p.name]
-        sim = sim_runs.run(system, reqs, p, rate, opts.slos, opts.attainment, label,
+        sim = sim_runs.run(system, reqs, p, rate, opts.slo, opts.attainment, label,
                            run.described.workload or opts.workload,
                            run.described.workload_params)
         run_dir.write_run(sim.result)

@@ -115,7 +115,7 @@ def link(spec: str | None, p2p: bool, on: GPU) -> Link:
         lk = LINKS[name]
     else:
         try:
-            rate = parse_link(spec)  # as given: B is bytes, b bits
+            rate = parse_link(spec or name)  # as given: B is bytes, b bits
         except ValueError:
             raise ValueError(f"--link {spec!r}: expected one of {', '.join(LINKS)} or a rate "
                              "such as 25GBps or 100Gbps") from None

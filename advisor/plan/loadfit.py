@@ -9,9 +9,9 @@ import dataclasses
 
 import numpy as np
 
+from advisor.engines.placement import counts
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import COLLAPSE
-from advisor.goodput.placements import counts
 from advisor.measure.stats import latency
 from advisor.plan.simulate import simulate
 from advisor.plan.steptime import FittedStep

@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
+from advisor.flag_groups import slo_option
 from advisor.flags import option
-from advisor.measure.stats import DEFAULT_SLO, parse_rates, parse_slos
+from advisor.measure.stats import parse_rates
 from advisor.plan.hardware import GPUS
 from advisor.probe.shapes import SHAPE_ONLY
+from advisor.rundata.slo import DEFAULT_SLO, Slo
 from workloads.presets import PRESETS
 
 DEFAULT_MODEL = "qwen2.5-7b"
@@ -88,8 +90,7 @@ class PlanOptions:
                                          parse=_names)
     scale: float = option(1.0, "prompt length scale (1.25: long-prompt's ~8k tokens as ~10k)")
     output_scale: float = option(1.0, "output length scale (4: long-prompt's 256 as 1024)")
-    slo: tuple[str, ...] = option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)",
-                                  words=True)
+    slo: Slo = slo_option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)")
     attainment: float = option(0.9, "share of requests that must meet every SLO")
     rates: tuple[float, ...] = option((), "rates to simulate, e.g. 0.2,0.4,1 (default: a grid "
                                           "up to what the GPUs could prefill)", parse=parse_rates)
@@ -114,8 +115,9 @@ class PlanOptions:
     device: str = "cuda"
 
     @property
-    def slos(self) -> dict[str, float]:
-        return parse_slos(list(self.slo), "--slo")
+    def judged_slo(self) -> Slo:
+        """The SLO runs are judged against."""
+        return self.slo
 
     @property
     def requests(self) -> int:

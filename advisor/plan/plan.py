@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
+from advisor.engines.placement import Placement
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
-from advisor.goodput.placements import Placement
 from advisor.measure.stats import check_judged
 from advisor.output import console
 from advisor.output.progress import progress_bars
@@ -77,7 +77,7 @@ class _Setup:
 
 def _setup(o: PlanOptions) -> _Setup:
     """Everything the options name, checked: UsageError naming the flag otherwise."""
-    check_judged(o.slos)
+    check_judged(o.slo)
     for bad, what in ((o.gpus < 1, f"--gpus must be >= 1, not {o.gpus}"),
                       (o.requests < 10, f"--num-prompts must be >= 10, not {o.requests}"),
                       (any(r <= 0 for r in o.rates), "--rates must each be > 0")):
@@ -272,7 +272,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
             s.candidates, lambda c: cands.system(c, s.shape, s.gpu, s.link_for(c)[0],
                                                  s.weights, o.max_num_batched_tokens,
                                                  kv_dtype=s.kv),
-            s.spec, rates, o.slos, o.attainment, o.seed,
+            s.spec, rates, o.slo, o.attainment, o.seed,
             lambda what: bars.update(task, description=what))
     if screened:
         run_dir.update_manifest(screened={"requests_per_rate": screen.SCREEN_REQUESTS,
@@ -284,7 +284,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     done: dict[str, list[Outcome]] = {p.name: [] for p in placements}
     transfers: dict[str, list[Simulation]] = {p.name: [] for p in placements}
     frontier_rows: list = []  # (placement, rate, statistics, GPUs, met the SLO) per run
-    missed = [m for m, v in cal.floors(prompt).items() if v > o.slos[m]]
+    missed = [m for m, v in cal.floors(prompt).items() if v > o.slo.ms(m)]
     if missed:  # as the sweep: the floor misses the SLO, nothing to search
         rates = []
     with progress_bars() as bars:
@@ -298,7 +298,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
                     continue
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
                 reqs = sim_runs.requests(s.spec, rate, o.requests, seed_for(o.seed, rate))
-                sim = sim_runs.run(system, reqs, p, rate, o.slos, o.attainment, what,
+                sim = sim_runs.run(system, reqs, p, rate, o.slo, o.attainment, what,
                                    o.workload_name, _params(o))
                 run_dir.write_run(sim.result)
                 done[p.name].append(sim.outcome)

@@ -15,6 +15,7 @@ from advisor.measure.stats import is_good, latency, pace_figures, slo_scale
 from advisor.plan import sim_runs
 from advisor.plan.simulate import simulate
 from advisor.rundata.result import KEEP_PACE, RunResult
+from advisor.rundata.slo import Slo
 from advisor.rundata.stats import RunStats
 from workloads.presets import seed_for
 
@@ -24,7 +25,7 @@ FINALISTS = 3  # of each kind (collocated, disagg)
 
 
 def finalists(candidates: list, system_of: Callable, spec, rates: list[float],
-              slos: dict[str, float], attainment: float, seed: int,
+              slo: Slo, attainment: float, seed: int,
               progress: Callable[[str], None]) -> tuple[list, dict[str, float]]:
     """The candidates to simulate in full, in their order, and what the screening found of
     each (max goodput per GPU, req/s; empty when there was no screening)."""
@@ -33,7 +34,7 @@ def finalists(candidates: list, system_of: Callable, spec, rates: list[float],
     per_gpu: dict[str, float] = {}
     slack: dict[str, float] = {}  # the SLO multiple met at the best rate: lower is better
     for c in candidates:
-        best, slack[c.name] = _screen(c, system_of(c), spec, rates, slos, attainment, seed,
+        best, slack[c.name] = _screen(c, system_of(c), spec, rates, slo, attainment, seed,
                                       progress)
         per_gpu[c.name] = best / c.gpus
     keep: set[str] = set()
@@ -47,7 +48,7 @@ def finalists(candidates: list, system_of: Callable, spec, rates: list[float],
     return [c for c in candidates if c.name in keep], per_gpu
 
 
-def _screen(c, system, spec, rates: list[float], slos: dict[str, float], attainment: float,
+def _screen(c, system, spec, rates: list[float], slo: Slo, attainment: float,
             seed: int, progress: Callable[[str], None]) -> tuple[float, float]:
     """One placement's highest rate meeting the SLO in the screen (0 where none did), and
     the least multiple of the SLO met there (infinite where none did)."""
@@ -56,23 +57,23 @@ def _screen(c, system, spec, rates: list[float], slos: dict[str, float], attainm
     def meets(rate: float) -> bool:
         progress(f"screening {c.name} at {rate:g} req/s")
         reqs = sim_runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
-        met, scales[rate] = _judge(simulate(system, reqs), rate, slos, attainment)
+        met, scales[rate] = _judge(simulate(system, reqs), rate, slo, attainment)
         return met
 
     best = highest(rates, meets)
     return (0.0, math.inf) if best is None else (best, scales[best])
 
 
-def _judge(sim, rate: float, slos: dict[str, float], attainment: float) -> tuple[bool, float]:
+def _judge(sim, rate: float, slo: Slo, attainment: float) -> tuple[bool, float]:
     """Whether a screening run at `rate` met the SLO as a full one is judged (its
     attainment, and its pace: `RunResult.pace`, since a few hundred requests can arrive
     and be served before a growing queue or the rate's full load shows in their
     latencies), and the least multiple of the SLO that its `attainment` share of requests
     met."""
     lats = [latency(r) for r in sim.records]
-    scale = float(np.quantile([slo_scale(lat, slos) for lat in lats], attainment,
+    scale = float(np.quantile([slo_scale(lat, slo) for lat in lats], attainment,
                               method="inverted_cdf"))
-    share = float(np.mean([is_good(lat, slos) for lat in lats]))
+    share = float(np.mean([is_good(lat, slo) for lat in lats]))
     if share < attainment:
         return False, scale
     completed = sum(lat is not None for lat in lats)

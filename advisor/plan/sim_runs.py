@@ -13,8 +13,8 @@ import numpy as np
 
 from advisor.conclude import conclude
 from advisor.deploy.advice import Where
+from advisor.engines.placement import Placement
 from advisor.goodput.outcomes import Outcome, outcome_of
-from advisor.goodput.placements import Placement
 from advisor.measure.prom import TransferTotals
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.transfer import verdict
@@ -31,6 +31,7 @@ from advisor.rundata.evidence import (
 from advisor.rundata.recommendation import ParetoPoint, PlacementRank, Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
+from advisor.rundata.slo import Slo
 from workloads.spec import SyntheticSpec
 
 PERCENTILES = parse_percentiles("50,90,99")
@@ -54,17 +55,17 @@ class Simulated:
 
 
 def run(system: System, reqs: list[SimRequest], placement: Placement, rate: float,
-        slos: dict[str, float], attainment: float, label: str, workload: str,
+        slo: Slo, attainment: float, label: str, workload: str,
         params: dict) -> Simulated:
     """Simulate `reqs` on `system` as `placement` at `rate`; the result a sweep would write."""
     sim = simulate(system, reqs)
     rows = [record_row(r, sim.start) for r in sim.records]
     result = RunResult.of(
-        summarize(sim.records, sim.duration, slos, PERCENTILES), rows,
+        summarize(sim.records, sim.duration, slo, PERCENTILES), rows,
         topology=placement.name, kind=placement.kind, request_rate=rate,
         num_prompts=len(reqs), workload=workload, workload_params=params,
         arrival_offsets=[r.arrival - reqs[0].arrival for r in reqs], simulated=label)
-    return Simulated(result, outcome_of(result, rate, attainment, slos["itl"]), sim)
+    return Simulated(result, outcome_of(result, rate, attainment, slo.itl_ms), sim)
 
 
 def kv_evidence(sims: list[Simulation], bytes_per_token: int,

@@ -12,19 +12,8 @@ from typing import Any
 import numpy as np
 
 from advisor.rundata.files import read_json_object
+from advisor.rundata.slo import Metric, Slo
 from advisor.rundata.typed import from_json, to_json
-
-
-@dataclass(frozen=True)
-class SloEvidence:
-    """The SLOs the runs were judged against (ms), and the share of requests that must
-    meet every one."""
-
-    ttft_ms: float
-    itl_ms: float
-    attainment: float = 0.9  # share of requests that must meet every SLO
-    tpot_ms: float | None = None
-    e2el_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +213,7 @@ class Calibration:
         points = tuple((s, *_line(pts)) for s, pts in sorted(by_idle.items()))
         return ((0.0, 0.0, 0.0), *points) if points else ()
 
-    def floors(self, prompt_tokens: float) -> dict[str, float]:
+    def floors(self, prompt_tokens: float) -> dict[Metric, float]:
         """Each SLO metric's unloaded floor (ms): what one request alone gets."""
         return {"ttft": self.ttft_at(prompt_tokens), "itl": self.step_at(1)}
 
@@ -262,10 +251,11 @@ class ImportedEvidence:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a decision rests on: the SLO, each placement at the judged rate, the workload,
-    the transfer, the front end, the calibration."""
+    """What a decision rests on: the SLO (and the share of requests that must meet it),
+    each placement at the judged rate, the workload, the transfer, the front end, the
+    calibration."""
 
-    slo: SloEvidence
+    slo: Slo
     collocated: PlacementEvidence
     workload: WorkloadEvidence
     disaggregated: PlacementEvidence | None = None
@@ -280,14 +270,27 @@ class Evidence:
     search_stopped: str | None = None  # what ended the search short of parting the intervals
     p2p: P2PEvidence | None = None  # the GPUs' P2P matrix, where one was read
     imported: ImportedEvidence | None = None  # measured by another tool: by what, what is unknown
+    attainment: float = 0.9  # the share of requests that must meet every objective of `slo`
 
     def to_json(self) -> dict[str, Any]:
         return to_json(self)
 
     @classmethod
     def from_json(cls, data, file: str = "evidence") -> Evidence:
-        """Validated evidence; RunDataError names the file and the field."""
-        return from_json(cls, data, file)
+        """Validated evidence (older files' form too); RunDataError names the file and the
+        field."""
+        return from_json(cls, _upgraded(data), file)
+
+
+def _upgraded(data: Any) -> Any:
+    """Older evidence's SLO ({ttft_ms, itl_ms, attainment, ...}) in today's form."""
+    slo = data.get("slo") if isinstance(data, dict) else None
+    if not isinstance(slo, dict) or "objectives" in slo or "attainment" in data:
+        return data
+    limits = {k.removesuffix("_ms"): v for k, v in slo.items()
+              if k.endswith("_ms") and v is not None}
+    return {**data, "slo": limits, **({"attainment": slo["attainment"]}
+                                      if "attainment" in slo else {})}
 
 
 def load(path: str | Path) -> Evidence:

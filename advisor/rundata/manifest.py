@@ -23,6 +23,7 @@ from typing import Any
 
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import redacted_argv, redacted_config
+from advisor.rundata.slo import Slo
 from advisor.rundata.typed import from_json
 
 # what a run records of the packages it ran with, beside Python and itself
@@ -94,7 +95,7 @@ class Sizing:
     output_scale: float
     prompt_tokens: int
     output_tokens: int
-    slo: tuple[str, ...]
+    slo: Slo  # as widened to fit this machine, where it was
     start_rate: float  # req/s: where the rate search begins
     notes: tuple[str, ...] = ()
 
@@ -181,10 +182,7 @@ class Manifest:
     def from_json(cls, data: Any, file: str) -> Manifest:
         """RunDataError naming the file and the field when `data` is not a manifest."""
         manifest: Manifest = from_json(cls, data, file)
-        sizing = manifest.sizing
-        if sizing is not None:  # JSON has no tuples
-            sizing = dataclasses.replace(sizing, slo=tuple(sizing.slo), notes=tuple(sizing.notes))
-        return dataclasses.replace(manifest, sizing=sizing)
+        return manifest
 
 
 def _version(dist: str) -> str | None:

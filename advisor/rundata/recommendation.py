@@ -79,7 +79,7 @@ class DeployPlan:
 
 
 @dataclass(frozen=True)
-class Deployment:
+class DeployCommands:
     """The vLLM commands for every placement measured; `recommended` names the advised one
     (None when the advice is no placement, e.g. measure-first)."""
 
@@ -150,7 +150,7 @@ class Recommendation:
     calibration: str | None = None
     simulated: str | None = None  # what predicted it, when nothing was measured
     imported: str | None = None  # which tool measured it, and what its files do not say
-    deploy: Deployment | None = None
+    deploy: DeployCommands | None = None
     ranking: list[PlacementRank] | None = None  # `advisor plan`: placements by goodput per GPU
     # `advisor plan --calibrate`: predicted beside measured
     compare: list[dict[str, Any]] | None = None

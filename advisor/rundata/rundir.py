@@ -26,8 +26,10 @@ from advisor.rundata.result import RESULT, RunResult
 
 # 1: before the manifest said its format (the same files); 2: the manifest says "format";
 # 3: evidence.json carries `p2p` (the GPUs' P2P matrix and the pairs a placement uses);
-# 4: evidence.json carries `imported` (runs another tool measured: `advisor import`).
-FORMAT = 4
+# 4: evidence.json carries `imported` (runs another tool measured: `advisor import`);
+# 5: the SLO is a list of objectives (metric, ms, what it is judged on), the attainment
+# beside it in evidence.json; result.json's goodput_slos and the manifest's alike.
+FORMAT = 5
 MANIFEST, EVIDENCE, RECOMMENDATION, SUMMARY = ("manifest.json", "evidence.json",
                                                "recommendation.json", "summary.csv")
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.rundata.files import RunDataError
-from advisor.rundata.typed import from_json
+from advisor.rundata.slo import Slo
+from advisor.rundata.typed import from_json, to_json
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _LATENCY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
@@ -76,7 +77,7 @@ class RunStats:
     total_token_throughput: float | None = None
     request_goodput: float | None = None
     good_requests: int | None = None
-    goodput_slos: dict[str, float] | None = None
+    goodput_slos: Slo | None = None  # what a good request met (None: not judged)
     latency: dict[str, Latency] = field(default_factory=dict)  # metric -> its statistics
     per_turn: list[TurnStats] | None = None  # multi-turn runs
     # multi-turn: conversations' median lifetime, its first fifth's, how many completed
@@ -154,6 +155,8 @@ class RunStats:
                 flat[k] = v
             elif not (isinstance(v, (int, float, dict)) or v is None) or isinstance(v, bool):
                 raise RunDataError(f"{file}: {k} must be a number, not {v!r}")
+        if flat.get("goodput_slos") == {}:  # older files' form of no SLO
+            flat["goodput_slos"] = None
         for k in ("completed", "failed", "slo_attainment"):
             if flat.get(k) is None:
                 raise RunDataError(f"{file}: missing field {k!r}")
@@ -171,7 +174,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     is_record = dataclasses.is_dataclass(value) and not isinstance(value, type)
-    return dataclasses.asdict(value) if is_record else value
+    return to_json(value) if is_record else value
 
 
 def _numbers(flat: dict[str, Any]) -> dict[str, Any]:

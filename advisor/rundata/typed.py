@@ -18,7 +18,7 @@ from typing import Any
 from advisor.rundata.files import RunDataError
 
 _KINDS = {float: (int, float), int: (int,), str: (str,), bool: (bool,), dict: (dict,),
-          list: (list,)}
+          list: (list,), tuple: (list, tuple)}
 
 
 @cache
@@ -42,6 +42,9 @@ def _check(value: Any, hint: Any, file: str, path: str) -> Any:
                 pass
         return _check(value, kinds[-1], file, path)
     if dataclasses.is_dataclass(hint):
+        read = getattr(hint, "from_run_file", None)  # a type that reads older forms too
+        if read is not None:
+            return read(value, f"{file}: {path}")
         return from_json(hint, value, file, path)
     kind = origin or hint
     ok = _KINDS.get(kind, (object,))
@@ -49,6 +52,8 @@ def _check(value: Any, hint: Any, file: str, path: str) -> Any:
         raise RunDataError(f"{file}: {path} must be {_NAMES.get(kind, kind.__name__)}, "
                            f"not {value!r}")
     args = typing.get_args(hint)
+    if kind is tuple and isinstance(value, list | tuple):  # tuple[X, ...]: each item as X
+        return tuple(_check(v, args[0], file, f"{path}[{i}]") for i, v in enumerate(value))
     if isinstance(value, list) and args:
         return [_check(v, args[0], file, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict) and len(args) == 2:
@@ -57,7 +62,7 @@ def _check(value: Any, hint: Any, file: str, path: str) -> Any:
 
 
 _NAMES = {float: "a number", int: "an integer", str: "a string", bool: "true or false",
-          dict: "an object", list: "a list"}
+          dict: "an object", list: "a list", tuple: "a list"}
 
 
 def from_json(cls, data, file: str, path: str = ""):
@@ -84,5 +89,14 @@ def _join(path: str, name: str) -> str:
 
 
 def to_json(obj: Any) -> dict[str, Any]:
-    """A dataclass instance as a JSON-ready dict (nested dataclasses too)."""
-    return dataclasses.asdict(obj)
+    """A dataclass instance as a JSON-ready dict (nested dataclasses too; tuples as lists)."""
+    out: dict[str, Any] = _lists(dataclasses.asdict(obj))
+    return out
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_lists(v) for v in value]
+    return value

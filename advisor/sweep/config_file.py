@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,18 @@ def load(path: str) -> dict[str, Any]:
 
 
 def _typed(path: str, key: str, value: Any, f: dataclasses.Field[Any]) -> Any:
-    """`value` as the field's type: lists become tuples; a lone string a 1-tuple."""
+    """`value` as the field's type: through its flag's own parser where it has one (the SLO
+    from its NAME:MS items, --engine, --rates as text); lists become tuples; a lone string
+    a 1-tuple."""
+    flag = f.metadata.get("flag")
+    if flag is not None and flag.parse is not None:
+        if flag.words:
+            items = [value] if isinstance(value, str) else value
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise UsageError(f"--config {path}: {key} must be a list of NAME:MS texts")
+            return _parsed(path, flag.parse, items)
+        if isinstance(value, str):
+            return _parsed(path, flag.parse, value)
     if "tuple" in str(f.type):
         value = [value] if isinstance(value, str | int | float) else value
         if not isinstance(value, list):
@@ -64,6 +76,14 @@ def _typed(path: str, key: str, value: Any, f: dataclasses.Field[Any]) -> Any:
         raise UsageError(f"--config {path}: {key} must be of type {' or '.join(names)}, "
                          f"not {value!r}")
     return float(value) if names == ["float"] else value
+
+
+def _parsed(path: str, parse: Callable[[Any], Any], value: Any) -> Any:
+    """`parse(value)`, its UsageError naming the file as well as the option."""
+    try:
+        return parse(value)
+    except UsageError as e:
+        raise UsageError(f"--config {path}: {e}") from None
 
 
 _SCALARS: dict[str, type | tuple[type, ...]] = {"str": str, "float": (int, float), "int": int,

@@ -8,8 +8,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from advisor.engines.placement import Placement
 from advisor.goodput.outcomes import TOPPED_UP
-from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, frontend_of, read, scrape_text
 from advisor.measure.ready import check_fits
 from advisor.measure.records import Endpoint, RequestRecord
@@ -70,7 +70,7 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
     front = frontend_of(delta) if delta else None
     params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {})}
     return RunResult.of(
-        summarize(records, elapsed, opts.slos, opts.percentile_values), rows,
+        summarize(records, elapsed, opts.judged_slo, opts.percentile_values), rows,
         # the front end's CPU during this run, summed over instances (None: not reported)
         frontend_cpu=dataclasses.asdict(front) if front else None,
         metrics=delta.to_json() if delta else None, client_cpu_s=cpu,

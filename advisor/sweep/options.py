@@ -9,32 +9,28 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
+from advisor.engines.engine import Engine
+from advisor.engines.given import GivenDeployment, GivenEngine
+from advisor.engines.start import EngineHere, check_here, engine_here
+from advisor.engines.topologies import TopologySpec, parse_topologies
 from advisor.errors import UsageError
+from advisor.flag_groups import (
+    DEFAULT_MODELS,
+    EngineKind,
+    device_option,
+    dtype_option,
+    engine_option,
+    model_option,
+    slo_option,
+)
 from advisor.flags import option
-from advisor.goodput.placements import Placement
-from advisor.measure.stats import (
-    DEFAULT_SLO,
-    check_judged,
-    parse_percentiles,
-    parse_rates,
-    parse_slos,
-)
+from advisor.measure.stats import check_judged, parse_percentiles, parse_rates
 from advisor.measure.urls import check_url
-from advisor.sweep.topologies import (
-    Deployment,
-    EngineSettings,
-    TopologySpec,
-    at_urls,
-    bundled,
-    parse_topologies,
-)
-from advisor.vllm_engine.runtime import VLLM_DEFAULT_MODEL, check_model
-from engine.api import CONNECTORS, DTYPES, load_model_config, parse_emulation
+from advisor.rundata.slo import DEFAULT_SLO, Slo
+from engine.api import CONNECTORS, DTYPES, parse_emulation
 from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset, preset_spec
 from workloads.spec import Workload
 
-DEFAULT_MODEL = "small"  # the bundled engine's when --model is not given
-ENGINES = ("bundled", "vllm")
 DEFAULT_TOPOLOGIES = "collocated:2,disagg:1p1d"
 # a multi-turn preset also measures P/D with bidirectional transfer (the decision row needs it)
 MULTI_TURN_TOPOLOGIES = "collocated:2,disagg:1p1d,disagg-bidi:1p1d"
@@ -53,18 +49,17 @@ class SweepOptions:
     """`advisor sweep`'s options, each with its flag (advisor.flags)."""
 
     workload: str = option("long-prompt", f"workload preset: {', '.join(PRESETS)}")
-    engine: str = option("bundled", "the engine the sweep starts: bundled (this project's) or "
-                                    f"vllm (vLLM itself, from PATH or .tools/vllm; default "
-                                    f"model {VLLM_DEFAULT_MODEL})")
+    engine: EngineKind = engine_option(
+        "bundled", "the engine the sweep starts: bundled (this project's) or vllm (vLLM itself, "
+                   f"from PATH or .tools/vllm; default model {DEFAULT_MODELS['vllm']})")
     toy_proxy: str | None = option(None, "--engine vllm: front the disagg placement with vLLM's "
                                          "toy proxy (toy_proxy_server.py from a vLLM checkout, "
                                          "run by vLLM's Python) instead of advisor proxy")
-    # None: the sweep's default model (and a default SLO it may widen)
-    model: str | None = option(None, "preset name or a local HF model directory "
-                                     f"(default: {DEFAULT_MODEL})")
-    slo: tuple[str, ...] = option((), "SLOs in ms (default ttft:2000 itl:50, widened to what "
-                                      "this machine can meet unless --model is given)",
-                                  words=True)
+    # None: the engine's default model (and a default SLO it may widen)
+    model: str | None = model_option()
+    # None: DEFAULT_SLO, widened to what this machine can meet unless --model is given
+    slo: Slo | None = slo_option(None, "SLOs in ms (default ttft:2000 itl:50, widened to what "
+                                       "this machine can meet unless --model is given)")
     attainment: float = option(0.9, "share of requests that must meet every SLO")
     rates: tuple[float, ...] = option((), "a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)",
                                       parse=parse_rates)
@@ -102,9 +97,8 @@ class SweepOptions:
     output_scale: float | None = option(None, "output length scale (default: sized from the "
                                               "calibration)")
     # resolved once per sweep (engine.model.dtype); the manifest says why
-    dtype: str = option("auto", "engine dtype: auto (bfloat16 where fast here, else float32), "
-                                "float32, bfloat16, float16")
-    device: str = option("cpu", "cpu or cuda")
+    dtype: str = dtype_option()
+    device: str = device_option()
     start_rate: float | None = option(None, "search: first rate (req/s; default: where the "
                                             "calibration says collocated starts to miss)")
     max_steps: int = option(4, "search: doublings, and the bracket's extra steps")
@@ -130,7 +124,7 @@ class SweepOptions:
 
     def __post_init__(self) -> None:
         """The flags given as text, parsed here once: a bad one is a UsageError naming it."""
-        for parsed in ("slos", "percentile_values", "topology_specs"):
+        for parsed in ("percentile_values", "topology_specs"):
             getattr(self, parsed)
 
     @property
@@ -153,10 +147,10 @@ class SweepOptions:
         render = self.workload in CHAT_FRONTEND and self.engine == "bundled"
         return RENDER_SPLIT_TOPOLOGIES if render else DEFAULT_TOPOLOGIES
 
-    @cached_property
-    def slos(self) -> dict[str, float]:
-        """--slo: metric -> ms."""
-        return parse_slos(list(self.slo or DEFAULT_SLO), "--slo")
+    @property
+    def judged_slo(self) -> Slo:
+        """The SLO runs are judged against: --slo, else the default (as sized, once set)."""
+        return self.slo or DEFAULT_SLO
 
     @cached_property
     def percentile_values(self) -> list[float]:
@@ -168,11 +162,12 @@ class SweepOptions:
         return parse_topologies(self.topology_text) if self.local else ()
 
     @cached_property
-    def deployments(self) -> list[Deployment]:
+    def deployments(self) -> tuple[GivenDeployment, ...]:
         """The deployments at URLs to measure."""
-        return [Deployment(kind, url, tuple(metrics), cmd) for kind, url, metrics, cmd in (
+        return tuple(GivenDeployment(kind, url, tuple(metrics), cmd)
+                     for kind, url, metrics, cmd in (
             ("collocated", self.collocated_url, self.collocated_metrics, self.collocated_cmd),
-            ("disagg", self.disagg_url, self.disagg_metrics, self.disagg_cmd)) if url]
+            ("disagg", self.disagg_url, self.disagg_metrics, self.disagg_cmd)) if url)
 
     def workload_at(self, rate: float, seed: int, num_prompts: int) -> Workload:
         """The preset at `rate`; lengths scaled by `scale` / `output_scale` (1 when unset)."""
@@ -195,7 +190,7 @@ class SweepOptions:
         deployment, None: its first listed model)."""
         if self.model or not self.local:
             return self.model
-        return DEFAULT_MODEL if self.engine == "bundled" else VLLM_DEFAULT_MODEL
+        return DEFAULT_MODELS[self.engine]
 
     def check(self) -> None:
         """UsageError naming a bad flag, before anything starts (validate, with the model
@@ -240,7 +235,7 @@ class SweepOptions:
                 parse_emulation(self.link_emulation)
             except ValueError as e:
                 raise UsageError(f"--link-emulation: {e}") from None
-        check_judged(self.slos, self.attainment, self.operating_rate)
+        check_judged(self.judged_slo, self.attainment, self.operating_rate)
         for kind, url, metrics, cmd in (
                 ("collocated", self.collocated_url, self.collocated_metrics, self.collocated_cmd),
                 ("disagg", self.disagg_url, self.disagg_metrics, self.disagg_cmd)):
@@ -257,24 +252,17 @@ class SweepOptions:
     def _check_engine(self) -> None:
         """UsageError naming --engine, --model or --topologies where the engine to start
         cannot run them."""
-        if self.engine not in ENGINES:
-            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         if not self.local:
             if self.engine != "bundled":
                 raise UsageError("--engine starts an engine here; --collocated-url / "
                                  "--disagg-url measure one that runs already: give one or the "
                                  "other")
             return
-        if self.bundled:
-            try:  # a clear error for an unknown model, before anything starts
-                load_model_config(self.model)
-            except ValueError as e:
-                raise UsageError(f"--model: {e}") from None
-            self.placements()  # the engine's own checks of each topology
-        else:
-            model = self.model_to_run()
-            assert model is not None  # a default for every engine started here
-            check_model(model, self.device)
+        model = self.model_to_run()
+        assert model is not None  # a default for every engine started here
+        check_here(self.engine, model, self.device)
+        if self.bundled:  # the engine's own checks of each topology, before anything starts
+            self.engine_to_start(self.dtype).placements(self.topology_specs)
         if self.toy_proxy is not None:
             if self.engine != "vllm":
                 raise UsageError("--toy-proxy fronts vLLM's P/D: it needs --engine vllm")
@@ -284,16 +272,16 @@ class SweepOptions:
                 raise UsageError("--toy-proxy: vLLM's toy proxy does not carry conversations; "
                                  "disagg-bidi runs behind advisor proxy --bidirectional only")
 
-    def placements(self) -> list[Placement]:
-        """The placements to measure, collocated first (it leads the rate search): the
-        deployments at URLs where given, else the bundled engine's --topologies (vLLM's come
-        from advisor.sweep.on_vllm, which writes the model directory they load)."""
+    def engine_to_start(self, dtype: str) -> Engine:
+        """What the sweep measures with, serving in `dtype` (resolved): the deployments at
+        URLs where given, else the engine --engine names (vLLM found here, or UsageError)."""
         if not self.local:
-            return at_urls(self.deployments)
-        assert self.engine == "bundled", "--engine vllm's placements: advisor.sweep.on_vllm"
-        return bundled(self.topology_specs, EngineSettings(
-            self.model or DEFAULT_MODEL, self.dtype, self.device, self.connector,
-            self.link_emulation))
+            return GivenEngine(self.deployments, self.model, self.api_key, self.ready_timeout)
+        model = self.model_to_run()
+        assert model is not None  # a default for every engine started here
+        return engine_here(EngineHere(
+            self.engine, model, dtype, self.device, self.connector, self.link_emulation,
+            self.toy_proxy, bool(preset_spec(self.workload).tools), self.ready_timeout))
 
 
 def prompts_for(opts: SweepOptions, rate: float) -> int:

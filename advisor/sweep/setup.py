@@ -10,15 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from advisor.engines.engine import Engine
+from advisor.engines.placement import Placement
 from advisor.errors import UsageError
-from advisor.goodput.placements import Placement, on_p2p
-from advisor.measure.stats import DEFAULT_SLO
+from advisor.flag_groups import parse_engine
 from advisor.probe import hardware, p2p
 from advisor.rundata.files import RunDataError
 from advisor.rundata.manifest import DtypeRan, Manifest, ProbeFindings
 from advisor.rundata.rundir import MANIFEST, RunDir
+from advisor.rundata.slo import Slo
 from advisor.sweep.config_file import merged
-from advisor.sweep.on_vllm import on_vllm
 from advisor.sweep.options import SweepOptions
 from engine import api
 from engine.api import DtypeChoice
@@ -35,6 +36,7 @@ class SweepSetup:
     run_dir: RunDir
     manifest: Manifest
     opts: SweepOptions
+    engine: Engine  # what starts the placements
     placements: list[Placement]
 
 
@@ -54,19 +56,23 @@ def resolved(opts: SweepOptions, resume: str | None) -> tuple[RunDir | None, Swe
 def setup(opts: SweepOptions, resume: RunDir | None = None,
           argv: list[str] | None = None) -> SweepSetup:
     """A new sweep's run directory and manifest, or (with `resume` and the options
-    `resolved` took back) the interrupted sweep's; with its placements, each P/D on CUDA
-    (bundled or vLLM) put on GPU pairs with P2P."""
+    `resolved` took back) the interrupted sweep's; with the engine that starts its
+    placements (advisor.engines) and the placements, each P/D on GPUs put on pairs with
+    P2P."""
     if resume is None:
         run_dir, manifest, opts = _created(opts, argv)
     else:
         run_dir, manifest = resume, resume.read_manifest()
     probe = manifest.probe
     matrix = p2p.P2PMatrix.from_json(probe.p2p) if probe is not None and probe.p2p else None
-    if opts.local and opts.engine == "vllm":
-        placements, ran = on_vllm(opts, matrix)
+    engine = opts.engine_to_start(opts.dtype)
+    placements = engine.placements(opts.topology_specs, matrix)
+    ran = engine.ran(placements)
+    if ran is not None:
+        print(f"engine: {ran.distribution} {ran.version} ({ran.python}), model "
+              f"{ran.model_dir}", flush=True)
         manifest = run_dir.update_manifest(engine=ran)
-        return SweepSetup(run_dir, manifest, opts, placements)
-    return SweepSetup(run_dir, manifest, opts, on_p2p(opts.placements(), matrix))
+    return SweepSetup(run_dir, manifest, opts, engine, placements)
 
 
 def _created(opts: SweepOptions, argv: list[str] | None
@@ -74,8 +80,7 @@ def _created(opts: SweepOptions, argv: list[str] | None
     """A new run directory with its manifest; the options with dtype, model and SLO filled."""
     # NOTE: only a default SLO on the default model may be widened to fit this machine
     widen = not opts.slo and opts.model is None and opts.local
-    filled = dataclasses.replace(opts, model=opts.model_to_run(),
-                                 slo=opts.slo or DEFAULT_SLO)
+    filled = dataclasses.replace(opts, model=opts.model_to_run(), slo=opts.judged_slo)
     choice = api.resolve_dtype(opts.dtype, opts.device) if opts.local else DtypeChoice(
         opts.dtype, "set by the deployment", {})
     run_dir = RunDir.create(opts.out, opts.workload)
@@ -109,8 +114,15 @@ def _resumed(resume: str, given: SweepOptions) -> tuple[RunDir, SweepOptions]:
         raise RunDataError(f"--resume {e}") from None
     manifest = run_dir.read_manifest()
     names = {f.name for f in dataclasses.fields(SweepOptions)}
+    where = f"{run_dir.path / MANIFEST}: config"
     config: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-              for k, v in manifest.config.items() if k in names}
+                              for k, v in manifest.config.items() if k in names}
+    slo = manifest.config.get("slo")  # older manifests: [] where the default was used
+    config["slo"] = Slo.from_run_file(slo, f"{where}.slo") if slo else None
+    try:
+        config["engine"] = parse_engine(config.get("engine", "bundled"))
+    except UsageError as e:
+        raise RunDataError(f"{where}.engine: {e}") from None
     try:
         opts = SweepOptions(**config)
     except TypeError as e:
@@ -132,4 +144,4 @@ def _resumed(resume: str, given: SweepOptions) -> tuple[RunDir, SweepOptions]:
     opts = dataclasses.replace(opts, toy_proxy=given.toy_proxy)
     ran = manifest.dtype_ran or opts.dtype  # as the interrupted sweep ran
     return run_dir, dataclasses.replace(opts, dtype=ran, model=opts.model_to_run(),
-                                        slo=opts.slo or DEFAULT_SLO, api_key=given.api_key)
+                                        slo=opts.judged_slo, api_key=given.api_key)

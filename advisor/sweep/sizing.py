@@ -14,6 +14,7 @@ from scipy.special import gammaincinv
 
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.manifest import Sizing
+from advisor.rundata.slo import Slo
 from advisor.sweep.calibrate import BATCH
 from workloads.presets import PRESETS
 
@@ -45,7 +46,7 @@ FIRST_PASS_S = 160.0
 FIRST_PASS = (1, 2, 4, 2, 4, 8)
 
 
-def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
+def size(workload: str, slo: Slo, cal: Calibration, context: int,
          scale: float | None = None, output_scale: float | None = None,
          widen_slo: bool = False, instances: int = 1, attainment: float = 0.9,
          run_s: Callable[[float], float] | None = None, searched: bool = True) -> Sizing:
@@ -57,34 +58,34 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     (`searched`: not where --rates or --start-rate decide the rates)."""
     spec = PRESETS[workload][1]
     mean_in, mean_out = spec.input.mean, spec.output.mean
-    slos, notes = dict(slos), []
+    notes: list[str] = []
     if scale is not None and output_scale is None:  # a given scale shrinks outputs alike
         output_scale = scale
     step, tail = cal.step_at(BATCH), cal.tail_at(BATCH) or 0.0
     by_step, by_tail = ITL_HEADROOM * step, TAIL_HEADROOM * tail
-    if widen_slo and max(by_step, by_tail) > slos["itl"]:
+    if widen_slo and max(by_step, by_tail) > slo.itl_ms:
         itl = math.ceil(max(by_step, by_tail) / 10) * 10
         why = (f"{ITL_HEADROOM:g}x the unloaded decode step at {BATCH} running requests "
                f"({step:.0f} ms here)") if by_step >= by_tail else (
             f"{TAIL_HEADROOM:g}x the unloaded tail: at {BATCH} running requests, 1 in 10 "
             f"requests had a p99 ITL over {tail:.0f} ms here against a median step of "
             f"{step:.0f} ms: this host's own jitter")
-        notes.append(f"ITL SLO widened from {slos['itl']:g} to {itl} ms: {why}")
-        slos["itl"] = itl
-    if widen_slo and cal.ttft_at(MIN_PROMPT) > TTFT_SHARE * slos["ttft"]:
+        notes.append(f"ITL SLO widened from {slo.itl_ms:g} to {itl} ms: {why}")
+        slo = slo.with_limit("itl", itl)
+    if widen_slo and cal.ttft_at(MIN_PROMPT) > TTFT_SHARE * slo.ttft_ms:
         ttft = math.ceil(cal.ttft_at(MIN_PROMPT) / TTFT_SHARE / 100) * 100
-        notes.append(f"TTFT SLO widened from {slos['ttft']:g} to {ttft} ms: a {MIN_PROMPT}-token "
+        notes.append(f"TTFT SLO widened from {slo.ttft_ms:g} to {ttft} ms: a {MIN_PROMPT}-token "
                      f"prompt alone takes {cal.ttft_at(MIN_PROMPT):.0f} ms here")
-        slos["ttft"] = ttft
-    regime = REGIME[workload] * slos["itl"]
-    target = min(regime, TTFT_SHARE * slos["ttft"])
+        slo = slo.with_limit("ttft", ttft)
+    regime = REGIME[workload] * slo.itl_ms
+    target = min(regime, TTFT_SHARE * slo.ttft_ms)
     lengths = _Lengths(cal, mean_in, mean_out, context, scale, output_scale)
     prompt, output = lengths.at(target)
     shorter = ""
     if scale is None and output_scale is None and run_s is not None:
         # shorter requests before a higher first rate: from above the knee collocated
         # misses at its first rate, and its interval has no lower bound
-        floor, cut = min(STALL_MIN * slos["itl"], regime), target
+        floor, cut = min(STALL_MIN * slo.itl_ms, regime), target
         took = need = first_pass_s(lengths.knee(output, instances, attainment), run_s)
         while need > FIRST_PASS_S and cut * SHORTEN >= floor:
             cut *= SHORTEN
@@ -96,8 +97,8 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
     if scale is None:
         scale = prompt / mean_in
         notes.append(f"prompts ~{prompt} tokens (scale {scale:.3g}): a prefill of "
-                     f"{cal.ttft_at(prompt):.0f} ms, {cal.ttft_at(prompt) / slos['itl']:.1f}x the "
-                     f"ITL SLO and {cal.ttft_at(prompt) / slos['ttft']:.0%} of the TTFT SLO"
+                     f"{cal.ttft_at(prompt):.0f} ms, {cal.ttft_at(prompt) / slo.itl_ms:.1f}x the "
+                     f"ITL SLO and {cal.ttft_at(prompt) / slo.ttft_ms:.0%} of the TTFT SLO"
                      + shorter)
     if output_scale is None:
         output_scale = output / mean_out
@@ -117,7 +118,6 @@ def size(workload: str, slos: dict[str, float], cal: Calibration, context: int,
         note = f"rate search from {start:g} req/s: {knee}"
     if searched:
         notes.append(note)
-    slo = tuple(f"{k}:{v:g}" for k, v in slos.items())
     return Sizing(scale, output_scale, prompt, output, slo, start, tuple(notes))
 
 

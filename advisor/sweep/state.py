@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from advisor.goodput.outcomes import Outcome
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.manifest import Sizing
+from advisor.rundata.slo import Metric
 from advisor.sweep.options import FALLBACK_START, SweepOptions
 from advisor.sweep.rate_search import SearchPlan
 
@@ -25,7 +26,7 @@ class SweepState:
     plan: SearchPlan
     calibration: Calibration | None = None
     prompt_tokens: float | None = None  # the sized workload's mean prompt
-    missed: dict[str, float] = field(default_factory=dict)  # SLO metric -> its unloaded floor
+    missed: dict[Metric, float] = field(default_factory=dict)  # metric -> its unloaded floor
     grid: list[float] | None = None  # the leading placement's rates (or --rates)
     replay: list[float] | None = None  # the rates the others measure first
     leader: str | None = None  # the placement that builds the grid
@@ -53,4 +54,4 @@ class SweepState:
         self.plan = search_plan(self.opts, start)
         self.prompt_tokens = sized.prompt_tokens
         floors = calibration.floors(self.prompt_tokens)
-        self.missed = {m: v for m, v in floors.items() if v > self.opts.slos[m]}
+        self.missed = {m: v for m, v in floors.items() if v > self.opts.judged_slo.ms(m)}

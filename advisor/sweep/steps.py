@@ -14,15 +14,14 @@ import math
 from collections.abc import Callable
 from functools import partial
 
+from advisor.engines.placement import Placement
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate, outcome_of
-from advisor.goodput.placements import Placement
 from advisor.measure.failures import refused
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.budget import TimeBudget
-from advisor.sweep.deployments import OnDemand
-from advisor.sweep.kept import KeptDeployments
+from advisor.sweep.kept_placements import KeptPlacements, OnDemand
 from advisor.sweep.options import span_s
 from advisor.sweep.rate_search import (
     grid_of,
@@ -55,7 +54,7 @@ class Steps:
     """The steps over `state`, writing each run into `run_dir`."""
 
     def __init__(self, state: SweepState, run_dir: RunDir, budget: TimeBudget,
-                 kept: KeptDeployments, bars, calibrates: bool = True):
+                 kept: KeptPlacements, bars, calibrates: bool = True):
         self.state, self.run_dir, self.budget, self.kept = state, run_dir, budget, kept
         self.bars, self.task = bars, bars.add_task("sweep", total=None)
         self.calibrates = calibrates  # a run directory of format 1 resumes without one
@@ -146,7 +145,7 @@ class Steps:
 
     def _deployment(self, p: Placement, own: contextlib.ExitStack) -> OnDemand:
         """`p`'s deployment, started when first needed. The bundled engine's stay up for a
-        second pass (advisor.sweep.kept); one at a URL stops before the next starts (they
+        second pass (advisor.sweep.kept_placements); one at a URL stops before the next starts (they
         may share GPUs)."""
         if p.url is None:
             return self.kept.get(p.name, partial(self._timed_start, p))
@@ -257,4 +256,4 @@ class Steps:
         """`p`'s run at `rate` against the SLO, as stored."""
         opts = self.state.opts
         return outcome_of(self.run_dir.read_run(p.name, rate), rate, opts.attainment,
-                          opts.slos["itl"])
+                          opts.judged_slo.itl_ms)

@@ -9,12 +9,14 @@ import dataclasses
 from functools import partial
 
 from advisor.conclude import conclude
+from advisor.engines.engine import Engine
+from advisor.engines.placement import Placement
 from advisor.goodput.from_runs import build_evidence
-from advisor.goodput.placements import Placement, p2p_evidence
+from advisor.goodput.p2p_evidence import p2p_evidence
 from advisor.measure.ready import served_context, served_model
 from advisor.measure.records import CHAT, COMPLETIONS, Endpoint
 from advisor.output import console
-from advisor.output.progress import progress_bars
+from advisor.output.progress import Bars, progress_bars
 from advisor.probe import p2p_pairs
 from advisor.probe.wakeup import host_wakeup
 from advisor.rundata.result import RunResult
@@ -23,8 +25,7 @@ from advisor.sweep import sizing
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.calibrate import calibrate as calibrate_engine
 from advisor.sweep.calibrate import warm_up
-from advisor.sweep.deployments import metric_urls, started
-from advisor.sweep.kept import KeptDeployments
+from advisor.sweep.kept_placements import KeptPlacements
 from advisor.sweep.one_rate import run_rate
 from advisor.sweep.options import (
     SweepOptions,
@@ -34,7 +35,7 @@ from advisor.sweep.options import (
 from advisor.sweep.setup import SweepSetup, setup
 from advisor.sweep.state import SweepState
 from advisor.sweep.steps import Steps, Urls
-from engine.api import launch, load_model_config
+from engine.api import load_model_config
 from workloads.presets import seed_for
 
 REQUEST_TIMEOUT_S = 180.0
@@ -51,8 +52,9 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
           f"{s.run_dir})", flush=True)
     state = SweepState.start(s.opts, s.manifest.calibration, s.manifest.sizing)
     with progress_bars() as bars, contextlib.ExitStack() as kept:
-        sweep = Sweep(state, s.run_dir, TimeBudget(s.opts.budget_s()), KeptDeployments(kept),
-                      bars, calibrates=s.manifest.format >= 2, widen_slo=bool(s.manifest.widen_slo))
+        sweep = Sweep(state, s.run_dir, TimeBudget(s.opts.budget_s()), KeptPlacements(kept),
+                      bars, s.engine, calibrates=s.manifest.format >= 2,
+                      widen_slo=bool(s.manifest.widen_slo))
         if sweep.state.missed:
             _say_missed(sweep.state)
         sweep.measure_all(s.placements)
@@ -61,9 +63,9 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
 
 
 def _say_missed(state: SweepState) -> None:
-    slos = state.opts.slos
+    slo = state.opts.judged_slo
     print("the SLO cannot be met even unloaded: " + "; ".join(
-        f"{m} floor {v:.0f} ms > {m}:{slos[m]:g}" for m, v in state.missed.items())
+        f"{m} floor {v:.0f} ms > {m}:{slo.ms(m):g}" for m, v in state.missed.items())
         + ": no rate search", flush=True)
 
 
@@ -92,12 +94,14 @@ def _decide(state: SweepState, s: SweepSetup, stopped: str | None, report: bool)
 
 
 class Sweep(Steps):
-    """The steps (advisor.sweep.steps) over real deployments: the bundled engine launched,
-    or a deployment at a URL (started by its command, where it has one)."""
+    """The steps (advisor.sweep.steps) over real deployments, each started by `engine`
+    (advisor.engines: the bundled engine, vLLM, or a deployment at a URL)."""
 
     def __init__(self, state: SweepState, run_dir: RunDir, budget: TimeBudget,
-                 kept: KeptDeployments, bars, calibrates: bool = True, widen_slo: bool = False):
+                 kept: KeptPlacements, bars: Bars, engine: Engine, calibrates: bool = True,
+                 widen_slo: bool = False):
         super().__init__(state, run_dir, budget, kept, bars, calibrates)
+        self.engine = engine
         self.widen_slo = widen_slo  # the default SLO may be widened to fit this machine
         self.contexts: dict[str, int | None] = {}  # front URL -> its max_model_len
         # a bundled instance's URL -> the key its deployment's instances require
@@ -107,32 +111,26 @@ class Sweep(Steps):
         """(front URL, every instance's /metrics, one instance's URL) of `p`, started (or,
         for a URL with no command, ready)."""
         self.bars.update(self.task, description=f"starting {p.name}")
-        opts = self.state.opts
-        if p.url is not None:
-            self.gone[p.name] = stack.enter_context(started(
-                p, self.run_dir.path, opts.model, opts.api_key, opts.ready_timeout))
-            if p.instances:  # started here: first-call costs (NIXL's handshake) paid now
-                self._warm_up(p.url)
-            return p.url, metric_urls(p), (p.instances or (p.url,))[0]
-        dep = stack.enter_context(launch(p.topology))
-        instances = [u for us in dep.instance_urls.values() for u in us]
-        self.keys.update(dict.fromkeys(instances, dep.instance_key))
-        self._warm_up(dep.url)
-        return dep.url, [u + "/metrics" for u in instances], (dep.instance_urls.get("both")
-                                                                or [dep.url])[0]
+        up = self.engine.start(p, stack, self.run_dir.path)
+        self.gone[p.name] = up.gone
+        if up.key is not None:
+            self.keys.update(dict.fromkeys(up.instances, up.key))
+        if up.started_here:  # first-call costs (NIXL's handshake) paid now
+            self._warm_up(up.url)
+        return up.url, list(up.metrics), up.one_instance
 
     def calibrate(self, p: Placement, url: str) -> None:
         """Time the engine unloaded (advisor.sweep.calibrate), size the workload from it
         (advisor.sweep.sizing), record both in the manifest and run with them."""
         self.bars.update(self.task, description=f"calibrating on {p.name}")
         opts = self.state.opts
-        context = load_model_config(opts.model).max_position_embeddings if opts.local \
-            else self._context(url)
+        context = load_model_config(opts.model).max_position_embeddings \
+            if opts.local and opts.model is not None else self._context(url)
         host = host_wakeup(repeats=2) if opts.local else None
         cal = calibrate_engine(self._endpoint(url, False), context, self.bars, host)
         cal = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
         scale = opts.scale if opts.scale is not None or opts.local else 1.0
-        sized = sizing.size(opts.workload, opts.slos, cal, context, scale,
+        sized = sizing.size(opts.workload, opts.judged_slo, cal, context, scale,
                             opts.output_scale, self.widen_slo, instances=collocated_instances(opts),
                             attainment=opts.attainment, run_s=first_pass_run_s(opts),
                             searched=not opts.rates and opts.start_rate is None)

@@ -13,7 +13,7 @@ from advisor.deploy import kube, llmd
 from advisor.deploy.pods import Cluster
 from advisor.deploy.shell import as_shell
 from advisor.rundata.manifest import Manifest
-from advisor.rundata.recommendation import Command, Deployment, DeployPlan
+from advisor.rundata.recommendation import Command, DeployCommands, DeployPlan
 from advisor.rundata.rundir import RunDir
 from tests.advisor.test_deploy import run_dir
 from tests.cli import advisor_here, said
@@ -55,14 +55,14 @@ def test_an_imported_file_naming_a_hostile_model_is_refused_by_name(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _deployment(text: str) -> Deployment:
+def _deployment(text: str) -> DeployCommands:
     """A P/D deployment whose names and notes all carry `text`."""
     vllm = ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--port"]
     plan = DeployPlan(f"disaggregated{text}", [
         Command("prefill", [*vllm, "8100"]), Command("decode", [*vllm, "8200"]),
         Command("proxy", ["python", "proxy.py", "--port", "8192", "--prefiller-ports", "8100",
                           "--decoder-ports", "8200"])], [f"a note{text}"])
-    return Deployment("Qwen/Qwen2.5-7B-Instruct", [0, 1], plan.placement, [plan],
+    return DeployCommands("Qwen/Qwen2.5-7B-Instruct", [0, 1], plan.placement, [plan],
                       [f"deployment note{text}"])
 
 

@@ -34,7 +34,9 @@ def test_bench_writes_result_and_records_atomically(tmp_path):
     assert all(k in result for k in VLLM_KEYS)
     assert (result["completed"], result["failed"]) == (9, 3)
     assert result["slo_attainment"] == 9 / 12
-    assert result["goodput_slos"] == {"ttft": 500, "itl": 100}
+    assert result["goodput_slos"] == {"objectives": [
+        {"metric": "ttft", "ms": 500, "judged": "per_request"},
+        {"metric": "itl", "ms": 100, "judged": "per_request"}]}
     assert result["manifest"]["seed"] == 3 and result["manifest"]["versions"]["python"]
     rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(rows) == 12 and sum(not r["ok"] for r in rows) == 3

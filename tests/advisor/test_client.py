@@ -11,6 +11,7 @@ from scipy import stats
 from advisor.measure.client import Client
 from advisor.measure.records import CHAT, Endpoint
 from advisor.measure.stats import summarize
+from advisor.rundata.slo import parse_slo
 from tests.advisor.helpers import pinned_apart, received, scripted, workload
 from tests.cli import advisor
 
@@ -168,7 +169,7 @@ def test_the_client_reports_the_cpu_its_process_spent_during_the_run():
 def test_failed_requests_are_counted_never_dropped():
     with scripted(fail_every=3) as url:
         res = run(url, workload(n=30))
-    s = summarize(res.records, res.duration, {"ttft": 10_000}, [50])
+    s = summarize(res.records, res.duration, parse_slo(["ttft:10000"], "test"), [50])
     assert (s["num_requests"], s["completed"], s["failed"], s["good_requests"]) == (30, 20, 10, 20)
     assert s["slo_attainment"] == 20 / 30
     bad = [r for r in res.records if not r.ok]
@@ -221,7 +222,7 @@ def test_warmups_are_recorded_but_not_counted_and_concurrency_is_capped():
     with scripted(ttft_ms=20, itl_ms=5) as url:
         res = run(url, workload(n=12, rate=1000.0), warmups=2, max_concurrency=3)
     assert sum(r.warmup for r in res.records) == 2
-    assert summarize(res.records, res.duration, {}, [50])["num_requests"] == 12
+    assert summarize(res.records, res.duration, None, [50])["num_requests"] == 12
     real = [r for r in res.records if not r.warmup]
     assert max(sum(1 for r in real if r.sent <= t < r.end) for t in (r.sent for r in real)) == 3
 
@@ -233,7 +234,7 @@ def test_turns_after_a_failed_turn_are_recorded_as_failed():
     assert len(res.records) == 6
     unsent = [r for r in res.records if r.error and r.error.startswith("not sent")]
     assert unsent and all(r.sent == 0.0 for r in unsent)
-    assert summarize(res.records, res.duration, {}, [50])["failed"] == sum(
+    assert summarize(res.records, res.duration, None, [50])["failed"] == sum(
         not r.ok for r in res.records
     )
 

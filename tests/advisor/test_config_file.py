@@ -3,6 +3,7 @@
 import pytest
 
 from advisor.errors import UsageError
+from advisor.rundata.slo import Slo
 from advisor.sweep.config_file import load, merged
 from advisor.sweep.options import SweepOptions
 from tests.cli import advisor, said
@@ -17,7 +18,7 @@ def test_toml_and_yaml_give_the_same_options(tmp_path):
     yaml.write_text("model: tiny\nslo: [ttft:2000, itl:50]\ndisagg-url: http://127.0.0.1:8192\n"
                     "disagg_metrics: http://d:8200/metrics\nrates: [0.5, 1]\nready-timeout: 30\n")
     assert load(str(toml)) == load(str(yaml)) == {
-        "model": "tiny", "slo": ("ttft:2000", "itl:50"), "disagg_url": "http://127.0.0.1:8192",
+        "model": "tiny", "slo": Slo.of(2000, 50), "disagg_url": "http://127.0.0.1:8192",
         "disagg_metrics": ("http://d:8200/metrics",), "rates": (0.5, 1), "ready_timeout": 30.0}
     opts = merged(SweepOptions(model="small"), str(toml))  # a flag given wins over the file
     assert opts.model == "small" and opts.rates == (0.5, 1) and opts.config.endswith("s.toml")

@@ -174,7 +174,8 @@ def test_a_measured_render_split_decides_the_frontend_row_and_its_gain_is_cited(
 
 
 @pytest.mark.parametrize("text,needle", [
-    ("{", "not valid JSON"), ("[]", "not a JSON object"), ('{"slo": {}}', "slo.ttft_ms"),
+    ("{", "not valid JSON"), ("[]", "not a JSON object"),
+    ('{"slo": {}}', "slo must be {objectives"),
     (json.dumps({**QUIET, "workload": {**QUIET["workload"], "multi_turn": "no"}}),
      "workload.multi_turn must be true or false"),
     (json.dumps({**QUIET, "colocated": {}}), "unknown field 'colocated'"),

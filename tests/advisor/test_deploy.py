@@ -19,12 +19,12 @@ from advisor.rundata.evidence import (
     Evidence,
     FrontendEvidence,
     PlacementEvidence,
-    SloEvidence,
     WorkloadEvidence,
 )
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
+from advisor.rundata.slo import Slo
 from tests.cli import advisor, advisor_here
 
 pytestmark = pytest.mark.unit
@@ -145,7 +145,7 @@ def run_dir(tmp_path, action: str, matrix: str | None = None) -> RunDir:
     """A finished run of 2 collocated replicas and 1P1D advising `action`."""
     run = RunDir(tmp_path / "run")
     run.write_manifest(Manifest.new(0, {"model": "qwen2.5-7b"}))
-    ev = Evidence(SloEvidence(2000, 50), PlacementEvidence("collocated-2", max_goodput_rps=1.0),
+    ev = Evidence(Slo.of(2000, 50), PlacementEvidence("collocated-2", max_goodput_rps=1.0),
                   WorkloadEvidence(mean_prompt_tokens=2000, concurrency=2.0),
                   disaggregated=PlacementEvidence("disagg-1p1d", max_goodput_rps=2.0),
                   frontend=FrontendEvidence(cpu_ms_per_request=15.0))

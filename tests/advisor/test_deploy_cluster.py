@@ -21,12 +21,12 @@ from advisor.rundata.evidence import (
     Calibration,
     Evidence,
     PlacementEvidence,
-    SloEvidence,
     WorkloadEvidence,
 )
 from advisor.rundata.manifest import EngineRan, Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
+from advisor.rundata.slo import Slo
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def run(tmp_path, action="disaggregate", model="qwen2.5-7b", collocated="colloca
     r = RunDir(tmp_path / "run")
     r.write_manifest(Manifest.new(0, {"model": model, "device": device}, engine=engine,
                                   plan=plan))
-    r.write_evidence(Evidence(SloEvidence(2000, 50), PlacementEvidence(collocated, 1.0),
+    r.write_evidence(Evidence(Slo.of(2000, 50), PlacementEvidence(collocated, 1.0),
                               WorkloadEvidence(mean_prompt_tokens=2000, concurrency=2.0),
                               disaggregated=PlacementEvidence(disagg, 2.0), calibration=CAL))
     r.write_recommendation(Recommendation(action, [], [], None, [], {}))
@@ -160,11 +160,11 @@ def test_llm_d_router_gets_the_pd_decider_at_the_threshold_the_evidence_gives(tm
 
 
 def test_the_threshold_says_why_when_no_prompt_may_stay_on_a_decoder():
-    ev = Evidence(SloEvidence(2000, 20), PlacementEvidence("collocated-2", 1.0),
+    ev = Evidence(Slo.of(2000, 20), PlacementEvidence("collocated-2", 1.0),
                   WorkloadEvidence(2000, 2.0), calibration=CAL)
     at = llmd.threshold(ev)
     assert at.tokens == 0 and "every request goes through a prefiller" in at.why
-    assert llmd.threshold(Evidence(SloEvidence(2000, 50), PlacementEvidence("c", 1.0),
+    assert llmd.threshold(Evidence(Slo.of(2000, 50), PlacementEvidence("c", 1.0),
                                    WorkloadEvidence(2000, 2.0))).tokens == 0
 
 

@@ -4,7 +4,8 @@ import pytest
 
 from advisor.errors import UsageError
 from advisor.measure.records import RequestRecord
-from advisor.measure.stats import parse_percentiles, parse_slos, summarize
+from advisor.measure.stats import parse_percentiles, summarize
+from advisor.rundata.slo import Slo, parse_slo
 
 
 def rec(chunks, sent=0.0, tokens=None, ok=True, warmup=False):
@@ -18,7 +19,7 @@ def rec(chunks, sent=0.0, tokens=None, ok=True, warmup=False):
 def test_ttft_itl_tpot_e2el_follow_their_definitions():
     a = rec([0.100, 0.110, 0.130])          # ttft 100, gaps 10 and 20, e2el 130
     b = rec([1.200, 1.210], sent=1.0)       # ttft 200, gap 10, e2el 210
-    s = summarize([a, b], 2.0, {}, [50, 100], ("ttft", "tpot", "itl", "e2el"))
+    s = summarize([a, b], 2.0, None, [50, 100], ("ttft", "tpot", "itl", "e2el"))
     assert s["mean_ttft_ms"] == pytest.approx(150)
     assert s["median_itl_ms"] == pytest.approx(10) and s["p100_itl_ms"] == pytest.approx(20)
     assert s["mean_tpot_ms"] == pytest.approx(((130 - 100) / 2 + 10) / 2)
@@ -28,13 +29,13 @@ def test_ttft_itl_tpot_e2el_follow_their_definitions():
 
 def test_tpot_uses_usage_token_counts_when_chunks_carry_several_tokens():
     r = rec([0.1, 0.2], tokens=11)  # 2 chunks, 11 tokens
-    assert summarize([r], 1.0, {}, [50])["mean_tpot_ms"] == pytest.approx(100 / 10)
+    assert summarize([r], 1.0, None, [50])["mean_tpot_ms"] == pytest.approx(100 / 10)
 
 
 def test_itl_slo_is_judged_on_each_requests_own_p99_gap():
     steady = rec([0.1 + 0.02 * i for i in range(50)])            # all gaps 20 ms
     stalled = rec([0.1 + 0.02 * i for i in range(49)] + [2.0])   # one 1 s stall
-    s = summarize([steady, stalled], 3.0, {"itl": 50}, [99])
+    s = summarize([steady, stalled], 3.0, parse_slo(["itl:50"], "test"), [99])
     assert s["good_requests"] == 1 and s["slo_attainment"] == 0.5
     # pooled, the one stall is under the 99th percentile of all gaps
     assert s["p99_itl_ms"] < 50
@@ -43,7 +44,7 @@ def test_itl_slo_is_judged_on_each_requests_own_p99_gap():
 def test_failed_requests_count_against_attainment_and_warmups_count_nowhere():
     good, bad = rec([0.05, 0.06]), rec([], ok=False)
     warm = rec([9.0, 9.5], warmup=True)
-    s = summarize([good, bad, warm], 1.0, {"ttft": 100}, [50])
+    s = summarize([good, bad, warm], 1.0, parse_slo(["ttft:100"], "test"), [50])
     assert (s["num_requests"], s["completed"], s["failed"]) == (2, 1, 1)
     assert s["slo_attainment"] == 0.5 and s["request_goodput"] == 1.0
     assert s["mean_ttft_ms"] == pytest.approx(50)
@@ -52,11 +53,11 @@ def test_failed_requests_count_against_attainment_and_warmups_count_nowhere():
 @pytest.mark.parametrize("bad", ["ttft", "ttft:", "ttft:abc", "speed:3", "ttft:-1", "ttft=5"])
 def test_bad_goodput_items_are_named(bad):
     with pytest.raises(UsageError, match="--goodput item"):
-        parse_slos([bad])
+        parse_slo([bad], "--goodput")
 
 
 def test_goodput_accepts_spaces_and_commas_and_percentiles_are_checked():
-    assert parse_slos(["ttft:2000", "itl:50,tpot:30"]) == {"ttft": 2000, "itl": 50, "tpot": 30}
+    assert parse_slo(["ttft:2000", "itl:50,tpot:30"], "--goodput") == Slo.of(2000, 50, tpot=30)
     assert parse_percentiles("50,99.9") == [50, 99.9]
     for bad in ("", "0", "50,x", "101"):
         with pytest.raises(UsageError, match="--metric-percentiles"):
@@ -85,7 +86,7 @@ def test_multi_turn_runs_are_summarized_turn_by_turn():
     records = [turn(0, 0.10, 100, 0), turn(0, 0.30, 100, 0),
                turn(1, 0.05, 300, 290, kv=2.0), turn(1, 0.07, 300, 250, kv=4.0),
                turn(1, 0.0, 300, 0, ok=False)]
-    s = summarize(records, 1.0, {}, [50])
+    s = summarize(records, 1.0, None, [50])
     first, second = s.per_turn
     assert (first.turn, first.requests, first.failed) == (1, 2, 0)
     assert first.median_ttft_ms == pytest.approx(200)
@@ -94,4 +95,4 @@ def test_multi_turn_runs_are_summarized_turn_by_turn():
     assert second.median_ttft_ms == pytest.approx(60)
     assert second.mean_reused_tokens == 270 and second.mean_computed_tokens == 30
     assert second.mean_kv_transfer_ms == 3.0 and first.mean_kv_transfer_ms is None
-    assert "per_turn" not in summarize(records[:2], 1.0, {}, [50])  # single-turn: none
+    assert "per_turn" not in summarize(records[:2], 1.0, None, [50])  # single-turn: none

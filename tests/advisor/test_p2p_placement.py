@@ -9,7 +9,7 @@ import pytest
 
 from advisor.decide.table import recommend
 from advisor.errors import UsageError
-from advisor.goodput.placements import on_p2p, p2p_evidence
+from advisor.goodput.p2p_evidence import p2p_evidence
 from advisor.probe import p2p
 from advisor.probe.kvsize import kv_size
 from advisor.probe.links import HOST_STAGED
@@ -18,10 +18,10 @@ from advisor.rundata.evidence import (
     Evidence,
     KVTransferEvidence,
     PlacementEvidence,
-    SloEvidence,
     WorkloadEvidence,
 )
 from advisor.rundata.manifest import ProbeFindings
+from advisor.rundata.slo import Slo
 from advisor.sweep.options import SweepOptions
 
 pytestmark = pytest.mark.unit
@@ -91,7 +91,7 @@ def test_no_matrix_places_in_order_and_bad_gpus_are_errors():
 
 def _evidence(p2p_ev, kv_ms: float | None) -> Evidence:
     kv = KVTransferEvidence(mean_ms=kv_ms) if kv_ms is not None else None
-    return Evidence(SloEvidence(2000, 50), PlacementEvidence("collocated-2"),
+    return Evidence(Slo.of(2000, 50), PlacementEvidence("collocated-2"),
                     WorkloadEvidence(mean_prompt_tokens=8192, concurrency=1.5),
                     kv_transfer=kv, p2p=p2p_ev)
 
@@ -146,7 +146,7 @@ def test_a_deployment_whose_gpus_are_unknown_is_judged_by_the_whole_matrix():
 def test_a_sweep_puts_its_cuda_pd_on_p2p_pairs_and_its_evidence_says_which():
     m = matrix("p2p_4gpu_pairs.txt")
     opts = SweepOptions(model="tiny", device="cuda", topologies="collocated:2,disagg:1p1d")
-    placed = on_p2p(opts.placements(), m)
+    placed = opts.engine_to_start("float32").placements(opts.topology_specs, m)
     (col,) = [p for p in placed if p.kind == "collocated"]
     (dis,) = [p for p in placed if p.kind == "disagg"]
     assert col.topology.gpus is None and dis.topology.gpus == (0, 2)
@@ -157,7 +157,8 @@ def test_a_sweep_puts_its_cuda_pd_on_p2p_pairs_and_its_evidence_says_which():
     assert [(p.prefill_gpu, p.decode_gpu, p.status) for p in ev.used] == [(0, 2, "OK")]
     assert ev.source == "topo.txt" and ev.placed == "every P->D pair on GPUs with P2P"
     url = SweepOptions(disagg_url="http://127.0.0.1:9", collocated_url="http://127.0.0.1:8")
-    by_url = p2p_evidence(on_p2p(url.placements(), m), probe, None, 500, "auto")
+    by_url = p2p_evidence(url.engine_to_start("auto").placements((), m), probe, None, 500,
+                          "auto")
     assert by_url.used == [] and by_url.placed.startswith("unknown")
     assert summary(ev) == "GPU0->GPU2 OK (topo.txt)"  # kv_transfer.p2p says it in a line
     assert summary(by_url) == "pairs used unknown; with P2P here: GPU0-GPU2, GPU1-GPU3 (topo.txt)"

@@ -8,13 +8,14 @@ from advisor.measure.records import Endpoint
 from advisor.measure.stats import summarize
 from advisor.measure.workload_run import measure
 from advisor.rundata.result import KEEP_PACE, RunResult
+from advisor.rundata.slo import Slo
 from advisor.rundata.stats import RunStats
 from tests.advisor.helpers import scripted, workload
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
 
-SLOS = {"ttft": 2000.0, "itl": 100.0}
+SLOS = Slo.of(2000, 100)
 
 
 def _read(stats: dict) -> RunStats:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from advisor.engines.placement import Placement
 from advisor.errors import UsageError
-from advisor.goodput.placements import Placement
 from advisor.plan import candidates, hardware, sim_runs
 from advisor.plan.calibrated import run_calibrated
 from advisor.plan.loadfit import PROXY_MS, scaled
@@ -24,11 +24,11 @@ from advisor.rundata.evidence import (
     Evidence,
     KVTransferEvidence,
     PlacementEvidence,
-    SloEvidence,
     WorkloadEvidence,
 )
 from advisor.rundata.manifest import DtypeRan, Manifest
 from advisor.rundata.rundir import RunDir
+from advisor.rundata.slo import Slo
 from tests.cli import advisor, advisor_here
 from tests.reports import browser
 from workloads.presets import preset_spec
@@ -248,7 +248,7 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
 
 
 def test_an_slo_below_the_unloaded_floor_is_measure_first_with_the_floor(tmp_path):
-    slo = ("ttft:100", "itl:50")
+    slo = Slo.of(100, 50)
     rec = run_plan(PlanOptions(**{**GUIDE, "slo": slo}, out=str(tmp_path))).to_json()
     assert rec["action"] == "measure-first"
     assert "ttft:100 is binding, unloaded TTFT is" in rec["reasons"][0]
@@ -288,7 +288,7 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
     kv = shape.kv_bytes
     link = Link("measured", 0.5, 0.0, 0.0, "test")
     spec = preset_spec("long-prompt", scale=0.06, output_scale=0.1)
-    slos = {"ttft": 2000.0, "itl": 100.0}
+    slos = Slo.of(2000, 100)
     mixed = scaled(engine, collocated_prefill, 1.0)
     names = ("collocated-url", "disagg-url") if by_url else ("collocated-2", "disagg-1p1d")
     for p, system in ((Placement(names[0], "collocated"),
@@ -301,7 +301,7 @@ def _measured_sweep(parent, collocated_prefill: float = 1.0, contention: float =
                                slos, 0.9, "truth", "long-prompt", {})
             run_dir.write_run(sim.result)
     run_dir.write_evidence(Evidence(
-        slo=SloEvidence(2000, 100), collocated=PlacementEvidence(), workload=WorkloadEvidence(
+        slo=Slo.of(2000, 100), collocated=PlacementEvidence(), workload=WorkloadEvidence(
             500, 1.0), kv_transfer=KVTransferEvidence(mean_ms=1.0, gbps=0.5, connector="shm")))
     return run_dir
 

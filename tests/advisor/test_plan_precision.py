@@ -14,6 +14,7 @@ from advisor.plan.plan import _setup, label
 from advisor.plan.steptime import RooflineStep, Step, prefill_step
 from advisor.probe.links import LINKS
 from advisor.probe.shapes import shape_of
+from advisor.rundata.slo import DEFAULT_SLO
 from tests.cli import advisor, advisor_here
 
 pytestmark = pytest.mark.unit
@@ -170,7 +171,7 @@ def test_many_placements_are_screened_and_the_best_of_each_kind_kept(monkeypatch
     monkeypatch.setattr(screen, "SCREEN_REQUESTS", 60)
     seen: list[str] = []
     kept, per_gpu = screen.finalists(found, system_of, preset_spec("short-chat"), [8.0, 32.0],
-                                     {"ttft": 2000, "itl": 50}, 0.9, 0, seen.append)
+                                     DEFAULT_SLO, 0.9, 0, seen.append)
     assert set(per_gpu) == {c.name for c in found} and seen
     assert [c.kind for c in kept].count("collocated") == screen.FINALISTS
     assert [c.kind for c in kept].count("disagg") == screen.FINALISTS
@@ -178,7 +179,7 @@ def test_many_placements_are_screened_and_the_best_of_each_kind_kept(monkeypatch
         low = min(per_gpu[c.name] for c in kept if c.kind == kind)
         assert all(per_gpu[c.name] <= low for c in found if c.kind == kind and c not in kept)
     few = found[:screen.SCREEN_ABOVE]
-    assert screen.finalists(few, system_of, None, [], {}, 0.9, 0, seen.append) == (few, {})
+    assert screen.finalists(few, system_of, None, [], DEFAULT_SLO, 0.9, 0, seen.append) == (few, {})
 
 
 @pytest.mark.parametrize("knee,found", [(7, 7.0), (0, None), (10, 10.0), (1, 1.0)])

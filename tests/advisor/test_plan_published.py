@@ -17,6 +17,7 @@ from advisor.plan.plan import _setup, parse_arrivals, run_plan
 from advisor.plan.steptime import RooflineStep, Step, prefill_step
 from advisor.probe.shapes import shape_of
 from advisor.rundata.result import AS_RUN, RunResult
+from advisor.rundata.slo import Slo
 from advisor.rundata.stats import RunStats
 from tests.cli import advisor_here
 
@@ -187,7 +188,7 @@ def mori_io(tmp_path_factory):
     run_plan(PlanOptions(model="qwen3-235b-a22b", weights="fp8", gpu="mi300x", gpus=8,
                          dataset_name="random", random_input_len=2000,
                          random_output_len=1000, rates=(8.0,), num_prompts=100,
-                         slo=("ttft:1000", "itl:50"), report=False, out=str(out),
+                         slo=Slo.of(1000, 50), report=False, out=str(out),
                          placements=("collocated-2-tp4", "collocated-1-tp8",
                                      "disagg-1p1d-tp4-4")))
     return _attained(out)

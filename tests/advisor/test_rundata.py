@@ -14,6 +14,7 @@ from advisor.measure.workload_run import record_row, records_of
 from advisor.rundata.evidence import Calibration, Evidence
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import FORMAT, RunDir
+from advisor.rundata.slo import Slo
 from advisor.rundata.stats import TurnStats
 from tests.cli import advisor, advisor_here, said
 from tests.fixtures import FIXTURE_RUN
@@ -43,7 +44,10 @@ def test_the_previous_format_reads_as_it_is(run):
                and r.stats.latency_ms("itl", "p99") is not None for r in runs)
     stored = json.loads((run.run_path("disagg-1p1d", 2) / "result.json").read_text())
     back = RunResult.read(run.run_path("disagg-1p1d", 2)).to_json()
+    old_slo = stored.pop("goodput_slos")  # format 1's {metric: ms}, written back as objectives
     assert {k: v for k, v in back.items() if k in stored} == stored
+    assert Slo.from_run_file(back["goodput_slos"], "back") == Slo.of(old_slo["ttft"],
+                                                                       old_slo["itl"])
     ev = run.read_evidence()
     assert ev.slo.ttft_ms == 2000 and ev.disaggregated.placement == "disagg-1p1d"
     assert ev.kv_transfer.transfers > 0 and ev.kv_transfer.connector == "shm"
@@ -148,12 +152,14 @@ def test_stored_rows_give_back_records_with_the_same_statistics():
     assert rows[0]["sent"] == 0.0 and rows[2]["sent"] is None
     back = records_of(json.loads(json.dumps(rows)))
     assert [r.ok for r in back] == [r.ok for r in records]
-    slos, pcts = {"ttft": 150.0, "itl": 100.0}, [50.0, 99.0]
+    slos, pcts = Slo.of(150, 100), [50.0, 99.0]
     want, got = summarize(records, 2.0, slos, pcts), summarize(back, 2.0, slos, pcts)
     assert got["completed"] == 2 and got["failed"] == 1 and got["good_requests"] == 1
     for key, value in want.to_json().items():
         if key == "ci95":
             for name, bounds in value.items():
                 assert got.to_json()[key][name] == pytest.approx(bounds, abs=1e-5), name
+        elif key == "goodput_slos":
+            assert got[key] == slos
         else:
             assert got[key] == pytest.approx(value, abs=1e-5), key

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from advisor.rundata.evidence import Calibration
+from advisor.rundata.slo import Slo
 from advisor.sweep import sizing
 from advisor.sweep.options import SweepOptions, first_pass_run_s
 
@@ -15,17 +16,17 @@ from advisor.sweep.options import SweepOptions, first_pass_run_s
 FAST = Calibration([64, 256, 1024], [48, 177, 690], [1, 8], [20.0, 27.0], 0.67, 5.0, "bfloat16")
 # small in float32 on an AVX2-only Zen 3: a step at batch 8 takes ~118 ms
 SLOW = Calibration([64, 256, 1024], [90, 330, 1290], [1, 8], [40.0, 118.0], 1.25, 10.0, "float32")
-SLO = {"ttft": 2000.0, "itl": 50.0}
+SLO = Slo.of(2000, 50)
 
 
 def test_long_prompts_stall_decodes_for_several_itl_slos_and_decode_outlasts_prefill():
     s = sizing.size("long-prompt", SLO, FAST, context=16384)
     prefill = FAST.ttft_at(s.prompt_tokens)
-    assert 2.2 * SLO["itl"] <= prefill <= 2.8 * SLO["itl"]  # REGIME: 2.5 ITL SLOs
-    assert prefill <= sizing.TTFT_SHARE * SLO["ttft"]
+    assert 2.2 * SLO.itl_ms <= prefill <= 2.8 * SLO.itl_ms  # REGIME: 2.5 ITL SLOs
+    assert prefill <= sizing.TTFT_SHARE * SLO.ttft_ms
     decode = s.output_tokens * FAST.step_at(1)
     assert decode >= 2.2 * prefill
-    assert s.slo == ("ttft:2000", "itl:50") and len(s.notes) == 3
+    assert s.slo == SLO and len(s.notes) == 3
 
 
 @pytest.mark.parametrize("instances,attainment", [(2, 0.9), (1, 0.9), (2, 0.99), (2, 1.0)])
@@ -62,7 +63,7 @@ def test_a_slow_host_shortens_its_requests_so_the_first_pass_fits_its_share_of_f
     assert sizing.first_pass_s(knee.start_rate, default_run_s) > sizing.FIRST_PASS_S
     s = sizing.size("long-prompt", SLO, HELD, context=16384, widen_slo=True, instances=2,
                     run_s=default_run_s)
-    assert s.slo == knee.slo == ("ttft:2000", "itl:150")
+    assert s.slo == knee.slo == Slo.of(2000, 150)
     # shorter prompts and outputs (decode still 2.5 prefills), the search from their knee
     assert s.prompt_tokens < knee.prompt_tokens and s.output_tokens < knee.output_tokens
     prefill = HELD.ttft_at(s.prompt_tokens)
@@ -97,15 +98,14 @@ def test_a_slow_host_shortens_its_requests_so_the_first_pass_fits_its_share_of_f
 
 def test_short_chat_aims_below_the_itl_slo():
     s = sizing.size("short-chat", SLO, FAST, context=16384)
-    assert FAST.ttft_at(s.prompt_tokens) <= 0.6 * SLO["itl"]
+    assert FAST.ttft_at(s.prompt_tokens) <= 0.6 * SLO.itl_ms
 
 
 def test_a_default_slo_too_tight_for_this_machine_is_widened_and_says_why():
     kept = sizing.size("long-prompt", SLO, SLOW, context=16384)
-    assert kept.slo == ("ttft:2000", "itl:50")  # a user's SLO: never changed
+    assert kept.slo == SLO  # a user's SLO: never changed
     wide = sizing.size("long-prompt", SLO, SLOW, context=16384, widen_slo=True)
-    itl = dict(x.split(":") for x in wide.slo)["itl"]
-    assert float(itl) >= sizing.ITL_HEADROOM * SLOW.step_at(8)
+    assert wide.slo.itl_ms >= sizing.ITL_HEADROOM * SLOW.step_at(8)
     assert any("ITL SLO widened from 50" in n and "118 ms here" in n for n in wide.notes)
 
 
@@ -117,19 +117,18 @@ def test_a_default_itl_slo_under_the_hosts_own_jitter_is_widened_past_the_unload
     wide = sizing.size("long-prompt", SLO, jittery, context=16384, widen_slo=True)
     # the tail with a quarter to spare (95 ms), to 10 ms up: at the tail itself an unloaded
     # decoder would meet the SLO for 9 requests in 10, the attainment target, and no more
-    assert dict(x.split(":") for x in wide.slo)["itl"] == "100"
+    assert wide.slo == Slo.of(2000, 100)
     assert any("ITL SLO widened from 50 to 100 ms" in n and "1.25x the unloaded tail" in n
                and "over 76 ms" in n and "jitter" in n for n in wide.notes)
     # the experiment is sized for the SLO it runs: prefills still stall decodes past it
     assert jittery.ttft_at(wide.prompt_tokens) >= 2.2 * 100
-    assert sizing.size("long-prompt", SLO, jittery, context=16384).slo == ("ttft:2000", "itl:50")
+    assert sizing.size("long-prompt", SLO, jittery, context=16384).slo == SLO
     # a calm host's tail well under the SLO changes nothing; one a tenth under it does
     calm = dataclasses.replace(jittery, tail_ms=(30.0, 38.0))
-    assert sizing.size("long-prompt", SLO, calm, context=16384, widen_slo=True).slo == (
-        "ttft:2000", "itl:50")
+    assert sizing.size("long-prompt", SLO, calm, context=16384, widen_slo=True).slo == SLO
     near = dataclasses.replace(jittery, tail_ms=(30.0, 45.0))
-    assert sizing.size("long-prompt", SLO, near, context=16384, widen_slo=True).slo == (
-        "ttft:2000", "itl:60")
+    assert sizing.size("long-prompt", SLO, near, context=16384, widen_slo=True).slo == Slo.of(
+        2000, 60)
 
 
 def test_given_scales_are_kept():

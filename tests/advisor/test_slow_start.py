@@ -8,9 +8,9 @@ import urllib.request
 
 import pytest
 
+from advisor.engines.placement import Placement
+from advisor.engines.processes import started
 from advisor.errors import UsageError
-from advisor.goodput.placements import Placement
-from advisor.sweep.deployments import started
 from engine.processes.children import free_port
 
 pytestmark = pytest.mark.slow  # two deployments started and waited for, ~12 s

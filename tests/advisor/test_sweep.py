@@ -130,7 +130,8 @@ def test_a_chat_workload_adds_the_render_split_which_needs_collocated_beside_it(
     from advisor.errors import UsageError
     from advisor.sweep.options import SweepOptions
 
-    chat = SweepOptions(workload="chat-agent", model="small").placements()
+    opts = SweepOptions(workload="chat-agent", model="small")
+    chat = opts.engine_to_start("float32").placements(opts.topology_specs)
     assert [p.name for p in chat] == ["collocated-2", "disagg-1p1d", "render-split-2"]
     assert chat[2].kind == "render-split" and chat[2].topology.mode == "render-split"
     assert "render-split" not in SweepOptions(model="small").topology_text

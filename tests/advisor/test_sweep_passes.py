@@ -5,10 +5,10 @@ import contextlib
 from types import SimpleNamespace
 from typing import ClassVar
 
+from advisor.engines.placement import Placement
 from advisor.goodput.outcomes import Outcome, goodput_interval
-from advisor.goodput.placements import Placement
 from advisor.sweep.budget import TimeBudget
-from advisor.sweep.kept import KeptDeployments
+from advisor.sweep.kept_placements import KeptPlacements
 from advisor.sweep.options import span_s
 from advisor.sweep.rate_search import SearchPlan
 from advisor.sweep.state import SweepState
@@ -59,7 +59,7 @@ class _Scripted(Steps):
                            done={"collocated-2": list(COLLOCATED)})
         bars = SimpleNamespace(add_task=lambda *a, **k: None, advance=lambda *_: None,
                                update=lambda *a, **k: None)
-        super().__init__(state, runs, budget, KeptDeployments(contextlib.ExitStack(),
+        super().__init__(state, runs, budget, KeptPlacements(contextlib.ExitStack(),
                                                              room=lambda: True), bars)
         self.truth, self.runs, self.now = truth, runs, now
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from advisor.decide.table import Row
+from advisor.engines.placement import Placement
 from advisor.goodput.from_runs import _frontend
 from advisor.goodput.outcomes import Outcome
-from advisor.goodput.placements import Placement
 from advisor.measure.prom import Sample, read, recognised, transfer_of
 from advisor.measure.transfer import verdict
 from advisor.rundata.result import RunResult

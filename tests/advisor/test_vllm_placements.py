@@ -12,14 +12,14 @@ from dataclasses import replace
 import pytest
 
 from advisor.deploy.advice import Where, section
+from advisor.engines.topologies import TopologySpec, parse_topologies
+from advisor.engines.vllm import placements as on_vllm
+from advisor.engines.vllm import runtime as vp
+from advisor.engines.vllm.locate import VllmInstall, find_vllm
 from advisor.errors import UsageError
 from advisor.probe.p2p import P2PMatrix
 from advisor.rundata.recommendation import Recommendation
-from advisor.sweep import on_vllm
 from advisor.sweep.options import SweepOptions
-from advisor.sweep.topologies import TopologySpec, parse_topologies
-from advisor.vllm_engine import runtime as vp
-from advisor.vllm_engine.locate import VllmInstall, find_vllm
 
 pytestmark = pytest.mark.unit
 
@@ -196,7 +196,6 @@ def test_vllm_is_found_in_the_tools_venv_and_run_as_a_module(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("kw,needle", [
-    ({"engine": "sglang"}, "--engine must be one of bundled, vllm"),
     ({"engine": "vllm", "collocated_url": "http://127.0.0.1:8000"}, "--engine starts"),
     ({"engine": "vllm", "model": "no-such-preset"}, "--model"),
     ({"engine": "vllm", "model": "tiny"}, "--model tiny: vLLM's CPU attention takes head sizes")])

@@ -2,7 +2,7 @@
 
 import random
 
-from engine import LLM
+from engine.llm import LLM
 
 
 def make_llm(**kw) -> LLM:

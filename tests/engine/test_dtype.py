@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from engine import LLM
+from engine.llm import LLM
 from engine.model import dtype
 from engine.processes.launch import Topology
 
@@ -64,7 +64,8 @@ AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
              "ATEN_CPU_CAPABILITY": "avx2"}
 _EXPLICIT_BF16 = """
 import json, torch
-from engine import LLM, SamplingParams
+from engine import SamplingParams
+from engine.llm import LLM
 llm = LLM(model="tiny", dtype="bfloat16")
 out = llm.generate([[5, 6, 7, 8]], SamplingParams(max_tokens=6, temperature=0.0))[0]
 print(json.dumps({"onednn_bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported(),

@@ -142,7 +142,7 @@ def test_float32_weights_are_laid_out_for_vectors_with_their_values_unchanged():
 
 
 def test_a_tied_head_multiplies_by_a_vector_laid_copy_and_the_embedding_keeps_its_rows():
-    from engine import LLM
+    from engine.llm import LLM
 
     llm = LLM(model="tiny", dtype="float32", enable_prefix_caching=False)
     model = llm.engine.runner.model

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from advisor.rundata.evidence import Evidence, PlacementEvidence, SloEvidence, WorkloadEvidence
+from advisor.engines.vllm.runtime import ports_free
+from advisor.rundata.evidence import Evidence, PlacementEvidence, WorkloadEvidence
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
-from advisor.vllm_engine.runtime import ports_free
+from advisor.rundata.slo import Slo
 from engine.processes.children import free_port, wait_healthy
 from tests.cli import advisor
 from tests.engine.helpers import random_prompts
@@ -45,7 +46,7 @@ def _bases() -> tuple[int, int]:
 def _run_dir(tmp_path: Path, action: str) -> RunDir:
     run = RunDir(tmp_path / "run")
     run.write_manifest(Manifest.new(0, {"model": "tiny"}))
-    run.write_evidence(Evidence(SloEvidence(2000, 50), PlacementEvidence("collocated-1"),
+    run.write_evidence(Evidence(Slo.of(2000, 50), PlacementEvidence("collocated-1"),
                                 WorkloadEvidence(mean_prompt_tokens=40, concurrency=1.0),
                                 disaggregated=PlacementEvidence("disagg-1p1d")))
     run.write_recommendation(Recommendation(action, [], [], None, [], {}))

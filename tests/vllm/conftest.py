@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from advisor.engines.processes import started
+from advisor.engines.topologies import parse_topologies
+from advisor.engines.vllm.locate import find_vllm
+from advisor.engines.vllm.model_dir import model_dir
+from advisor.engines.vllm.placements import placements
+from advisor.engines.vllm.runtime import VllmSettings
 from advisor.errors import UsageError
-from advisor.sweep.deployments import started
-from advisor.sweep.on_vllm import placements
-from advisor.sweep.topologies import parse_topologies
-from advisor.vllm_engine.locate import find_vllm
-from advisor.vllm_engine.model_dir import model_dir
-from advisor.vllm_engine.runtime import VllmSettings
 from tests.vllm.client import MODEL, VLLM_CLI, ChatAnswer, chat_answers, complete, prompts
 
 BENCH_REPEATS = 2  # each tool's runs, taken in turn, whose spread is the repeat band

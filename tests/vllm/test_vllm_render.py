@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from advisor.sweep.deployments import started
-from advisor.sweep.on_vllm import placements
-from advisor.sweep.topologies import TopologySpec
+from advisor.engines.processes import started
+from advisor.engines.topologies import TopologySpec
+from advisor.engines.vllm.placements import placements
 from engine.render.frontend import Frontend, FrontendConfig
 from engine.render.protocol import parse_request
 from tests.vllm.client import CHATS, MAX_TOKENS, MODEL, chat_answers, post

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from advisor.engines.processes import started, stop_group
+from advisor.engines.topologies import parse_topologies
+from advisor.engines.vllm.placements import placements
 from advisor.measure.prom import scrape_text
 from advisor.measure.ready import wait_ready
-from advisor.sweep.deployments import started, stop_group
-from advisor.sweep.on_vllm import placements
-from advisor.sweep.topologies import parse_topologies
 from engine import SamplingParams
 from engine.processes.children import free_port
 from tests.engine.helpers import make_llm

@@ -23,11 +23,12 @@ from advisor.deploy.vllm import (
     disaggregated,
     render_split,
 )
+from advisor.engines.vllm.locate import VllmInstall, find_vllm
+from advisor.engines.vllm.model_dir import model_dir
 from advisor.errors import UsageError
+from advisor.flag_groups import DEFAULT_MODELS
 from advisor.probe.p2p_pairs import GpuPlacement
-from advisor.rundata.recommendation import Command, Deployment, DeployPlan
-from advisor.vllm_engine.locate import VllmInstall, find_vllm
-from advisor.vllm_engine.model_dir import model_dir
+from advisor.rundata.recommendation import Command, DeployCommands, DeployPlan
 from engine import api
 
 HOOK_DIR = Path(__file__).parent / "hook"
@@ -45,13 +46,13 @@ CPU_NOTES = (
     "busy-wait (sched_yield) for a second after each step, which left the measuring client's "
     "sends 60-2700 ms late at p99 at normal priority and at niceness 10 alike",
     "NIXL's UCX progress thread is off (ADVISOR_NIXL_PROGRESS_THREAD=off, "
-    "advisor/vllm_engine/hook): it polls without pause and held a whole core per instance, "
+    "advisor/engines/vllm/hook): it polls without pause and held a whole core per instance, "
     "idle or not; vLLM's transfer-status checks progress the transfers instead")
 
 
 # the bundled engine's tool-call markup (its default template's), parsed by vLLM as Hermes's
 TOOL_PARSER = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-VLLM_DEFAULT_MODEL = "mini"  # vLLM's: its CPU attention takes head sizes of 32 and up
+VLLM_DEFAULT_MODEL = DEFAULT_MODELS["vllm"]
 # vLLM 0.32.0's CPUAttentionBackend.get_supported_head_sizes (v1/attention/backends/cpu_attn.py)
 VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
@@ -155,7 +156,7 @@ def port_of(command: Command) -> str:
 def script(plan: DeployPlan) -> str:
     """`plan` as `advisor deploy --format shell` writes it, `advisor` run by this Python."""
     commands = [replace(c, argv=_here(c.argv)) for c in plan.commands]
-    return as_shell(Deployment("", [], None, [replace(plan, commands=commands)], []))
+    return as_shell(DeployCommands("", [], None, [replace(plan, commands=commands)], []))
 
 
 def _here(argv: list[str]) -> list[str]:

@@ -1,8 +1,8 @@
-"""Deployments a sweep measures but does not build itself: one at a URL that someone
-started, or one that a shell command starts (`--collocated-cmd`, `--disagg-cmd`, as
-`vllm bench sweep serve --serve-cmd` takes them). A command's deployment runs in its own
-process group, alone (both placements share the GPUs), and is stopped (SIGTERM, then
-SIGKILL after a grace period) with its port free again before the next one starts."""
+"""A deployment run by a shell command (`--collocated-cmd`, `--disagg-cmd`, as `vllm bench
+sweep serve --serve-cmd` takes them; vLLM's scripts as advisor.engines.vllm writes them), or
+one at a URL that someone started, waited for until ready. A command's deployment runs in
+its own process group, alone (both placements share the GPUs), and is stopped (SIGTERM,
+then SIGKILL after a grace period) with its port free again before the next one starts."""
 
 from __future__ import annotations
 
@@ -11,47 +11,19 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
+from advisor.engines.engine import still_running
+from advisor.engines.placement import Placement
 from advisor.errors import UsageError
-from advisor.goodput.placements import Placement
-from advisor.measure.prom import recognised, scrape_text
 from advisor.measure.ready import wait_ready
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL
 PORT_FREE_S = 30.0  # how long a stopped deployment's port may stay bound
-
-
-def metric_urls(p: Placement) -> list[str]:
-    """Where `p`'s instances' metrics are read: the URLs given (each checked: UsageError
-    naming the flag when one cannot be read or holds no serving metrics), else the front's
-    own /metrics when it has one (vLLM's toy proxy has none: then nothing, said once)."""
-    if p.metrics:
-        for url in p.metrics:
-            try:
-                text = scrape_text([url])
-            except (OSError, ValueError) as e:
-                raise UsageError(f"{p.flag}-metrics {url}: cannot read it: "
-                                 f"{getattr(e, 'reason', e)}") from None
-            if not recognised(text):
-                raise UsageError(f"{p.flag}-metrics {url}: none of the expected metrics "
-                                 "(engine:*, vllm:*, process_cpu_seconds_total)")
-        return list(p.metrics)
-    assert p.url is not None  # a deployment measured at a URL
-    own = p.url.rstrip("/") + "/metrics"
-    try:
-        if recognised(scrape_text([own])):
-            return [own]
-    except (OSError, ValueError):
-        pass
-    print(f"{p.name}: no metrics at {own}: KV-transfer and CPU evidence need "
-          f"{p.flag}-metrics (each instance's /metrics)", file=sys.stderr, flush=True)
-    return []
 
 
 @contextlib.contextmanager
@@ -65,7 +37,7 @@ def started(p: Placement, log_dir: Path, model: str | None, api_key: str | None,
     assert url is not None  # a deployment measured at a URL
     if not p.cmd:
         wait_ready(url, model, api_key, ready_timeout)
-        yield _not_gone
+        yield still_running
         return
     log_path = log_dir / f"{p.name}.log"
     with open(log_path, "ab") as log:
@@ -115,10 +87,6 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _not_gone() -> None:
-    """A deployment someone else runs: nothing here sees it go."""
-
-
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
     """SIGTERM `proc`'s process group, SIGKILL it after `grace_s`; reap the leader and
     kill whatever of the group is left."""
@@ -158,31 +126,3 @@ def wait_port_free(url: str, timeout_s: float = PORT_FREE_S) -> None:
         except OSError:
             return
         time.sleep(0.2)
-
-
-class OnDemand:
-    """A placement's deployment, started when first needed: by `start` for the calibration
-    (the callable given returns its front URL, metrics URLs and one instance's URL), or by
-    the first run that asks for its `urls`. A run that is already in the run directory
-    (a resumed sweep) needs none."""
-
-    def __init__(self, start: Callable[[], tuple[str, list[str], str]]):
-        self._start = start
-        self._urls: tuple[str, list[str]] | None = None
-
-    @property
-    def live(self) -> bool:
-        return self._urls is not None
-
-    def start(self) -> str:
-        """Start it now; one instance's URL (for the calibration)."""
-        url, metrics, one = self._start()
-        self._urls = (url, metrics)
-        return one
-
-    def urls(self) -> tuple[str, list[str]]:
-        """The front URL and metrics URLs, started first if it is not running."""
-        if self._urls is None:
-            self.start()
-        assert self._urls is not None  # start() sets them
-        return self._urls

@@ -1,8 +1,10 @@
-"""bench, serve and probe with --engine vllm. Their flags are checked before anything
-starts. `advisor bench --engine vllm` starts the server, measures it, records it and
-stops it. The server here is a stand-in "vLLM" on PATH (its version answer is made up; its
-`vllm serve` runs the bundled engine on the same preset), so the test needs no vLLM; the
-same path against real vLLM is the sweep's, tested in tests/vllm."""
+"""bench, serve and probe with --engine (advisor.verbs through advisor.engines). Their flags
+are checked before anything starts, --engine by one parser on every verb. `advisor bench
+--engine` starts the server (the bundled engine, or vLLM), measures it, records it and stops
+it; `advisor probe --engine bundled` checks a 1P1D's transfers. The vLLM here is a stand-in
+on PATH (its version answer is made up; its `vllm serve` runs the bundled engine on the same
+preset), so the test needs no vLLM; the same path against real vLLM is the sweep's, tested
+in tests/vllm."""
 
 import json
 import os
@@ -15,10 +17,12 @@ import urllib.request
 import pytest
 
 from advisor.deploy.vllm import PROXY_OFFSET
+from advisor.engines.vllm.runtime import ports_free
 from advisor.measure.bench_options import BenchOptions
 from advisor.measure.ready import wait_ready
-from advisor.started_vllm import bench
-from advisor.vllm_engine.runtime import ports_free
+from advisor.probe.options import ProbeOptions
+from advisor.verbs.bench import bench
+from advisor.verbs.probe import probe
 from engine.processes.children import free_port
 from tests.cli import advisor, advisor_here, said
 
@@ -53,7 +57,9 @@ def stand_in(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (("bench", "--engine", "sglang"), "--engine must be vllm"),
+    (("bench", "--engine", "sglang"), "--engine must be bundled or vllm"),
+    (("sweep", "--engine", "sglang"), "--engine must be bundled or vllm"),
+    (("serve", "--engine", "none"), "--engine must be bundled or vllm"),
     (("bench", "--engine", "vllm", "--base-url", "http://127.0.0.1:9"), "--engine starts"),
     (("probe", "--engine", "vllm", "--transfer-check", "http://127.0.0.1:9"), "--engine starts"),
     (("serve", "--engine", "vllm", "--mode", "render"), "--mode render: --engine vllm"),
@@ -67,7 +73,7 @@ def test_flags_are_checked_before_anything_starts(args, needle):
 def test_the_first_case_through_the_users_way_in():
     r = advisor("bench", "--engine", "sglang", timeout=60)
     assert r.returncode == 2
-    assert said(r.stderr) == ["advisor: error: --engine must be vllm, not 'sglang'"]
+    assert said(r.stderr) == ["advisor: error: --engine must be bundled or vllm, not 'sglang'"]
 
 
 @pytest.mark.slow
@@ -85,6 +91,25 @@ def test_bench_starts_the_server_measures_records_and_stops_it(stand_in):
     front = saved["base_url"]
     with pytest.raises(urllib.error.URLError):  # stopped with the measurement
         urllib.request.urlopen(front + "/health", timeout=2)
+
+
+def test_bench_starts_the_bundled_engine_measures_and_stops_it(tmp_path):
+    out = tmp_path / "bench"
+    bench(BenchOptions(engine="bundled", model="tiny", num_prompts=4, random_input_len=16,
+                       random_output_len=4, request_rate=8.0, result_dir=str(out),
+                       ready_timeout=120))
+    saved = json.loads((out / "result.json").read_text())
+    assert (saved["completed"], saved["failed"]) == (4, 0)
+    assert saved["model_id"] == "tiny" and "engine" not in saved["manifest"]
+    with pytest.raises(urllib.error.URLError):  # stopped with the measurement
+        urllib.request.urlopen(saved["base_url"] + "/health", timeout=2)
+
+
+def test_probe_checks_the_transfers_of_a_bundled_pd_it_starts(capsys):
+    probe(ProbeOptions(engine="bundled", model="tiny", check_prompts=2,
+                       check_prompt_tokens=64, wakeup_idle_s=0, link_mb=1, as_json=True))
+    check = json.loads(capsys.readouterr().out)["transfer_check"]
+    assert (check["transfers"], check["failed_requests"]) == (2, 0), check
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ the end, on fake deployments."""
 
 import contextlib
 
-from advisor.sweep.kept import KeptDeployments, roomy
+from advisor.sweep.kept_placements import KeptPlacements, roomy
 
 
 def _fake(log: list):
@@ -21,7 +21,7 @@ def test_a_placement_asked_for_again_is_the_running_one_and_all_stop_at_the_end(
     log = []
     start = _fake(log)
     with contextlib.ExitStack() as outer:
-        kept = KeptDeployments(outer, room=lambda: True)
+        kept = KeptPlacements(outer, room=lambda: True)
         col = kept.get("collocated-2", start("col"))
         assert not col.live and log == []  # on demand: nothing started yet
         assert col.urls() == ("http://col", [])
@@ -36,7 +36,7 @@ def test_without_room_the_idle_placement_stops_before_the_next_starts():
     log = []
     start = _fake(log)
     with contextlib.ExitStack() as outer:
-        kept = KeptDeployments(outer, room=lambda: False)
+        kept = KeptPlacements(outer, room=lambda: False)
         kept.get("collocated-2", start("col")).start()
         kept.get("disagg-1p1d", start("pd")).start()
         assert log == ["start col", "stop col", "start pd"]

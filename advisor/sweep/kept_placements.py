@@ -1,15 +1,13 @@
-"""The bundled engine's placements, kept running between a sweep's passes: a second pass
-often comes back to the placement measured first, and an idle placement uses no CPU. Idle
-ones stop while less than ROOM of the memory is available when another starts; one that a
-command started is never kept (both may need the same GPUs)."""
+"""A sweep's placements, each started when first needed (`OnDemand`) and kept running
+between the sweep's passes: a second pass often comes back to the placement measured
+first, and an idle placement uses no CPU. Idle ones stop while less than ROOM of the memory
+is available when another starts."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-
-from advisor.sweep.deployments import OnDemand
 
 ROOM = 0.5  # the share of memory that must be available for an idle placement to stay up
 
@@ -30,7 +28,35 @@ def roomy(meminfo: str | None = None) -> bool:
         return False
 
 
-class KeptDeployments:
+class OnDemand:
+    """A placement's deployment, started when first needed: by `start` for the calibration
+    (the callable given returns its front URL, metrics URLs and one instance's URL), or by
+    the first run that asks for its `urls`. A run that is already in the run directory
+    (a resumed sweep) needs none."""
+
+    def __init__(self, start: Callable[[], tuple[str, list[str], str]]):
+        self._start = start
+        self._urls: tuple[str, list[str]] | None = None
+
+    @property
+    def live(self) -> bool:
+        return self._urls is not None
+
+    def start(self) -> str:
+        """Start it now; one instance's URL (for the calibration)."""
+        url, metrics, one = self._start()
+        self._urls = (url, metrics)
+        return one
+
+    def urls(self) -> tuple[str, list[str]]:
+        """The front URL and metrics URLs, started first if it is not running."""
+        if self._urls is None:
+            self.start()
+        assert self._urls is not None  # start() sets them
+        return self._urls
+
+
+class KeptPlacements:
     """Placements by name, each started on demand into its own stack inside `outer` (which
     stops whatever is still up when it closes)."""
 

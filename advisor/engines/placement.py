@@ -1,5 +1,6 @@
-"""The placements a sweep compares (bundled-engine topologies or existing deployments), put
-on GPU pairs with P2P, and what the P2P matrix says of them."""
+"""A placement: what a sweep, bench, serve or probe starts or measures (a bundled-engine
+topology, vLLM's instances behind a front, or a deployment at a URL), and each P/D on GPUs
+put on pairs with P2P."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ from dataclasses import dataclass, replace
 
 from advisor.errors import UsageError
 from advisor.probe.p2p import P2PMatrix
-from advisor.probe.p2p_pairs import GpuPlacement, evidence, place
-from advisor.rundata.evidence import P2PEvidence
-from advisor.rundata.manifest import ProbeFindings
+from advisor.probe.p2p_pairs import GpuPlacement, place
 from engine.api import Topology
 
 _DISAGG = re.compile(r"^(\d+)p(\d+)d$")
@@ -72,16 +71,3 @@ def on_pairs(matrix: P2PMatrix, prefill: int, decode: int, item: str) -> GpuPlac
         return place(matrix, list(range(len(matrix.gpus))), prefill, decode)
     except ValueError as e:
         raise UsageError(f"--topologies {item}: {e}") from None
-
-
-def p2p_evidence(placements: list[Placement], probe: ProbeFindings | None, model: str | None,
-                 prompt_tokens: float | None, dtype: str) -> P2PEvidence | None:
-    """evidence.json's p2p: the matrix a sweep's manifest recorded, with the pairs its
-    disaggregated placement used (unknown for a deployment at a URL); None without one."""
-    if probe is None or not probe.p2p:
-        return None
-    dis = [p for p in placements if p.kind == "disagg"]
-    dis.sort(key=lambda p: p.bidirectional)  # the plain P/D the advice compares first
-    return evidence(P2PMatrix.from_json(probe.p2p), probe.p2p_source or "nvidia-smi",
-                    dis[0].on_gpus if dis else None, model, prompt_tokens,
-                    dtype if dtype in ("float32", "bfloat16", "float16") else "bfloat16")

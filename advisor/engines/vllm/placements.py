@@ -1,16 +1,13 @@
-"""The sweep's placements on real vLLM (--engine vllm): vLLM found, the model directory it
-loads (written for a preset), and each --topologies item as the script advisor.vllm_engine
-plans, whose instances the sweep waits for (advisor.sweep.deployments.started)."""
+"""Placements on real vLLM: each --topologies item as the script advisor.engines.vllm.runtime
+plans (the commands `advisor deploy` prints, with this host's ports), whose instances are
+waited for one by one (advisor.engines.processes.started), and what a manifest records of
+them."""
 
 from __future__ import annotations
 
-from advisor.goodput.placements import Placement, on_pairs
-from advisor.probe.p2p import P2PMatrix
-from advisor.rundata.manifest import EngineRan
-from advisor.rundata.recommendation import DeployPlan
-from advisor.sweep.options import SweepOptions
-from advisor.sweep.topologies import TopologySpec
-from advisor.vllm_engine.runtime import (
+from advisor.engines.placement import Placement, on_pairs
+from advisor.engines.topologies import TopologySpec
+from advisor.engines.vllm.runtime import (
     CPU_NOTES,
     INSTANCE_ROLES,
     VllmSettings,
@@ -19,21 +16,9 @@ from advisor.vllm_engine.runtime import (
     port_of,
     script,
 )
-from workloads.presets import preset_spec
-
-
-def on_vllm(opts: SweepOptions, matrix: P2PMatrix | None = None
-            ) -> tuple[list[Placement], EngineRan]:
-    """The placements (P/D on GPUs on `matrix`'s P2P pairs) and what the manifest records
-    of them: vLLM's version, the model directory and each script as run."""
-    assert opts.model is not None  # filled by the set-up, or taken back on resume
-    settings = VllmSettings.found(opts.model, opts.dtype, opts.device, opts.toy_proxy,
-                                  tools=bool(preset_spec(opts.workload).tools))
-    install = settings.install
-    found = placements(opts.topology_specs, settings, matrix=matrix)
-    print(f"engine: {install.distribution} {install.version} ({install.python}), model "
-          f"{settings.model_dir}", flush=True)
-    return found, engine_ran(settings, found)
+from advisor.probe.p2p import P2PMatrix
+from advisor.rundata.manifest import EngineRan
+from advisor.rundata.recommendation import DeployPlan
 
 
 def engine_ran(settings: VllmSettings, found: list[Placement]) -> EngineRan:

