@@ -4,10 +4,12 @@ written, the decision table applied, the deploy commands attached, summary.csv w
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from advisor.decide.table import recommend
 from advisor.deploy.advice import Where, from_evidence
 from advisor.deploy.origin import origin
+from advisor.engines.placement import Placement
 from advisor.goodput.from_runs import write_summary
 from advisor.goodput.outcomes import Outcome
 from advisor.rundata.evidence import Evidence
@@ -15,9 +17,10 @@ from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import MANIFEST, RunDir
 
 
-def conclude(run_dir: RunDir, evidence: Evidence, placements, done: dict[str, list[Outcome]],
+def conclude(run_dir: RunDir, evidence: Evidence, placements: list[Placement],
+             done: dict[str, list[Outcome]],
              model: str | None, where: Where | None = None, more_reasons: tuple[str, ...] = (),
-             **extra) -> Recommendation:
+             **extra: Any) -> Recommendation:
     """Write `evidence`, decide on it, attach the deploy commands for `model` (and
     `more_reasons` after the table's, and `extra` fields of the Recommendation), write the
     recommendation and summary.csv (one row per run of `placements`); the recommendation."""

@@ -35,6 +35,6 @@ def option(default: Any, help: str, *decls: str, parse: Callable[[Any], Any] | N
     return field(default=default, metadata={"flag": flag}, repr=not secret)
 
 
-def flags(cls) -> dict[str, tuple[Field, Flag]]:
+def flags(cls: type[Any]) -> dict[str, tuple[Field[Any], Flag]]:
     """Each field of `cls` that has a flag, by name, in declaration order."""
     return {f.name: (f, f.metadata["flag"]) for f in fields(cls) if "flag" in f.metadata}

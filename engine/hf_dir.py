@@ -8,6 +8,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -34,7 +35,7 @@ def architecture(cfg: ModelConfig) -> tuple[str, str]:
     return "LlamaForCausalLM", "llama"
 
 
-def hf_config(cfg: ModelConfig, dtype: str) -> dict:
+def hf_config(cfg: ModelConfig, dtype: str) -> dict[str, Any]:
     """config.json's fields for `cfg`, its weights stored in `dtype`."""
     arch, model_type = architecture(cfg)
     return {"architectures": [arch], "model_type": model_type,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Any
 
 from engine.core.config import EngineConfig
 from engine.core.llm_engine import RequestOutput
@@ -21,7 +22,7 @@ class LLM:
     enable_chunked_prefill, role, ...).
     """
 
-    def __init__(self, model: str = "tiny", **kwargs):
+    def __init__(self, model: str = "tiny", **kwargs: Any) -> None:
         unknown = set(kwargs) - _ENGINE_FIELDS
         if unknown:
             raise TypeError(f"unknown engine option(s): {', '.join(sorted(unknown))}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import matplotlib.figure
+
 from reports import plots
 from reports.model import Report
 
@@ -13,7 +15,7 @@ from reports.model import Report
 class FigureSpec:
     name: str  # file stem for the PNG
     caption: str
-    make: Callable[[], object]  # -> a matplotlib Figure
+    make: Callable[[], matplotlib.figure.Figure]
 
 
 @dataclass(frozen=True)

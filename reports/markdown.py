@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 from reports.figures import Figure
-from reports.model import Report
+from reports.model import P2P, Report
 
 
-def _cell(v) -> str:
+def _cell(v: object) -> str:
     """`v` as Markdown text on one line: HTML, code spans, links and table pipes shown as
     written, never rendered, and nothing that ends the line."""
     text = "".join(ch if ch.isprintable() else " " for ch in str(v))
@@ -82,7 +82,7 @@ def render(data: Report, figures: list[Figure]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _p2p(p2p) -> list[str]:
+def _p2p(p2p: P2P) -> list[str]:
     """The P2P read matrix as a table, then the pairs the placement used."""
     lines = ["", "### P2P read matrix" + (f" ({_cell(p2p.source)})" if p2p.source else ""), "",
              "| | " + " | ".join(map(_cell, p2p.gpus)) + " |", "|" + "---|" * (len(p2p.gpus) + 1)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import matplotlib
 
@@ -11,7 +12,9 @@ import itertools
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
 
 from reports.model import Report, Series
 
@@ -27,8 +30,9 @@ def _color(s: Series) -> str:
 
 
 def _finish(
-    fig, ax, title: str, data: Report, ylabel: str, xlabel: str = "request rate (req/s)"
-):
+    fig: Figure, ax: Axes, title: str, data: Report, ylabel: str,
+    xlabel: str = "request rate (req/s)",
+) -> Figure:
     # the emulation on a line of its own, since tight_layout does not shrink a title
     # that runs past the figure's edge
     ax.set_title(
@@ -49,7 +53,7 @@ def _vs_rate(
     slo_key: str,
     title: str,
     ylabel: str,
-):
+) -> Figure:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for s in data.series:
         x = [p.rate for p in s.points]
@@ -69,7 +73,7 @@ def _vs_rate(
     return _finish(fig, ax, title, data, ylabel)
 
 
-def itl_vs_rate(data: Report):
+def itl_vs_rate(data: Report) -> Figure:
     """1. p50 and p99 ITL against rate; the ITL SLO as a line."""
     return _vs_rate(
         data,
@@ -81,7 +85,7 @@ def itl_vs_rate(data: Report):
     )
 
 
-def ttft_vs_rate(data: Report):
+def ttft_vs_rate(data: Report) -> Figure:
     """2. median and p99 TTFT against rate; the TTFT SLO as a line."""
     return _vs_rate(
         data,
@@ -93,7 +97,7 @@ def ttft_vs_rate(data: Report):
     )
 
 
-def attainment_vs_rate(data: Report):
+def attainment_vs_rate(data: Report) -> Figure:
     """3. SLO attainment against rate, the target, and each placement's max goodput rate."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
     target = data.slo.attainment
@@ -126,7 +130,7 @@ def attainment_vs_rate(data: Report):
     )
 
 
-def ttft_by_turn(data: Report):
+def ttft_by_turn(data: Report) -> Figure:
     """5. Multi-turn: median TTFT against turn index, per placement, at each placement's
     highest rate meeting the SLO (else its lowest): recomputed context grows with the turn."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -150,7 +154,7 @@ def ttft_by_turn(data: Report):
     return fig
 
 
-def kv_transfer(data: Report):
+def kv_transfer(data: Report) -> Figure:
     """4. KV transfer time per request, and its share of that request's TTFT."""
     ms, share = data.kv_transfer_ms, data.kv_transfer_share
     fig, (a, b) = plt.subplots(1, 2, figsize=(7, 3.2))
@@ -176,7 +180,7 @@ def kv_transfer(data: Report):
     return fig
 
 
-def timeline(data: Report):
+def timeline(data: Report) -> Figure:
     """5. Every request at the highest common rate: waiting (send -> first token) and
     decoding (first -> last token); gaps over the ITL SLO marked (prefills stalling decodes)."""
     shown = data.series
@@ -185,8 +189,8 @@ def timeline(data: Report):
     limit = (data.slo.itl_ms or np.inf) / 1000
     for ax, s in zip(axes[:, 0], shown):
         # one collection per kind, not a line per request, which took seconds to draw
-        waiting: list = []
-        decoding: list = []
+        waiting: list[Any] = []
+        decoding: list[Any] = []
         stalls: tuple[list[float], list[int]] = ([], [])
         for i, span in enumerate(s.timeline):
             c = span.chunks
@@ -213,7 +217,7 @@ def timeline(data: Report):
     return fig
 
 
-def pareto(data: Report):
+def pareto(data: Report) -> Figure:
     """7. A plan's placements at each rate: output tokens/s per GPU against tokens/s per
     user; the frontier joined, points missing the SLO hollow, the choice ringed."""
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -241,7 +245,7 @@ def pareto(data: Report):
     return fig
 
 
-def compare(data: Report, other: Report):
+def compare(data: Report, other: Report) -> Figure:
     """6. Two runs overlaid: p99 ITL and SLO attainment against rate."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(7, 3.4))
     for d, style, tag in ((data, "-", "this"), (other, "--", "other")):
@@ -268,7 +272,7 @@ def compare(data: Report, other: Report):
     return fig
 
 
-def encoded(fig, svg: bool, png: bool) -> tuple[str | None, bytes | None]:
+def encoded(fig: Figure, svg: bool, png: bool) -> tuple[str | None, bytes | None]:
     """The figure as inline SVG text (no external references) and as PNG bytes, each only
     where asked; then closed."""
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -38,12 +39,14 @@ class LengthDist:
 
     def scaled(self, factor: float) -> LengthDist:
         """The same shape with lengths multiplied by `factor` (at least 1 token)."""
-        s = lambda n: max(1, round(n * factor))  # noqa: E731
+        def s(n: float) -> int:
+            return max(1, round(n * factor))
+
         return LengthDist(self.kind, s(self.mean), self.range_ratio, self.sigma, s(self.low),
                           None if self.high is None else s(self.high),
                           tuple(s(v) for v in self.values))
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray[Any, np.dtype[np.int64]]:
         """n lengths as int64, each >= 1."""
         if self.kind == "fixed":
             out = np.full(n, self.mean)
@@ -57,4 +60,6 @@ class LengthDist:
         else:
             out = rng.choice(np.asarray(self.values), size=n)
         high = self.high if self.high is not None else np.iinfo(np.int64).max
-        return np.clip(out, max(1, self.low), high).astype(np.int64)
+        lengths: np.ndarray[Any, np.dtype[np.int64]] = np.clip(
+            out, max(1, self.low), high).astype(np.int64)
+        return lengths

@@ -11,6 +11,7 @@ the preset's arrivals and size.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
@@ -99,7 +100,7 @@ def preset_spec(name: str, scale: float = 1.0, rate: float | None = None,
     return spec
 
 
-def preset(name: str, seed: int, **overrides) -> Workload:
+def preset(name: str, seed: int, **overrides: Any) -> Workload:
     """The named workload, reproducible from `seed` (see preset_spec for overrides)."""
     w = synthesize(preset_spec(name, **overrides), seed, name)
     w.params = {"preset": name, "seed": seed, **overrides}

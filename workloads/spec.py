@@ -8,6 +8,7 @@ and received (history + `new_tokens`), never precomputed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -39,9 +40,9 @@ class Workload:
 
     name: str
     conversations: list[Conversation]
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     chat: bool = False  # meant for the chat API (text messages), not token-ID prompts
-    tools: list[dict] | None = None  # chat: the function tools every request offers
+    tools: list[dict[str, Any]] | None = None  # chat: the function tools every request offers
 
     @property
     def num_requests(self) -> int:
@@ -83,7 +84,7 @@ class SyntheticSpec:
     shared_prefix_len: int = 0
     vocab: tuple[int, int] = DEFAULT_VOCAB
     chat: bool = False
-    tools: tuple[dict, ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
 
     def validate(self) -> None:
         if self.num_prompts < 1:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -62,7 +64,8 @@ def load(path: str | Path, fmt: str | None = None, time_scale: float = 1.0,
     return rows[:max_requests]
 
 
-def _checked(path: Path, row_no: int, ts, inp, out, hashes=()) -> TraceRow:
+def _checked(path: Path, row_no: int, ts: Any, inp: Any, out: Any,
+             hashes: Iterable[Any] = ()) -> TraceRow:
     try:
         row = TraceRow(float(ts), int(inp), int(out), tuple(int(h) for h in hashes))
     except (TypeError, ValueError) as e:

@@ -8,6 +8,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -17,16 +18,17 @@ from advisor.flags import flags
 _KW = inspect.Parameter.KEYWORD_ONLY
 
 
-def _cli_type(hint):
+def _cli_type(hint: Any) -> Any:
     """What typer parses a field of type `hint` as: X for X | None, list[X] for tuple[X, ...]."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if typing.get_origin(hint) is tuple:
-        return list[typing.get_args(hint)[0]]
+        item = typing.get_args(hint)[0]
+        return list[item]  # type: ignore[valid-type]  # a type built at run time, for typer
     return hint
 
 
-def _parameters(cls) -> list[inspect.Parameter]:
+def _parameters(cls: type[Any]) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(cls)
     out = []
     for name, (f, flag) in flags(cls).items():
@@ -38,7 +40,7 @@ def _parameters(cls) -> list[inspect.Parameter]:
     return out
 
 
-def options_of(cls, given: dict, ctx: typer.Context | None):
+def options_of(cls: type[Any], given: dict[str, Any], ctx: typer.Context | None) -> Any:
     """An instance of `cls` from the flags' values as typer passed them."""
     values = {}
     for name, (f, flag) in flags(cls).items():
@@ -57,20 +59,21 @@ def options_of(cls, given: dict, ctx: typer.Context | None):
     return cls(**values)
 
 
-def options_command(cls, name: str | None = None) -> Callable:
+def options_command(cls: type[Any], name: str | None = None
+                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(opts, **own)` as a command whose flags are `cls`'s fields (and `fn`'s
     own parameters after the first): it receives them as one `cls`."""
     taken = [n for n, (_, flag) in flags(cls).items()]
     words = any(flag.words for _, flag in flags(cls).values())
 
-    def register(fn: Callable) -> Callable:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
         params = _parameters(cls) + [p.replace(kind=_KW) for p in own]
         if words:
             params.insert(0, inspect.Parameter("ctx", _KW, annotation=typer.Context))
 
         @functools.wraps(fn)
-        def command(**given):
+        def command(**given: Any) -> Any:
             ctx = given.pop("ctx", None)
             with user_errors():
                 opts = options_of(cls, {n: given.pop(n) for n in taken}, ctx)

@@ -35,32 +35,43 @@ def _top(ci: list[float | None]) -> float:
     return float("inf") if ci[1] is None else ci[1]
 
 
-def _what_would_separate(col, dis, target: float) -> str:
+def _what_would_separate(col: PlacementEvidence, dis: PlacementEvidence, target: float
+                         ) -> str:
     """How many requests per rate would separate the placements at the judged rate: their
     attainments, or, where those are apart already, a placement's attainment from the
     target (its interval holds the target, so its max goodput may lie on either side)."""
-    n = requests_to_separate(col.requests_at_rate, col.attainment_at_rate, col.attainment_ci,
-                             dis.attainment_at_rate, dis.attainment_ci)
+    known = [_attainment(p) for p in (col, dis)]
+    if col.requests_at_rate is None or known[0] is None or known[1] is None:
+        return ""
+    (att_c, ci_c), (att_d, ci_d) = known[0], known[1]
+    n = requests_to_separate(col.requests_at_rate, att_c, ci_c, att_d, ci_d)
     if not n:
         return f"; their attainments at {col.rate_rps:g} req/s are equal"
     if n > col.requests_at_rate:
         return (f"; about {n} requests per rate (now {col.requests_at_rate}) would separate "
                 f"their attainments at {col.rate_rps:g} req/s")
-    unsure = [(requests_to_separate(p.requests_at_rate, p.attainment_at_rate, p.attainment_ci,
-                                    target, [target, target]), name, p)
-              for name, p in (("collocated", col), ("disaggregated", dis))
-              if p.attainment_ci[0] < target <= p.attainment_ci[1]]
+    unsure = [(requests_to_separate(p.requests_at_rate or col.requests_at_rate, att, ci,
+                                    target, [target, target]), name, p, att, ci)
+              for name, p, (att, ci) in (("collocated", col, known[0]),
+                                         ("disaggregated", dis, known[1]))
+              if ci[0] < target <= ci[1]]
     if not unsure:
         return ""
-    n, name, p = max(unsure, key=lambda u: u[0])
+    n, name, p, att, ci = max(unsure, key=lambda u: u[0])
     said = (f"; their attainments at {col.rate_rps:g} req/s are apart, but {name}'s "
-            f"({p.attainment_at_rate:.2f}, interval [{p.attainment_ci[0]:.2f}, "
-            f"{p.attainment_ci[1]:.2f}]) holds the {target:g} target")
+            f"({att:.2f}, interval [{ci[0]:.2f}, {ci[1]:.2f}]) holds the {target:g} target")
     if not n:  # on the target itself: more requests narrow it around the target
         return (said + ": it lies on the target itself, so no number of requests at that "
                 "rate would tell; a rate either side would")
     return said + (f": about {n} requests per rate (now {p.requests_at_rate}) would tell "
                    "whether it meets it")
+
+
+def _attainment(p: PlacementEvidence) -> tuple[float, list[float]] | None:
+    """`p`'s attainment at the judged rate and its interval, where both are known."""
+    if p.attainment_at_rate is None or p.attainment_ci is None:
+        return None
+    return p.attainment_at_rate, p.attainment_ci
 
 
 def _interval(ci: list[float | None]) -> str:

@@ -135,9 +135,10 @@ def failed_text(sides: Sequence[PlacementEvidence]) -> str:
                      f"failed at {p.rate_rps:g} req/s ({p.error})" for p in sides)
 
 
-def _none_done(p) -> bool:
+def _none_done(p: PlacementEvidence) -> bool:
     """Whether every request of placement evidence `p` failed at its judged rate."""
-    return bool(p.failed_at_rate) and p.failed_at_rate >= (p.requests_at_rate or 0)
+    failed = p.failed_at_rate or 0
+    return failed > 0 and failed >= (p.requests_at_rate or 0)
 
 
 def _num(v: float | None) -> float:

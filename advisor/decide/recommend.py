@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from advisor.decide.table import Thresholds, recommend
+from advisor.decide.table import recommend
+from advisor.decide.thresholds import Thresholds
 from advisor.deploy.advice import from_evidence
 from advisor.errors import UsageError
 from advisor.output import console

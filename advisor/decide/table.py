@@ -16,7 +16,7 @@ from advisor.decide.comparison import compare
 from advisor.decide.floor import behind_note, slowdown_note, unreachable
 from advisor.decide.thresholds import RATIO_WIDTH, Thresholds
 from advisor.decide.transfer_row import kv_row, p2p_reason, slow_text
-from advisor.rundata.evidence import Evidence, PlacementEvidence
+from advisor.rundata.evidence import Evidence, PlacementEvidence, WorkloadEvidence
 from advisor.rundata.recommendation import Comparison, Recommendation
 from advisor.rundata.recommendation import DecisionRow as Row
 
@@ -160,7 +160,7 @@ def _render_split_reason(row: Row, seen: str) -> str | None:
     return f"{seen}: {_versus('the render split', r, 'collocated', c)}: {verdict}"
 
 
-def _history_warning(wl) -> str | None:
+def _history_warning(wl: WorkloadEvidence) -> str | None:
     """The guide's silent-mismatch case, found before it costs anything."""
     if not wl.multi_turn or wl.history_kept_share is None or wl.history_kept_share >= 1:
         return None

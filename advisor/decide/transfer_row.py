@@ -4,12 +4,13 @@ nothing was measured (labelled so); a healthy measurement stands whatever the ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from advisor.decide.thresholds import Thresholds
 from advisor.probe.p2p import CODES
 from advisor.probe.p2p_pairs import pairs_text
-from advisor.rundata.evidence import Evidence, P2PEvidence
+from advisor.rundata.evidence import Evidence, P2PEvidence, P2PPair
 from advisor.rundata.fmt import fmt_ms
 from advisor.rundata.recommendation import DecisionRow as Row
 
@@ -92,7 +93,7 @@ def _used_text(p2p: P2PEvidence) -> str:
                      for p in p2p.used) or "unknown"
 
 
-def _pairs_status(pairs) -> str:
+def _pairs_status(pairs: Sequence[P2PPair]) -> str:
     """`GPU0->GPU1 (NS: not supported), ...`."""
     return ", ".join(f"GPU{p.prefill_gpu}->GPU{p.decode_gpu} ({p.status}: "
                      f"{CODES.get(p.status.split()[0], 'unknown')})" for p in pairs)

@@ -25,6 +25,7 @@ from advisor.errors import UsageError
 from advisor.probe.p2p import P2PMatrix
 from advisor.probe.p2p_pairs import pairs_text, place
 from advisor.probe.shapes import HF_NAMES, shape_of
+from advisor.rundata.evidence import Evidence
 from advisor.rundata.recommendation import DeployCommands, DeployPlan, Recommendation
 
 ACTION_PLAN = {"disaggregate": "disaggregated",
@@ -208,7 +209,8 @@ def tps(name: str | None, default: int) -> tuple[int, int]:
     return default, default
 
 
-def from_evidence(rec: Recommendation, ev, model: str | None, where: Where = Where(),
+def from_evidence(rec: Recommendation, ev: Evidence, model: str | None,
+                  where: Where = Where(),
                   came: Origin | None = None, run_path: str | None = None) -> DeployCommands:
     """`section` for a sweep's or plan's evidence (advisor.rundata.evidence.Evidence), its
     P/D placed on the P2P matrix the evidence recorded unless `where` names one; said to be

@@ -5,6 +5,8 @@ network, affinity). llm-d's form is advisor.deploy.llmd."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from advisor.deploy.pods import DEFAULT_CLUSTER, Cluster, engine_pod
@@ -19,11 +21,11 @@ POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 class _Dumper(yaml.SafeDumper):
     """Every value written where it is used: no &anchors and *aliases for people to chase."""
 
-    def ignore_aliases(self, data) -> bool:
+    def ignore_aliases(self, data: object) -> bool:
         return True
 
 
-def yaml_docs(docs: list[dict]) -> str:
+def yaml_docs(docs: list[dict[str, Any]]) -> str:
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
 
 
@@ -52,9 +54,9 @@ def without_flags(argv: list[str], *flags: str) -> list[str]:
     return out
 
 
-def pod_env(c: Command, p2p: bool) -> list[dict]:
+def pod_env(c: Command, p2p: bool) -> list[dict[str, Any]]:
     """The command's environment but what the pod decides (its GPUs, its own address)."""
-    env: list[dict] = [{"name": k, "value": v} for k, v in c.env.items()
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in c.env.items()
            if k not in ("CUDA_VISIBLE_DEVICES", "VLLM_NIXL_SIDE_CHANNEL_HOST",
                         "VLLM_NIXL_SIDE_CHANNEL_PORT")]
     if p2p:
@@ -69,7 +71,7 @@ def labels_of(name: str) -> dict[str, str]:
 
 def _tier(name: str, image: str, c: Command, argv: list[str], replicas: int, gpus: int,
           cluster: Cluster | None = None, hosts: list[str] | None = None,
-          pair_with: dict | None = None) -> list[dict]:
+          pair_with: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """A Deployment of `replicas` pods running `argv` (c's, adjusted) and its Service; a
     vLLM pod (`cluster` given) dressed as advisor.deploy.pods says."""
     port = int(flag_value(argv, "--port") or 8000)
@@ -101,7 +103,7 @@ def as_k8s(deploy: DeployCommands, cluster: Cluster = DEFAULT_CLUSTER,
     front (advisor proxy, or the render front) in `front_image`, this project installed."""
     plan = chosen(deploy)
     base = f"{PART_OF}-{plan.placement}"
-    docs: list[dict] = []
+    docs: list[dict[str, Any]] = []
     urls: dict[str, str] = {}
     for role in ("collocated", "prefill", "decode", "render", "engine"):
         cmds = [c for c in plan.commands if c.role == role]

@@ -14,6 +14,7 @@ peer sets it from a measurement."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from advisor.deploy.kube import (
     SIDE_PORT,
@@ -74,7 +75,7 @@ def threshold(ev: Evidence) -> Threshold:
 def picker_config(pd: bool, tokens: int) -> str:
     """The endpoint picker's EndpointPickerConfig: P/D profiles with the prefix-based
     decider at `tokens`, or one profile over collocated servers."""
-    scorers: list[dict] = [{"type": "prefix-cache-scorer"}, {"type": "queue-scorer"},
+    scorers: list[dict[str, Any]] = [{"type": "prefix-cache-scorer"}, {"type": "queue-scorer"},
                {"type": "kv-cache-utilization-scorer"}, {"type": "max-score-picker"}]
     if not pd:
         cfg = {"apiVersion": "inference.networking.x-k8s.io/v1alpha1",
@@ -85,7 +86,7 @@ def picker_config(pd: bool, tokens: int) -> str:
                    {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
                    {"pluginRef": "max-score-picker"}]}]}
         return yaml_docs([cfg])
-    plugins: list[dict] = [{"type": "approx-prefix-cache-producer"},
+    plugins: list[dict[str, Any]] = [{"type": "approx-prefix-cache-producer"},
                {"type": "disagg-headers-handler"},
                {"name": "pd-decider", "type": "prefix-based-pd-decider",
                 "parameters": {"nonCachedTokens": tokens}},
@@ -134,7 +135,7 @@ def as_llmd(deploy: DeployCommands, cluster: Cluster = DEFAULT_CLUSTER,
                                     picker_config(pd, at.tokens)}},
         "inferencePool": {"targetPorts": [{"number": SERVICE_PORT}], "modelServerType": "vllm",
                           "modelServers": {"matchLabels": pool}}}
-    docs: list[dict] = [values]
+    docs: list[dict[str, Any]] = [values]
     if pd:
         docs.append(_server(f"{guide}-prefill", "prefill", by_role["prefill"], pool, cluster,
                             SERVICE_PORT))
@@ -161,8 +162,8 @@ def as_llmd(deploy: DeployCommands, cluster: Cluster = DEFAULT_CLUSTER,
     return "\n".join(head) + "\n" + yaml_docs(docs)
 
 
-def _server(name: str, role: str, cmds: list[Command], pool: dict, cluster: Cluster,
-            port: int, sidecar: bool = False) -> dict:
+def _server(name: str, role: str, cmds: list[Command], pool: dict[str, Any], cluster: Cluster,
+            port: int, sidecar: bool = False) -> dict[str, Any]:
     """A Deployment of one role's vLLM servers in the router's pool (llm-d.ai/role)."""
     argv = cmds[0].argv
     replicas = len(cmds) * int(flag_value(argv, "--data-parallel-size") or 1)

@@ -8,6 +8,7 @@ network) and affinity that keeps a placement's instances on its nodes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # the vLLM this project tests against (.ci/vllm pins its CPU build): the image for
 # advice no vLLM was measured or planned with
@@ -44,7 +45,7 @@ class Cluster:
 DEFAULT_CLUSTER = Cluster()
 
 
-def probes(port: str) -> dict:
+def probes(port: str) -> dict[str, Any]:
     """Startup (up to an hour: large models load slowly), liveness and readiness on /health
     of the named container port, at llm-d's guide's periods."""
     timing = {"startupProbe": (15, 30, 5, 120), "livenessProbe": (0, 10, 5, 3),
@@ -56,15 +57,16 @@ def probes(port: str) -> dict:
             for name, (delay, period, timeout, failures) in timing.items()}
 
 
-def engine_pod(container: dict, cluster: Cluster, gpus: int, kv: bool,
-               hosts: list[str], pair_with: dict | None, port: str = "http") -> dict:
+def engine_pod(container: dict[str, Any], cluster: Cluster, gpus: int, kv: bool,
+               hosts: list[str], pair_with: dict[str, Any] | None,
+               port: str = "http") -> dict[str, Any]:
     """The pod spec of a vLLM pod on `gpus` GPUs (`container` dressed in place, its probes
     on the named `port`): `kv` for a P/D instance,
     `hosts` the nodes the placement put its instances on (none named: any), `pair_with`
     the labels of the pods it must share a node with (a decoder with its prefillers, their
     KV over the node's P2P path)."""
-    limits: dict = {cluster.gpu_resource: gpus} if gpus else {}
-    pod: dict = {}
+    limits: dict[str, Any] = {cluster.gpu_resource: gpus} if gpus else {}
+    pod: dict[str, Any] = {}
     if kv and cluster.kv_network == "rdma":
         limits[cluster.rdma_resource] = 1
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
@@ -82,7 +84,7 @@ def engine_pod(container: dict, cluster: Cluster, gpus: int, kv: bool,
     return pod
 
 
-def _affinity(hosts: list[str], pair_with: dict | None) -> dict:
+def _affinity(hosts: list[str], pair_with: dict[str, Any] | None) -> dict[str, Any]:
     """Pods on the placement's named nodes; without names, a decoder on its prefillers'."""
     if hosts:
         term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In",

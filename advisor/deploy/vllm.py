@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from advisor.rundata.recommendation import Command, DeployPlan
 
@@ -133,12 +134,12 @@ def _round_robin(urls: list[str], port: int, host: str | None) -> Command:
                              str(port)], {}, host)
 
 
-def kv_config(role: str, bidirectional: bool, cpu: bool = False) -> dict:
+def kv_config(role: str, bidirectional: bool, cpu: bool = False) -> dict[str, Any]:
     """The NixlConnector config of a prefill or decode instance: explicit roles (vLLM
     deprecates kv_both for NixlConnector), the KV buffer in host memory on a CPU build, and,
     for multi-turn reuse, bidirectional_kv_xfer on both
     (docs/features/nixl_connector_usage.md)."""
-    cfg: dict = {"kv_connector": "NixlConnector",
+    cfg: dict[str, Any] = {"kv_connector": "NixlConnector",
                  "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
                  "kv_load_failure_policy": "fail"}
     if cpu:
@@ -194,7 +195,7 @@ def disaggregated(model: str, groups: list[list[int]], prefill: int, decode: int
                       commands, notes)
 
 
-def _proxy(kind: str, where: dict, bidirectional: bool, port: int,
+def _proxy(kind: str, where: dict[str, Any], bidirectional: bool, port: int,
            host: str | None) -> Command:
     """The P/D front: vLLM's toy proxy, its multi-turn proxy (bidirectional: it keeps each
     conversation's decoder blocks for its next turn), or advisor proxy."""

@@ -15,7 +15,7 @@ from advisor.engines.placement import Placement
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate
 from advisor.measure.failures import commonest
-from advisor.measure.prom import FRONTEND_CPU, PROCESS_CPU, Sample, transfer_of
+from advisor.measure.prom import FRONTEND_CPU, Sample, transfer_of
 from advisor.measure.transfer import link_class, verdict
 from advisor.probe.kvsize import kv_size
 from advisor.rundata.evidence import (
@@ -27,6 +27,7 @@ from advisor.rundata.evidence import (
     TurnEvidence,
     WorkloadEvidence,
 )
+from advisor.rundata.result import PROCESS_CPU
 from advisor.rundata.rundir import RunDir
 from advisor.rundata.slo import Slo
 from advisor.rundata.stats import Intervals
@@ -308,7 +309,8 @@ def build_evidence(opts: EvidenceOptions, placements: list[Placement],
     )
 
 
-def write_summary(run_dir: RunDir, placements, done: dict[str, list[Outcome]]) -> None:
+def write_summary(run_dir: RunDir, placements: list[Placement],
+                  done: dict[str, list[Outcome]]) -> None:
     """summary.csv: one row per placement x rate."""
     rows = []
     for p in placements:

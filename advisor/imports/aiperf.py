@@ -10,6 +10,7 @@ from typing import Any
 
 from advisor.errors import UsageError
 from advisor.imports.found import Found, record
+from advisor.measure.records import RequestRecord
 
 RECORDS, SUMMARY = "profile_export.jsonl", "profile_export_aiperf.json"
 NS = 1e-9
@@ -46,12 +47,13 @@ def read(path: Path) -> Found:
                  max_concurrency=concurrency, model=model)
 
 
-def _value(metrics: dict, name: str):
+def _value(metrics: dict[str, Any], name: str) -> Any:
     m = metrics.get(name)
     return m.get("value") if isinstance(m, dict) else None
 
 
-def _record(index: int, meta: dict, metrics: dict, error: dict | None, epoch: int):
+def _record(index: int, meta: dict[str, Any], metrics: dict[str, Any], error: dict[str,
+            Any] | None, epoch: int) -> RequestRecord:
     sent = (meta["request_start_ns"] - epoch) * NS
     ttft, gaps = _value(metrics, "time_to_first_token"), _value(metrics, "inter_chunk_latency")
     why = None

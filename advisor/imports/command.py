@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 from advisor.conclude import conclude
 from advisor.engines.placement import Placement
@@ -39,7 +40,7 @@ class Imported:
     recommendation: Recommendation
     skipped: list[str]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**self.recommendation.to_json(), "run_dir": str(self.run_dir),
                 "skipped": self.skipped}
 

@@ -20,7 +20,7 @@ CUT = "guidellm cut it off at the benchmark's end"
 MAX_OUTPUT_TOKENS = 1 << 21  # per request: past any context a served model has
 
 
-def is_guidellm(data: dict) -> bool:
+def is_guidellm(data: dict[str, Any]) -> bool:
     return isinstance(data.get("benchmarks"), list) and "guidellm_version" in str(
         data.get("metadata", ""))
 
@@ -38,7 +38,7 @@ def _iterations(value: Any, output_tokens: Any, where: str) -> int:
     return n
 
 
-def read(path: Path, data: dict) -> tuple[list[Found], list[str]]:
+def read(path: Path, data: dict[str, Any]) -> tuple[list[Found], list[str]]:
     """One Found per benchmark that ran at a rate; and what was left out, and why (a
     synchronous, throughput or concurrent benchmark has no arrival rate to judge)."""
     version = (data.get("metadata") or {}).get("guidellm_version", "")

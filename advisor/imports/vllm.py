@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from advisor.errors import UsageError
 from advisor.imports.found import Found, record
@@ -16,11 +17,11 @@ NO_SCHEDULE = ("when each request was due (vLLM records when it was sent): how l
                "client sent is unknown")
 
 
-def is_vllm(data: dict) -> bool:
+def is_vllm(data: dict[str, Any]) -> bool:
     return "ttfts" in data or ("request_throughput" in data and "median_ttft_ms" in data)
 
 
-def read(path: Path, data: dict) -> Found:
+def read(path: Path, data: dict[str, Any]) -> Found:
     """Every request of one saved vLLM result; UsageError when it was saved without
     --save-detailed (no per-request lists)."""
     missing = [k for k in NEEDED if not isinstance(data.get(k), list)]
@@ -43,7 +44,7 @@ def read(path: Path, data: dict) -> Found:
                  data.get("max_concurrency"), data.get("model_id"))
 
 
-def _rate(value) -> float | None:
+def _rate(value: Any) -> float | None:
     """request_rate as a finite req/s; None for "inf" (all at once) or anything else."""
     try:
         rate = float(value)

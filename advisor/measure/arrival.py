@@ -10,10 +10,12 @@ Where the kernel gives no stamp (not Linux), the time of the read is used instea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import struct
 import time
+from typing import Any
 
 # Linux's value; Python's socket module does not name it.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -39,7 +41,7 @@ class StampedSocket(socket.socket):
         self.arrived = receive_time(ancillary)
         return data
 
-    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer)
         n, ancillary, _, _ = self.recvmsg_into([view[: nbytes or len(view)]], _ANCILLARY, flags)
         self.arrived = receive_time(ancillary)
@@ -88,7 +90,7 @@ class StampedSockets:
     def __init__(self) -> None:
         self._by_fd: dict[int, StampedSocket] = {}
 
-    def __call__(self, addr_info) -> socket.socket:
+    def __call__(self, addr_info: tuple[Any, ...]) -> socket.socket:
         family, type_, proto, _, _ = addr_info
         sock = StampedSocket(family, type_, proto)
         with contextlib.suppress(OSError):  # not Linux: reads are stamped when they happen
@@ -97,7 +99,7 @@ class StampedSockets:
         self._by_fd[sock.fileno()] = sock
         return sock
 
-    def of(self, transport) -> StampedSocket | None:
+    def of(self, transport: asyncio.BaseTransport | None) -> StampedSocket | None:
         """The socket under an open connection's transport, if this factory made it."""
         sock = transport.get_extra_info("socket") if transport is not None else None
         return self._by_fd.get(sock.fileno()) if sock is not None else None

@@ -26,7 +26,7 @@ from advisor.measure.ready import (
 )
 from advisor.measure.records import ClientRun, Endpoint
 from advisor.measure.selfcheck import client_check
-from advisor.measure.stats import METRICS, parse_percentiles, summarize
+from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.urls import check_url
 from advisor.measure.workers import default_workers
 from advisor.measure.workload_run import max_send_lateness_ms, measure, record_row
@@ -34,6 +34,7 @@ from advisor.output import console
 from advisor.rundata.files import write_json
 from advisor.rundata.manifest import EngineRan, Manifest
 from advisor.rundata.result import RunResult
+from advisor.rundata.stats import METRICS
 from workloads import traces
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist

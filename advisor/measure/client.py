@@ -16,7 +16,8 @@ import gc
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -107,7 +108,7 @@ class Client:
         endpoint: Endpoint,
         max_concurrency: int | None = None,
         on_done: Callable[[RequestRecord], None] | None = None,
-    ):
+    ) -> None:
         endpoint.validate()
         self.endpoint, self.on_done = endpoint, on_done
         self._cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
@@ -320,7 +321,8 @@ class Client:
         return "".join(text), ids if saw_ids else None
 
 
-async def _stamp_sent(_session, ctx, _params) -> None:
+async def _stamp_sent(_session: aiohttp.ClientSession, ctx: SimpleNamespace,
+                      _params: aiohttp.TraceRequestChunkSentParams) -> None:
     """Send time = when the request body was written, so the client's own request
     building (~0.4 ms here) is not charged to the server's TTFT."""
     rec = ctx.trace_request_ctx
@@ -329,7 +331,7 @@ async def _stamp_sent(_session, ctx, _params) -> None:
         rec.sent = time.monotonic()
 
 
-def _content(chunk: dict[str, Any], chat: bool):
+def _content(chunk: dict[str, Any], chat: bool) -> Iterator[tuple[str, list[int] | None]]:
     """(text, token ids or None) of each choice that carries generated content; ValueError
     for a chunk not shaped as OpenAI's (it fails its request alone)."""
     choices = chunk.get("choices") or []

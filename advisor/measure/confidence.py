@@ -113,7 +113,7 @@ class _Running:
 
     BLOCK = 256
 
-    def __init__(self, held: np.ndarray):
+    def __init__(self, held: np.ndarray) -> None:
         pad = -held.shape[1] % self.BLOCK
         self.held = np.pad(held, ((0, 0), (0, pad))) if pad else held
         rows = len(held)

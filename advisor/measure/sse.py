@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import aiohttp
+
 DONE = b"[DONE]"
 MAX_EVENT_BYTES = 16 << 20  # one event's data: past any chunk a server means to send
 
@@ -15,7 +17,7 @@ class EventData:
     `[DONE]`; `done` says afterwards whether the stream ended with it (else it was cut).
     ValueError for an event past MAX_EVENT_BYTES: a server cannot make the client hold more."""
 
-    def __init__(self, content):
+    def __init__(self, content: aiohttp.StreamReader) -> None:
         self.content, self.done = content, False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:

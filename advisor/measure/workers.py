@@ -15,12 +15,14 @@ import math
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from dataclasses import replace
+from multiprocessing.connection import Connection
+from typing import cast
 
 from advisor.errors import UsageError
 from advisor.measure.client import START_LEAD_S, Client
-from advisor.measure.records import ClientRun, Endpoint
+from advisor.measure.records import ClientRun, Endpoint, RequestRecord
 from workloads.spec import Workload
 
 READY_TIMEOUT_S = 120.0
@@ -90,7 +92,7 @@ def run_workers(endpoint: Endpoint, workload: Workload, n: int, warmups: int = 0
                 proc.join()
 
 
-def _ready(pipe) -> bool:
+def _ready(pipe: Connection) -> bool:
     """Whether a worker said it is ready (False: silent, or gone before it could)."""
     try:
         return pipe.poll(READY_TIMEOUT_S) and pipe.recv() == "ready"
@@ -106,15 +108,15 @@ def merge(runs: list[ClientRun], start: float) -> ClientRun:
                         [lag for run in runs for lag in run.loop_lags], len(runs))
 
 
-def _worker(endpoint: Endpoint, workload: Workload, warmups: int, cap: int | None, pipe,
-            counts, slot: int) -> None:
-    def done(rec) -> None:
+def _worker(endpoint: Endpoint, workload: Workload, warmups: int, cap: int | None,
+            pipe: Connection, counts: MutableSequence[int], slot: int) -> None:
+    def done(rec: RequestRecord) -> None:
         if not rec.warmup:
             counts[slot] += 1
 
     def clock() -> float:  # after the warm-ups: the parent's t=0, shared by every worker
         pipe.send("ready")
-        return pipe.recv()
+        return cast("float", pipe.recv())
 
     run = asyncio.run(Client(endpoint, cap, on_done=done).run(workload, warmups, clock))
     pipe.send(run)

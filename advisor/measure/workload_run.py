@@ -9,7 +9,7 @@ import dataclasses
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -28,7 +28,7 @@ def discover_model(base_url: str, api_key: str | None = None) -> str:
     data = list_models(base_url, api_key)
     if not data:
         raise UsageError(f"{base_url.rstrip('/')}/v1/models lists no models; pass --model")
-    return data[0]["id"]
+    return cast("str", data[0]["id"])
 
 
 def list_models(base_url: str, api_key: str | None = None) -> list[dict[str, Any]]:
@@ -55,7 +55,7 @@ def measure(endpoint: Endpoint, workload: Workload, num_warmups: int = 0,
         task = shown.add_task(label, total=workload.num_requests)
         stack.callback(shown.remove_task, task)
 
-        def done(rec) -> None:
+        def done(rec: RequestRecord) -> None:
             if not rec.warmup:
                 shown.advance(task)
 

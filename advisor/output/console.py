@@ -63,7 +63,7 @@ def print_summary(result: dict[str, Any], metrics: tuple[str, ...], percentiles:
 
 def client_line(check: Mapping[str, Any]) -> str:
     """What the client's self-check found (advisor.measure.selfcheck), in one line."""
-    def ms(v) -> str:
+    def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f} ms"
 
     share = check.get("cpu_share")

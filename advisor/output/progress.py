@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
@@ -42,7 +43,8 @@ class ProgressLines:
     """The part of rich's Progress the advisor uses, written as lines: a task's new
     description as it changes, and a counted task's count and time when it is removed."""
 
-    def __init__(self, out: TextIO | None = None, clock=time.monotonic):
+    def __init__(self, out: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.out, self.clock = out, clock
         self.began = clock()
         self._tasks: dict[int, _Task] = {}
@@ -50,21 +52,21 @@ class ProgressLines:
     def __enter__(self) -> ProgressLines:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def _say(self, text: str) -> None:
         out = self.out or sys.stderr
         print(f"[{self.clock() - self.began:7.1f} s] {text}", file=out, flush=True)
 
-    def add_task(self, description: str, *, total: float | None = None, **_) -> int:
+    def add_task(self, description: str, *, total: float | None = None, **_: Any) -> int:
         task = len(self._tasks)
         self._tasks[task] = _Task(description, total, began=self.clock())
         if total is None:
             self._say(description)
         return task
 
-    def update(self, task_id: int, *, description: str | None = None, **_) -> None:
+    def update(self, task_id: int, *, description: str | None = None, **_: Any) -> None:
         t = self._tasks[task_id]
         if description is not None and description != t.description:
             t.description = description

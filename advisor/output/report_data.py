@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.files import RunDataError
@@ -77,7 +79,11 @@ class _Read:
                         ev.attainment)
 
 
-def _optional(read, name: str, run_dir: RunDir, problems: list[str]):
+_T = TypeVar("_T")
+
+
+def _optional(read: Callable[[], _T], name: str, run_dir: RunDir, problems: list[str]
+              ) -> _T | None:
     """What `read()` returns, or None with a line in `problems` saying what is wrong."""
     try:
         return read()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,13 +29,13 @@ class Job:
     given: int = 0  # tokens given in segments before a preemption
     first: int = -1  # the step that gave this segment's first token
     stepped: int = -1  # the last step that scheduled it
-    segments: list = field(default_factory=list)  # (first step, tokens): what it gave
+    segments: list[Any] = field(default_factory=list)  # (first step, tokens): what it gave
 
 
 class Batcher:
     """An engine's queue and pool. Steps are numbered by the engine's step index `k`."""
 
-    def __init__(self, spec: EngineSpec):
+    def __init__(self, spec: EngineSpec) -> None:
         self.spec, self.bs = spec, spec.block_size
         self.blocks = spec.kv_tokens // spec.block_size
         self.waiting: deque[Job] = deque()

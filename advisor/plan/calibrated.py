@@ -22,13 +22,14 @@ from advisor.plan.simulate import Simulation
 from advisor.plan.steptime import FittedStep, fit
 from advisor.plan.system import EngineSpec
 from advisor.probe.links import Link
-from advisor.probe.shapes import DTYPE_BYTES, shape_of
+from advisor.probe.shapes import ModelShape, shape_of
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import RunDataError
 from advisor.rundata.manifest import Manifest
+from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import MANIFEST, RunDir
 from advisor.rundata.slo import DEFAULT_SLO, Slo
-from engine.api import EngineConfig
+from engine.api import DTYPE_BYTES, EngineConfig
 
 GIB = 1 << 30
 URL_KV_TOKENS = 1 << 40  # a deployment measured by URL: KV that never runs short
@@ -62,7 +63,7 @@ def _link(run_dir: RunDir) -> Link:
                 f"{run_dir.name}: {kv.mean_ms:.1f} ms per transfer at {kv.gbps:.2f} GB/s")
 
 
-def _engine(step: FittedStep, shape, dtype: str, by_url: bool) -> EngineSpec:
+def _engine(step: FittedStep, shape: ModelShape, dtype: str, by_url: bool) -> EngineSpec:
     """The bundled engine's defaults around `step` (its token budget and sequences are
     vLLM's defaults too); a deployment measured `by_url` gets KV that never runs short,
     since its size is not known here."""
@@ -193,7 +194,7 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
     return planned
 
 
-def _row(name: str, measured, predicted) -> dict:
+def _row(name: str, measured: RunResult, predicted: RunResult) -> dict[str, Any]:
     """Predicted beside measured, with the measurement's bootstrap 95% intervals (where the
     run has them): how far a prediction could be off by the measurement's own chance."""
     keys = ("median_ttft_ms", "p99_itl_ms", "p50_itl_ms", "slo_attainment")
@@ -206,7 +207,7 @@ def _row(name: str, measured, predicted) -> dict:
             **{f"measured_{k}_ci95": ci[k] for k in keys if k in ci}}
 
 
-def _print_compare(rows: list[dict]) -> None:
+def _print_compare(rows: list[dict[str, Any]]) -> None:
     print("predicted (simulated) against measured, per placement and rate:")
     print(f"  {'placement':>14} {'rate':>7}  {'median TTFT ms':>22}  {'p99 ITL ms':>22}")
     for r in rows:

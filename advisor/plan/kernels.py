@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -99,7 +100,8 @@ def tables(system: str) -> Tables | None:
     return Tables(system, versions, **frames)
 
 
-def _log_interp(x: float, xs, ys, lx: list[float] | None = None) -> float:
+def _log_interp(x: float, xs: Sequence[float], ys: Sequence[float],
+                lx: list[float] | None = None) -> float:
     """ys at x, linear in log x between the points, the end slope past the ends (latency
     per token beyond the table's largest count: proportional); `lx`: log of each of xs,
     where the caller keeps them."""
@@ -116,7 +118,7 @@ def _log_interp(x: float, xs, ys, lx: list[float] | None = None) -> float:
 LOG_TOKENS = [math.log(t) for t in TOKENS]
 
 
-def _nearest(values, want: float) -> float:
+def _nearest(values: Sequence[float], want: float) -> float:
     return min(values, key=lambda v: abs(math.log(v) - math.log(max(want, 1))))
 
 
@@ -128,7 +130,7 @@ def gemm_ms(t: Tables, m: int, n: int, k: int, dtype: str) -> float:
 
 
 @cache
-def _gemm_curve(system: str, dtype: str, n: int, k: int) -> tuple[int, int, list, list]:
+def _gemm_curve(system: str, dtype: str, n: int, k: int) -> tuple[int, int, list[Any], list[Any]]:
     """(the nearest measured n and k, their m, their fastest latency at each m)."""
     t = tables(system)
     assert t is not None
@@ -186,7 +188,7 @@ def attention(t: Tables, shape: ModelShape, heads_per_rank: int, kv_heads_per_ra
     slope) and the generation table (its largest batch x context: the read slope)."""
     kv = "fp8" if kv_dtype == "fp8" else "bfloat16"
 
-    def pick(frame):
+    def pick(frame: Any) -> tuple[Any, float]:
         f = frame[(frame.kv_cache_dtype == kv) & (frame.window_size == 0)]
         for col, want in (("num_heads", heads_per_rank), ("num_key_value_heads",
                                                           kv_heads_per_rank),
@@ -291,14 +293,14 @@ class TableStep:
                           a.per_kv_token / ranks)
         return out, a
 
-    def _key(self) -> tuple:  # the tables (data frames) by their system's name
+    def _key(self) -> tuple[Any, ...]:  # the tables (data frames) by their system's name
         return (self.shape, self.tables.system, self.tp, self.dtype, self.kv_dtype,
                 self.layout, self.fabric_gbps, self.slow, self.comm_scale)
 
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, TableStep) and self._key() == other._key()
 
     def _x(self, compute_bound: bool) -> float:

@@ -6,6 +6,8 @@ engines slowing each other down on shared cores), each taken from the runs thems
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from advisor.plan.system import EngineSpec, SimRequest, System
 from advisor.probe.links import Link
 from advisor.rundata.evidence import wake_text
 from advisor.rundata.result import RunResult
+from advisor.rundata.slo import Slo
 
 PROXY_MS = 3.0  # the bundled P/D's extra HTTP leg and proxy hop per request (assumed)
 MAX_CONTENTION = 1.0  # a neighbour that doubles a step is the most fitted
@@ -32,8 +35,9 @@ def instances(name: str) -> tuple[int, int] | None:
     return counts(kind, shape)
 
 
-def system_of(name: str, engine: EngineSpec, link: Link | None, kv_bytes,
-              front_ms: float = 0.0, wake: tuple = (), contention: float = 0.0) -> System:
+def system_of(name: str, engine: EngineSpec, link: Link | None,
+              kv_bytes: Callable[[int], int] | None,
+              front_ms: float = 0.0, wake: tuple[Any, ...] = (), contention: float = 0.0) -> System:
     """A bundled-engine placement by its sweep name: collocated-N or disagg-XpYd."""
     shape = instances(name)
     if shape is None:
@@ -63,7 +67,7 @@ def scaled(engine: EngineSpec, prefill: float, decode: float) -> EngineSpec:
         row_extra_ms=tuple(x * decode for x in s.row_extra_ms)))
 
 
-def _figures(system: System, run) -> tuple[float, float, float]:
+def _figures(system: System, run: RunResult) -> tuple[float, float, float]:
     """(median TTFT, median ITL, p99 ITL) in ms of `run`'s requests simulated on `system`,
     as `summarize` has them (its intervals, which a fit has no use for, left out)."""
     lats = [lat for r in simulate(system, requests_of(run)).records if (lat := latency(r))]
@@ -87,7 +91,7 @@ def _outside_steps(engine: EngineSpec) -> tuple[EngineSpec, float]:
     return dataclasses.replace(engine, step=step), outside
 
 
-def _solve(figure, lo: float, hi: float, target: float) -> float:
+def _solve(figure: Callable[[float], float], lo: float, hi: float, target: float) -> float:
     """The x in [lo, hi] at which `figure(x)`, growing with x, reaches `target`
     (bisection); `lo` when it is there already."""
     if figure(lo) >= target:
@@ -98,13 +102,14 @@ def _solve(figure, lo: float, hi: float, target: float) -> float:
     return (lo + hi) / 2
 
 
-def _jitter_for(system, low, p99: float) -> float:
+def _jitter_for(system: Callable[[float], System], low: RunResult, p99: float) -> float:
     """The step jitter (lognormal sigma) with which `low`'s requests simulated on
     `system(sigma)` have p99 ITL `p99` (0 when none is needed)."""
     return _solve(lambda j: _figures(system(j), low)[2], 0.0, 1.5, p99)
 
 
-def _closest(error, lo: float, hi: float, log: bool = True) -> float:
+def _closest(error: Callable[[float], float], lo: float, hi: float, log: bool = True
+             ) -> float:
     """The x in [lo, hi] where `error(x)`, one valley, is least: golden section on log x
     (both > 0) or, without `log`, on x."""
     to, back = (np.log, np.exp) if log else (float, float)
@@ -124,13 +129,14 @@ def _closest(error, lo: float, hi: float, log: bool = True) -> float:
     return float(back((a + b) / 2))
 
 
-def _log_error(system, rows: list, figure: int, key: str) -> float:
+def _log_error(system: System, rows: list[RunResult], figure: int, key: str) -> float:
     """Squared log ratio of simulated (`_figures`' `figure`-th) to measured (`key`),
     summed over `rows`."""
-    return sum(np.log(_figures(system, r)[figure] / r.get(key)) ** 2 for r in rows)
+    return cast("float", sum(np.log(_figures(system, r)[figure] / r.get(key)) ** 2 for r in rows))
 
 
-def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
+def _contention(make: Callable[[float, float], System], low: RunResult, rows: list[RunResult],
+                dec: float) -> tuple[float, float]:
     """(contention, decode scale) with which `make(contention, decode scale)`'s simulated
     median ITLs fit the measured ones at every rate in `rows` (below collapse), the decode
     scale re-fitted at the lowest rate `low` for each contention tried; (0, `dec`) with
@@ -144,7 +150,7 @@ def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
     target = low.get("p50_itl_ms")
 
     def dec_at(k: float) -> float:
-        return dec * target / _figures(make(k, dec), low)[1]
+        return cast("float", dec * target / _figures(make(k, dec), low)[1])
 
     def error(k: float) -> float:
         return _log_error(make(k, dec_at(k)), rows, 1, "p50_itl_ms")
@@ -155,8 +161,8 @@ def _contention(make, low, rows: list, dec: float) -> tuple[float, float]:
     return k, dec_at(k)
 
 
-def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link,
-                kv_bytes, slo, wake: tuple = (),
+def fit_to_runs(engine: EngineSpec, measured: list[RunResult], names: list[str], link: Link,
+                kv_bytes: Callable[[int], int] | None, slo: Slo, wake: tuple[Any, ...] = (),
                 shapes: dict[str, str] | None = None) -> tuple[dict[str, System], str]:
     """Each placement in `names` as a system fitted to the rates measured (in `measured`):
     the request's path outside the steps (_outside_steps) as a fixed latency; prompt
@@ -189,7 +195,7 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
             pre = _solve(lambda x: _figures(system(name, scaled(engine, x, 1.0)), col)[0],
                          0.25, 4.0, target)
 
-    def own_jitter(name: str, dec: float, k: float, low) -> float:
+    def own_jitter(name: str, dec: float, k: float, low: RunResult) -> float:
         spec = scaled(engine, pre, dec)
         return _jitter_for(lambda j: system(name, dataclasses.replace(spec, jitter=j), k), low,
                            low.get("p99_itl_ms") or 0.0)
@@ -205,8 +211,10 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
         _, itl, _ = _figures(system(name, scaled(engine, pre, 1.0)), low)
         dec = (low.get("p50_itl_ms") or itl) / itl
         rows = [r for r in measured if r.placement == name and _calm(r, slo)]
-        k, dec = _contention(lambda x, d, n=name: system(n, scaled(engine, pre, d), x), low,
-                             rows, dec) if low.get("p50_itl_ms") else (0.0, dec)
+        def made(x: float, d: float, n: str = name) -> System:
+            return system(n, scaled(engine, pre, d), x)
+
+        k, dec = _contention(made, low, rows, dec) if low.get("p50_itl_ms") else (0.0, dec)
         fits[name] = (low, rows, dec, k, own_jitter(name, dec, k, low) if calm[name] else None)
     # NOTE: a jitter of 0 (or one fitted past collapse) says only that stalls already reach
     # the p99, not that the host is quiet: such a placement takes the host's jitter, fitted
@@ -223,9 +231,12 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
         if low.kind == "disagg" and rows:
             # NOTE: one prefiller's queue decides P/D's TTFT from low rates to the knee, so
             # its prefill scale is fitted to all of them
-            p = _closest(lambda x, n=name, e=spec, at=rows, c=k: _log_error(
-                system(n, scaled(e, x / pre, 1.0), c), at, 0, "median_ttft_ms"),
-                0.5 * pre, 2.0 * pre)
+            def error(x: float, n: str = name, e: EngineSpec = spec,
+                      at: list[RunResult] = rows, c: float = k) -> float:
+                return _log_error(system(n, scaled(e, x / pre, 1.0), c), at, 0,
+                                  "median_ttft_ms")
+
+            p = _closest(error, 0.5 * pre, 2.0 * pre)
             spec = scaled(spec, p / pre, 1.0)
         systems[name] = system(name, spec, k)
         notes[name] = (f"{name}: prefill x{p:.2f}"
@@ -238,13 +249,13 @@ def fit_to_runs(engine: EngineSpec, measured: list, names: list[str], link: Link
     return systems, "; ".join(head + [notes[n] for n in names])
 
 
-def _calm(run, slo) -> bool:
+def _calm(run: RunResult | None, slo: Slo) -> bool:
     """Whether `run` (None: not measured) ran below collapse."""
     return run is not None and below_collapse(run.get("p99_itl_ms"), run.get("median_ttft_ms"),
                                               slo)
 
 
-def below_collapse(p99_itl_ms: float | None, median_ttft_ms: float | None, slo) -> bool:
+def below_collapse(p99_itl_ms: float | None, median_ttft_ms: float | None, slo: Slo) -> bool:
     """Whether a run with these figures is below collapse: its p99 ITL within the sweep's
     bound (COLLAPSE x the ITL SLO) and its median TTFT within the TTFT SLO (past it, a
     queue that grows for the whole run). The fit uses only such runs, and
@@ -253,11 +264,12 @@ def below_collapse(p99_itl_ms: float | None, median_ttft_ms: float | None, slo) 
         and 0.0 < (median_ttft_ms or 0.0) <= slo.ttft_ms
 
 
-def requests_of(run) -> list[SimRequest]:
+def requests_of(run: RunResult) -> list[SimRequest]:
     """A measured run's requests as they were scheduled, with the lengths they had (a
     failed request: the run's median output)."""
-    outs = [x["output_tokens"] for x in run.records if x["ok"]] or [1]
+    rows = run.records or []
+    outs = [x["output_tokens"] for x in rows if x["ok"]] or [1]
     typical = int(np.median(outs))
     return [SimRequest(x["scheduled"] or 0.0, x["prompt_tokens"],
                        x["output_tokens"] if x["ok"] else typical)
-            for x in sorted(run.records, key=lambda x: x["scheduled"] or 0.0)]
+            for x in sorted(rows, key=lambda x: x["scheduled"] or 0.0)]

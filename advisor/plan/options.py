@@ -3,6 +3,7 @@ command line loads no simulator to list them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from advisor.errors import UsageError
@@ -40,7 +41,7 @@ def _names(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def _choice(flag: str, allowed: tuple[str, ...]):
+def _choice(flag: str, allowed: tuple[str, ...]) -> Callable[[str | None], str | None]:
     def parse(text: str | None) -> str | None:
         if text is not None and text.lower() not in allowed:
             raise UsageError(f"{flag} must be one of {', '.join(allowed)}, not {text!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,11 @@ from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
 from advisor.plan import hardware, kernels, pareto, screen, sim_runs
+from advisor.plan.candidates import Candidate
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.simulate import Simulation
 from advisor.plan.steptime import Step, prefill_step
+from advisor.plan.system import StepModel
 from advisor.probe import p2p, p2p_pairs
 from advisor.probe.links import HOST_STAGED, Link
 from advisor.probe.p2p import P2PMatrix
@@ -61,7 +64,7 @@ class _Setup:
     per_node: int = 0  # GPUs on each node (0: one node)
     inter: Link | None = None  # between nodes
 
-    def link_for(self, c) -> tuple[Link, GpuPlacement | None]:
+    def link_for(self, c: Candidate) -> tuple[Link, GpuPlacement | None]:
         """Candidate `c`'s KV link, and its GPUs on the matrix (disaggregated, with one; any
         of the matrix's GPUs): the GPUs' own fabric where every P->D pair it is placed on
         has P2P, else host-staged."""
@@ -189,7 +192,7 @@ def label(s: _Setup) -> str:
             f"priced by {priced_by(s)}")
 
 
-def _first_step(s: _Setup):
+def _first_step(s: _Setup) -> StepModel:
     """The step model of the plan's first placement: every one is priced the same way
     (measured kernel tables, or the roofline)."""
     c = s.candidates[0]
@@ -210,7 +213,7 @@ def priced_by(s: _Setup) -> str:
 FALLEN = 2  # rates in a row a placement has collapsed at before its higher ones are skipped
 
 
-def _fallen(outcomes: list) -> bool:
+def _fallen(outcomes: list[Any]) -> bool:
     """Whether a placement collapsed (advisor.goodput.outcomes.COLLAPSE) at its last
     FALLEN rates: at a higher one it surely misses too, as a sweep's grid stops there."""
     return len(outcomes) >= FALLEN and all(o.collapsed for o in outcomes[-FALLEN:])
@@ -283,7 +286,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     placements = [Placement(c.name, c.kind) for c in s.candidates]
     done: dict[str, list[Outcome]] = {p.name: [] for p in placements}
     transfers: dict[str, list[Simulation]] = {p.name: [] for p in placements}
-    frontier_rows: list = []  # (placement, rate, statistics, GPUs, met the SLO) per run
+    frontier_rows: list[Any] = []  # (placement, rate, statistics, GPUs, met the SLO) per run
     missed = [m for m, v in cal.floors(prompt).items() if v > o.slo.ms(m)]
     if missed:  # as the sweep: the floor misses the SLO, nothing to search
         rates = []
@@ -332,7 +335,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     return planned
 
 
-def _params(o: PlanOptions) -> dict:
+def _params(o: PlanOptions) -> dict[str, Any]:
     """A simulated run's workload_params: what made its workload, and whether it is judged
     on what it served alone (--num-prompts given: `AS_RUN`)."""
     made = ({"dataset": "random", "random_input_len": o.random_input_len,
@@ -343,7 +346,7 @@ def _params(o: PlanOptions) -> dict:
             **({AS_RUN: True} if o.num_prompts else {})}
 
 
-def _ranking(s: _Setup, placements: list[Placement], done: dict,
+def _ranking(s: _Setup, placements: list[Placement], done: dict[str, Any],
              attained: dict[tuple[str, float], float]) -> list[PlacementRank]:
     """Placements by max goodput per GPU, best first; a tie by the SLO attainment at the
     rate it was judged at (its best, else the lowest tried), so that where none meets the
@@ -371,7 +374,7 @@ def _best(placements: list[Placement], ranking: list[PlacementRank]) -> list[Pla
     return out
 
 
-def _print_ranking(ranking: list[PlacementRank], candidates: list) -> None:
+def _print_ranking(ranking: list[PlacementRank], candidates: list[Any]) -> None:
     if not ranking:
         return
     tps = {c.name: c.tp_text for c in candidates}

@@ -13,20 +13,23 @@ import numpy as np
 
 from advisor.measure.stats import is_good, latency, pace_figures, slo_scale
 from advisor.plan import sim_runs
-from advisor.plan.simulate import simulate
+from advisor.plan.candidates import Candidate
+from advisor.plan.simulate import Simulation, simulate
+from advisor.plan.system import System
 from advisor.rundata.result import KEEP_PACE, RunResult
 from advisor.rundata.slo import Slo
 from advisor.rundata.stats import RunStats
 from workloads.presets import seed_for
+from workloads.spec import SyntheticSpec
 
 SCREEN_ABOVE = 12  # placements; this many or fewer are all simulated in full
 SCREEN_REQUESTS = 400
 FINALISTS = 3  # of each kind (collocated, disagg)
 
 
-def finalists(candidates: list, system_of: Callable, spec, rates: list[float],
-              slo: Slo, attainment: float, seed: int,
-              progress: Callable[[str], None]) -> tuple[list, dict[str, float]]:
+def finalists(candidates: list[Candidate], system_of: Callable[[Candidate], System],
+              spec: SyntheticSpec, rates: list[float], slo: Slo, attainment: float, seed: int,
+              progress: Callable[[str], None]) -> tuple[list[Candidate], dict[str, float]]:
     """The candidates to simulate in full, in their order, and what the screening found of
     each (max goodput per GPU, req/s; empty when there was no screening)."""
     if len(candidates) <= SCREEN_ABOVE:
@@ -48,7 +51,8 @@ def finalists(candidates: list, system_of: Callable, spec, rates: list[float],
     return [c for c in candidates if c.name in keep], per_gpu
 
 
-def _screen(c, system, spec, rates: list[float], slo: Slo, attainment: float,
+def _screen(c: Candidate, system: System, spec: SyntheticSpec, rates: list[float], slo: Slo,
+            attainment: float,
             seed: int, progress: Callable[[str], None]) -> tuple[float, float]:
     """One placement's highest rate meeting the SLO in the screen (0 where none did), and
     the least multiple of the SLO met there (infinite where none did)."""
@@ -64,7 +68,7 @@ def _screen(c, system, spec, rates: list[float], slo: Slo, attainment: float,
     return (0.0, math.inf) if best is None else (best, scales[best])
 
 
-def _judge(sim, rate: float, slo: Slo, attainment: float) -> tuple[bool, float]:
+def _judge(sim: Simulation, rate: float, slo: Slo, attainment: float) -> tuple[bool, float]:
     """Whether a screening run at `rate` met the SLO as a full one is judged (its
     attainment, and its pace: `RunResult.pace`, since a few hundred requests can arrive
     and be served before a growing queue or the rate's full load shows in their

@@ -8,6 +8,7 @@ label saying what predicted them.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from advisor.measure.prom import TransferTotals
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.transfer import verdict
 from advisor.measure.workload_run import record_row
+from advisor.plan.options import PlanOptions
 from advisor.plan.pareto import reason as pareto_reason
 from advisor.plan.simulate import Simulation, simulate
 from advisor.plan.system import SimRequest, System
@@ -56,7 +58,7 @@ class Simulated:
 
 def run(system: System, reqs: list[SimRequest], placement: Placement, rate: float,
         slo: Slo, attainment: float, label: str, workload: str,
-        params: dict) -> Simulated:
+        params: dict[str, Any]) -> Simulated:
     """Simulate `reqs` on `system` as `placement` at `rate`; the result a sweep would write."""
     sim = simulate(system, reqs)
     rows = [record_row(r, sim.start) for r in sim.records]
@@ -93,16 +95,16 @@ class Planned:
     run_dir: RunDir
     recommendation: Recommendation
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The recommendation as written, and where (`--json`)."""
         return {**self.recommendation.to_json(), "run_dir": str(self.run_dir)}
 
 
-def decide(run_dir: RunDir, opts, shown: list[Placement], every: list[Placement],
+def decide(run_dir: RunDir, opts: PlanOptions, shown: list[Placement], every: list[Placement],
            done: dict[str, list[Outcome]], grid: list[float], calibration: Calibration,
            prompt: float, kv: KVTransferEvidence | None, label: str, model: str, tp: int = 1,
            ranking: list[PlacementRank] | None = None,
-           compare: list[dict] | None = None, p2p: P2PEvidence | None = None,
+           compare: list[dict[str, Any]] | None = None, p2p: P2PEvidence | None = None,
            pareto: list[ParetoPoint] | None = None) -> Planned:
     """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
     commands (and a plan's `ranking` and `pareto`, or a replay's `compare`), summary.csv

@@ -9,7 +9,9 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -26,9 +28,9 @@ class _Engine:
     role: str  # both | prefill | decode
     q: Batcher  # its queue, requests and blocks (and its EngineSpec: `q.spec`)
     busy: bool = False
-    step_ends: list = field(default_factory=list)
+    step_ends: list[Any] = field(default_factory=list)
     run: bool = False  # the steps in progress are a planned run of decode-only steps
-    chunks: list = field(default_factory=list)  # this step's (job, tokens)
+    chunks: list[Any] = field(default_factory=list)  # this step's (job, tokens)
     first_step: int = 0  # of the steps in progress (a run of decode-only steps, or one)
     generation: int = 0  # bumped when a run is cut: its planned end event is stale
     idle_since: float | None = -np.inf  # None while it steps (the start: idle for ever)
@@ -56,14 +58,14 @@ def simulate(system: System, requests: list[SimRequest]) -> Simulation:
 
 
 class _Sim:
-    def __init__(self, system: System, requests: list[SimRequest]):
+    def __init__(self, system: System, requests: list[SimRequest]) -> None:
         self.sys, self.reqs = system, requests
         self.rng = np.random.default_rng(JITTER_SEED)
         self.decoders = [_Engine("decode" if system.prefill else "both", Batcher(s))
                          for s in system.decode]
         self.prefillers = [_Engine("prefill", Batcher(s)) for s in system.prefill]
         self.engines = self.decoders + self.prefillers
-        self.events: list = []
+        self.events: list[Any] = []
         self.seq = itertools.count()
         self.served: dict[int, tuple[_Engine, Job]] = {}  # request -> where it decoded
         self.link_free = [0.0] * len(self.decoders)
@@ -73,7 +75,7 @@ class _Sim:
         self.target: dict[int, int] = {}  # request -> its decoder
         self.lone_ms: dict[int, float] = {}  # id(spec) -> one request's decode step (jitter)
 
-    def _at(self, t: float, fn, *args) -> None:
+    def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
         heapq.heappush(self.events, (t, next(self.seq), fn, args))
 
     def run(self) -> Simulation:
@@ -163,8 +165,9 @@ class _Sim:
             if not spec.jitter:  # the line's sum: t + k a + (b - a) k (k - 1) / 2 at step k
                 half = (b - a) / 2000
                 k = np.arange(1.0, m + 1)  # [m] steps done at each end
-                return (t + self._wake_ms(idle_s, a) / 1000 + k * (a / 1000 - half + half * k)
-                        ).tolist()
+                ends: list[float] = (t + self._wake_ms(idle_s, a) / 1000
+                                     + k * (a / 1000 - half + half * k)).tolist()
+                return ends
             ms = (b - a) * np.arange(m) + a  # [m]
         else:
             grown = context + running * np.arange(m)  # [m] context at each step
@@ -174,7 +177,7 @@ class _Sim:
         ms[0] += self._wake_ms(idle_s, ms[0])
         ms /= 1000
         ms[0] += t
-        return np.cumsum(ms, out=ms).tolist()
+        return cast("list[float]", np.cumsum(ms, out=ms).tolist())
 
     def _wake_ms(self, idle_s: float | None, step_ms: float) -> float:
         """The extra ms of a `step_ms` step after its engine sat idle `idle_s` seconds: the
@@ -184,7 +187,8 @@ class _Sim:
         idle, fixed, share = zip(*self.sys.wake)
         return float(np.interp(idle_s, idle, fixed) + np.interp(idle_s, idle, share) * step_ms)
 
-    def _jittered(self, spec: EngineSpec, ms, m: int) -> np.ndarray:
+    def _jittered(self, spec: EngineSpec, ms: float | np.ndarray[Any, Any], m: int
+                  ) -> np.ndarray[Any, Any]:
         """[m] step times `ms` (a scalar or [m]) times a lognormal factor of median 1: its
         sigma is `spec.jitter` for a step no longer than one request's decode step, and
         shrinks as 1/sqrt(length) for longer ones.

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 M, K, N = 256, 1024, 1024  # a prefill-sized GEMM whose weight (4 MB) stays in cache
 WINDOW_S = 0.3  # seconds of GEMMs per measurement
@@ -50,7 +51,7 @@ class CoreSharing:
     def independent(self) -> bool:
         return self.ratio >= INDEPENDENT
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ratio": self.ratio, "independent": self.independent}
 
     def summary(self) -> str:

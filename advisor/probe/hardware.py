@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from advisor.rundata.manifest import cpu_model
 from engine import api
@@ -53,7 +54,7 @@ def inventory(timeout_s: float = 10.0) -> tuple[list[GPU], str | None]:
         return [], str(e)
 
 
-def torch_view() -> dict:
+def torch_view() -> dict[str, Any]:
     """torch's CUDA view: availability, device count, and the peer-access matrix."""
     import torch
 
@@ -63,7 +64,7 @@ def torch_view() -> dict:
             "torch_version": torch.__version__}
 
 
-def gpus_json(gpus: list[GPU]) -> list[dict]:
+def gpus_json(gpus: list[GPU]) -> list[dict[str, Any]]:
     return [asdict(g) for g in gpus]
 
 
@@ -79,7 +80,7 @@ def cpu_flags(cpuinfo: str | None = None) -> list[str]:
     return [f for f in VECTOR_FLAGS if f in have]
 
 
-def cpu_view() -> dict:
+def cpu_view() -> dict[str, Any]:
     """The CPU, its vector flags, torch's matmul rate per dtype (one thread) and the dtype
     that `auto` picks here, with why."""
     rates = api.best_rates(("float32", "bfloat16", "float16"))

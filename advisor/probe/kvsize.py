@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from advisor.errors import UsageError
 from advisor.probe.shapes import BYTES, ModelShape, shape_of
@@ -61,7 +62,7 @@ def kv_size(model: str, tokens: int, dtype: str = "bfloat16") -> KVSize:
 
 def run_kv_size(
     model: str, tokens: int, dtype: str, links: list[str], measured: bool, as_json: bool
-) -> dict:
+) -> dict[str, Any]:
     """`advisor kv-size`: the arithmetic, and the time on each link asked for."""
     size = kv_size(model, tokens, dtype)
     rates = {spec: parse_link(spec) for spec in links}

@@ -79,12 +79,12 @@ class P2PMatrix:
         return n > 1 and len(self.ok_pairs()) == n * (n - 1) // 2
 
     @classmethod
-    def from_json(cls, data: dict) -> P2PMatrix:
+    def from_json(cls, data: dict[str, Any]) -> P2PMatrix:
         """The matrix `to_json` wrote (a manifest's probe.p2p)."""
         return cls(list(data["gpus"]), [list(r) for r in data["status"]],
                    [list(r) for r in data["paths"]] if data.get("paths") else None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         codes = sorted({s for row in self.status for s in row})
         legend = {c: CODES[c] for c in codes}
         out: dict[str, Any] = {"gpus": self.gpus, "status": self.status, "legend": legend}

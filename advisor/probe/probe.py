@@ -29,7 +29,7 @@ from workloads.lengths import LengthDist
 from workloads.spec import SyntheticSpec, synthesize
 
 
-def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
+def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict[str, Any]:
     """Collect everything the options ask for; print it as tables or JSON; return it."""
     if opts.link_mb < 1:
         raise UsageError("--link-mb must be >= 1")
@@ -74,7 +74,8 @@ def run_probe(opts: ProbeOptions, out: Console | None = None) -> dict:
 
 def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int,
                    model: str | None = None,
-                   ready_timeout: float = DEFAULT_READY_TIMEOUT_S, link: str = "fast") -> dict:
+                   ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+                   link: str = "fast") -> dict[str, Any]:
     """Send `prompts` long prompts one at a time; read the decoders' transfer metrics; judge."""
     wait_ready(url, model, None, ready_timeout)
     model = served_model(url, model)
@@ -106,7 +107,7 @@ def transfer_check(url: str, metrics_urls: list[str], prompts: int, tokens: int,
     return out
 
 
-def _print(r: dict, out: Console) -> None:
+def _print(r: dict[str, Any], out: Console) -> None:
     cpu = r["cpu"]
     say(out, f"[bold]CPU:[/] {cpu['model']}; vector units: "
              f"{', '.join(cpu['vector_flags']) or 'none of ' + ', '.join(hardware.VECTOR_FLAGS)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class ModelShape:
     def weight_bytes(self, dtype: str = "bfloat16") -> float:
         return self.params * BYTES[dtype]
 
-    def weight_bytes_read(self, tokens, dtype: str = "bfloat16"):
+    def weight_bytes_read(self, tokens: Any, dtype: str = "bfloat16") -> Any:
         """What a step of `tokens` tokens (a number or an array) reads of the weights: all
         of a dense model's; of an MoE's, the experts its tokens touch. Under uniform routing
         a layer's expert escapes all `tokens` tokens, each choosing k of E, with
@@ -102,7 +103,7 @@ def from_config(c: ModelConfig) -> ModelShape:
                       intermediate=c.intermediate_size)
 
 
-def _mla(name: str, d: dict, params: float, active: float) -> ModelShape:
+def _mla(name: str, d: dict[str, Any], params: float, active: float) -> ModelShape:
     return ModelShape(name, d["num_hidden_layers"], d["hidden_size"], d["num_attention_heads"],
                       d["num_attention_heads"], d.get("qk_nope_head_dim", 128)
                       + d["qk_rope_head_dim"], params, active,
@@ -110,7 +111,7 @@ def _mla(name: str, d: dict, params: float, active: float) -> ModelShape:
                       latent_dim=d["kv_lora_rank"] + d["qk_rope_head_dim"])
 
 
-def _qwen3_next(name: str, d: dict, params: float, active: float) -> ModelShape:
+def _qwen3_next(name: str, d: dict[str, Any], params: float, active: float) -> ModelShape:
     """Every `full_attention_interval`-th layer attends; the others are Gated DeltaNet with
     a recurrent state (value heads x key dim x value dim) and a short conv state."""
     layers, every = d["num_hidden_layers"], d.get("full_attention_interval", 4)
@@ -125,7 +126,7 @@ def _qwen3_next(name: str, d: dict, params: float, active: float) -> ModelShape:
                       attention_layers=attention, state_elements=(layers - attention) * per_layer)
 
 
-def _nemotron_h(name: str, d: dict, params: float, active: float) -> ModelShape:
+def _nemotron_h(name: str, d: dict[str, Any], params: float, active: float) -> ModelShape:
     """`hybrid_override_pattern`: M = Mamba2 layer (state heads x head_dim x d_state, plus
     conv state), * = attention layer, - = MLP only."""
     pattern = d["hybrid_override_pattern"]
@@ -140,7 +141,7 @@ def _nemotron_h(name: str, d: dict, params: float, active: float) -> ModelShape:
                       attention_layers=attention, state_elements=mamba * per_layer)
 
 
-def quantized(q) -> str | None:
+def quantized(q: object) -> str | None:
     """The weights' precision a config's `quantization_config` names: fp8 (quant_method
     fp8, or compressed-tensors / modelopt in 8-bit floats), int4 (4-bit weights:
     AWQ, GPTQ, MXFP4, ...); None where there is none or it is another."""
@@ -154,7 +155,7 @@ def quantized(q) -> str | None:
     return None
 
 
-def _routed(d: dict) -> tuple[int, int, float]:
+def _routed(d: dict[str, Any]) -> tuple[int, int, float]:
     """(routed experts per layer, experts per token, all routed experts' parameters) of a
     config.json; zeros for a dense model."""
     experts = d.get("n_routed_experts") or d.get("num_experts") or 0
@@ -166,7 +167,7 @@ def _routed(d: dict) -> tuple[int, int, float]:
             float(layers * 3 * d["hidden_size"] * inter * experts))
 
 
-def _moe_gqa(name: str, d: dict) -> ModelShape:
+def _moe_gqa(name: str, d: dict[str, Any]) -> ModelShape:
     """A grouped-query attention MoE (Qwen3-MoE, Mixtral, gpt-oss and alike) from its
     config.json."""
     heads = d["num_attention_heads"]
@@ -181,7 +182,7 @@ def _moe_gqa(name: str, d: dict) -> ModelShape:
                                                                            0))
 
 
-def _windowed(d: dict, kv_heads: int, head_dim: int) -> tuple[int | None, int]:
+def _windowed(d: dict[str, Any], kv_heads: int, head_dim: int) -> tuple[int | None, int]:
     """(layers caching every token, elements the sliding-window layers cache per request)
     where `layer_types` names sliding-window layers (gpt-oss alternates them with full
     attention); (None, 0) where it names none: every layer caches every token."""
@@ -192,12 +193,12 @@ def _windowed(d: dict, kv_heads: int, head_dim: int) -> tuple[int | None, int]:
             sliding * d["sliding_window"] * 2 * kv_heads * head_dim)
 
 
-def _expert_fields(d: dict) -> dict:
+def _expert_fields(d: dict[str, Any]) -> dict[str, Any]:
     experts, per_token, params = _routed(d)
     return {"experts": experts, "experts_per_token": per_token, "expert_params": params}
 
 
-def _moe_params(d: dict) -> tuple[float, float]:
+def _moe_params(d: dict[str, Any]) -> tuple[float, float]:
     """(total, active) parameters of a config.json, estimated from its shapes: attention as
     four hidden x hidden projections, MLPs (dense or routed experts plus shared ones) as
     three matrices each, and the embeddings."""
@@ -247,7 +248,7 @@ SHAPE_ONLY = {
 NAMES = (*PRESETS, *SHAPE_ONLY)
 
 
-def from_hf_dict(d: dict, name: str) -> ModelShape:
+def from_hf_dict(d: dict[str, Any], name: str) -> ModelShape:
     """Any config.json: MLA and the hybrid layouts here, the rest as the engine reads it;
     its weights' precision from its `quantization_config`, where it has one."""
     if "kv_lora_rank" in d:

@@ -9,6 +9,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 IDLE_S = 1.0  # asleep before each pass of the idle side
 REPEATS = 3
@@ -28,7 +29,7 @@ class Wakeup:
     def ratio(self) -> float:
         return self.after_idle_ms / self.busy_ms if self.busy_ms > 0 else float("nan")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ratio": self.ratio}
 
     def summary(self) -> str:
@@ -69,6 +70,6 @@ def host_wakeup(idle_s: float = IDLE_S, repeats: int = REPEATS) -> Wakeup:
         torch.set_num_threads(threads)
 
 
-def probe_wakeup(idle_s: float = IDLE_S) -> dict | None:
+def probe_wakeup(idle_s: float = IDLE_S) -> dict[str, Any] | None:
     """host_wakeup as JSON; None when `idle_s` is 0 (not measured)."""
     return host_wakeup(idle_s).to_json() if idle_s > 0 else None

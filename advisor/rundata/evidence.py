@@ -136,7 +136,7 @@ class FrontendEvidence:
     undecided: str | None = None  # why the share cannot be judged
 
 
-def wake_text(points) -> str:
+def wake_text(points: Sequence[tuple[float, float, float]]) -> str:
     """Wake-up curve points (Calibration.wake_curve) as "+X ms (+Y% of the step) after
     S s, ..."."""
     return ", ".join(f"+{x:.0f} ms" + (f" (+{f:.0%} of the step)" if f else "") + f" after {s:g} s"
@@ -184,7 +184,7 @@ class Calibration:
         return to_json(self)
 
     @classmethod
-    def from_json(cls, data, file: str = "calibration") -> Calibration:
+    def from_json(cls, data: Any, file: str = "calibration") -> Calibration:
         return from_json(cls, data, file, "calibration")
 
     def summary(self) -> str:
@@ -276,7 +276,7 @@ class Evidence:
         return to_json(self)
 
     @classmethod
-    def from_json(cls, data, file: str = "evidence") -> Evidence:
+    def from_json(cls, data: Any, file: str = "evidence") -> Evidence:
         """Validated evidence (older files' form too); RunDataError names the file and the
         field."""
         return from_json(cls, _upgraded(data), file)

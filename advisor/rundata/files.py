@@ -54,7 +54,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def write_json(path: str | Path, obj) -> None:
+def write_json(path: str | Path, obj: object) -> None:
     write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
@@ -67,7 +67,7 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
 _JSONL = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
-def json_line(line: str):
+def json_line(line: str) -> Any:
     """One JSON Lines row, or None where it is not JSON (NaN and Infinity, which older
     files may hold and orjson refuses, are read as Python's json reads them)."""
     try:

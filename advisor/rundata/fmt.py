@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def fmt(v) -> str:
+def fmt(v: object) -> str:
     """One value: "-" when missing, 3 significant digits for floats."""
     if v is None:
         return "-"

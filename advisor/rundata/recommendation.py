@@ -179,5 +179,5 @@ class Recommendation:
         return from_json(cls, data, file)
 
 
-def _without(obj, key: str):
+def _without(obj: Any, key: str) -> Any:
     return {k: v for k, v in obj.items() if k != key} if isinstance(obj, dict) else obj

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from advisor.rundata.files import (
     RunDataError,
@@ -71,7 +71,7 @@ class RunResult:
     @classmethod
     def of(cls, stats: RunStats, records: list[dict[str, Any]] | None = None,
            bench: dict[str, Any] | None = None,
-           **described) -> RunResult:
+           **described: Any) -> RunResult:
         """A new result from summarize()'s statistics and what ran (num_prompts, ...)."""
         return cls(stats, _Described(**described), bench or {}, records)
 
@@ -148,8 +148,9 @@ class RunResult:
         kept = done * (span + early / 1000) / ((len(offsets) - 1) * window)
         steady = per_s * (life or 0.0) / 1000  # under way at once at the rate
         if self.described.workload_params.get(AS_RUN):
-            return kept
-        return min(kept, peak / steady) if peak is not None and steady > 0 else kept
+            return cast("float | None", kept)
+        return cast("float | None", min(kept,
+                    peak / steady) if peak is not None and steady > 0 else kept)
 
     def host_cores_busy(self) -> float | None:
         """The instances' cores busy plus the client's where recorded (at least what the
@@ -157,14 +158,14 @@ class RunResult:
         engines, client = self.cores_busy()
         return None if engines is None else engines + (client or 0.0)
 
-    def get(self, key: str, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         """A statistic or a described field by its result.json name."""
         value = self.stats.get(key)
         if value is not None:
             return value
         return getattr(self.described, key, default) if key in _DESCRIBED else default
 
-    def shown(self, key: str):
+    def shown(self, key: str) -> Any:
         """`get(key)` as the advice, the summary and the reports show it: a latency (..._ms)
         is None where no request completed (vLLM's statistics, kept as they are in
         result.json, read 0 ms there)."""

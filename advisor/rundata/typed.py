@@ -13,7 +13,7 @@ import dataclasses
 import types
 import typing
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from advisor.rundata.files import RunDataError
 
@@ -41,7 +41,7 @@ def _check(value: Any, hint: Any, file: str, path: str) -> Any:
             except RunDataError:
                 pass
         return _check(value, kinds[-1], file, path)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         read = getattr(hint, "from_run_file", None)  # a type that reads older forms too
         if read is not None:
             return read(value, f"{file}: {path}")
@@ -65,13 +65,17 @@ _NAMES = {float: "a number", int: "an integer", str: "a string", bool: "true or 
           dict: "an object", list: "a list", tuple: "a list"}
 
 
-def from_json(cls, data, file: str, path: str = ""):
+_T = TypeVar("_T")
+
+
+def from_json(cls: type[_T], data: Any, file: str, path: str = "") -> _T:
     """An instance of dataclass `cls` from a parsed JSON object, read from `file`; `path` is
     the object's dotted place in it ("" for the whole file)."""
     if not isinstance(data, dict):
         raise RunDataError(f"{file}: {path or 'the file'} must be a JSON object, "
                            f"not {type(data).__name__}")
-    hints, fields = _hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+    record: Any = cls  # a dataclass, as every caller's is
+    hints, fields = _hints(record), {f.name: f for f in dataclasses.fields(record)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise RunDataError(f"{file}: unknown field {_join(path, unknown[0])!r}")

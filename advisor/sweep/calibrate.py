@@ -13,14 +13,15 @@ import numpy as np
 
 from advisor.errors import UsageError
 from advisor.measure.failures import reason
-from advisor.measure.records import Endpoint
+from advisor.measure.records import ClientRun, Endpoint
 from advisor.measure.stats import latency
 from advisor.measure.workload_run import measure
+from advisor.output.progress import Bars
 from advisor.probe.wakeup import NOTABLE, Wakeup
 from advisor.rundata.evidence import Calibration
 from workloads.arrivals import Arrivals
 from workloads.lengths import LengthDist
-from workloads.spec import SyntheticSpec, synthesize
+from workloads.spec import SyntheticSpec, Workload, synthesize
 
 # prompt tokens whose unloaded TTFT is measured (capped by context), from 16 because a line
 # through 64-1024 alone let one point's noise tilt a short chat prompt's TTFT
@@ -40,13 +41,13 @@ SEED = 7_777_777  # prompts no measured run uses
 IDLE_S = (0.3, 1.0, 3.0)
 
 
-def _workload(prompt: int, output: int, n: int, seed: int):
+def _workload(prompt: int, output: int, n: int, seed: int) -> Workload:
     spec = SyntheticSpec(input=LengthDist("fixed", prompt), output=LengthDist("fixed", output),
                          arrivals=Arrivals("poisson", math.inf), num_prompts=n)
     return synthesize(spec, seed, "calibration")
 
 
-def _median_ms(values_s: list[float], run, what: str, url: str) -> float:
+def _median_ms(values_s: list[float], run: ClientRun, what: str, url: str) -> float:
     """The median in ms; a clear error naming the failure when every request of `run`
     failed (a deployment that fails its calibration cannot be measured)."""
     if not values_s:
@@ -57,7 +58,8 @@ def _median_ms(values_s: list[float], run, what: str, url: str) -> float:
     return float(np.median(values_s)) * 1000
 
 
-def warm_up(endpoint: Endpoint, workload=None, bars=None) -> None:
+def warm_up(endpoint: Endpoint, workload: Workload | None = None, bars: Bars | None = None
+            ) -> None:
     """A fresh instance's first-call costs, paid before anything is timed: `workload`'s
     requests one at a time (default: two of the calibration's shortest prompts)."""
     if workload is None:
@@ -65,7 +67,7 @@ def warm_up(endpoint: Endpoint, workload=None, bars=None) -> None:
     measure(endpoint, workload, max_concurrency=1, label="warmup", bars=bars)
 
 
-def calibrate(endpoint: Endpoint, context: int, bars=None,
+def calibrate(endpoint: Endpoint, context: int, bars: Bars | None = None,
               host: Wakeup | None = None) -> Calibration:
     """Measure `endpoint` (one engine instance, nothing else running on it). `host`: the
     host's own wake-up check (advisor.probe.wakeup); where it shows no slowdown after an
@@ -112,7 +114,8 @@ def calibrate(endpoint: Endpoint, context: int, bars=None,
                        wake_host=host.summary() if host else None)
 
 
-def _wake_up(endpoint: Endpoint, prompts: list[tuple[int, float]], bars) -> tuple[list[float], ...]:
+def _wake_up(endpoint: Endpoint, prompts: list[tuple[int, float]], bars: Bars | None
+             ) -> tuple[list[float], ...]:
     """(idle s, extra ms, prompt tokens) for each idle time in IDLE_S and each (prompt,
     back-to-back TTFT ms) in `prompts` whose request answered, by idle time: the TTFT of
     one request of that prompt after the machine sat idle that long, beyond its TTFT right

@@ -34,7 +34,7 @@ class OnDemand:
     the first run that asks for its `urls`. A run that is already in the run directory
     (a resumed sweep) needs none."""
 
-    def __init__(self, start: Callable[[], tuple[str, list[str], str]]):
+    def __init__(self, start: Callable[[], tuple[str, list[str], str]]) -> None:
         self._start = start
         self._urls: tuple[str, list[str]] | None = None
 
@@ -60,7 +60,7 @@ class KeptPlacements:
     """Placements by name, each started on demand into its own stack inside `outer` (which
     stops whatever is still up when it closes)."""
 
-    def __init__(self, outer: contextlib.ExitStack, room: Callable[[], bool] = roomy):
+    def __init__(self, outer: contextlib.ExitStack, room: Callable[[], bool] = roomy) -> None:
         self._outer, self._room = outer, room
         self._on: dict[str, tuple[contextlib.ExitStack, OnDemand]] = {}
 

@@ -17,6 +17,7 @@ from advisor.measure.selfcheck import client_check, pooled
 from advisor.measure.stats import summarize
 from advisor.measure.workers import default_workers
 from advisor.measure.workload_run import measure, record_row, records_of
+from advisor.output.progress import Bars
 from advisor.rundata.result import RunResult
 from advisor.sweep.options import SweepOptions, prompts_for
 from workloads.presets import seed_for
@@ -25,7 +26,7 @@ REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rat
 
 
 def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_urls: list[str],
-             p: Placement, rate: float, bars,
+             p: Placement, rate: float, bars: Bars,
              before: RunResult | None = None, context: int | None = None) -> RunResult:
     """`p` at `rate` through `endpoint(chat)`, its instances' counters read from
     `metric_urls` around it; with `before` (this rate's run, read with its records), as

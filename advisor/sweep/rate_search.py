@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import cast
 
 from advisor.decide.thresholds import RATIO_WIDTH
 from advisor.goodput.outcomes import Outcome, apart, goodput_interval, top
@@ -78,7 +79,7 @@ def next_rate(
     rates = {o.rate for o in done}
     if grid is None:  # leading: double until a sure miss, a collapse or out of steps
         if len(done) < plan.max_steps and not any(_stops(o) for o in done):
-            return plan.start * 2 ** len(done)
+            return cast("float | None", plan.start * 2 ** len(done))
         grid = grid_of(done, plan)
     for r in grid:
         if r not in rates:

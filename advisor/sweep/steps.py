@@ -18,6 +18,7 @@ from advisor.engines.placement import Placement
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, goodput_interval, max_goodput_rate, outcome_of
 from advisor.measure.failures import refused
+from advisor.output.progress import Bars
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import RunDir
 from advisor.sweep.budget import TimeBudget
@@ -54,7 +55,7 @@ class Steps:
     """The steps over `state`, writing each run into `run_dir`."""
 
     def __init__(self, state: SweepState, run_dir: RunDir, budget: TimeBudget,
-                 kept: KeptPlacements, bars, calibrates: bool = True):
+                 kept: KeptPlacements, bars: Bars, calibrates: bool = True) -> None:
         self.state, self.run_dir, self.budget, self.kept = state, run_dir, budget, kept
         self.bars, self.task = bars, bars.add_task("sweep", total=None)
         self.calibrates = calibrates  # a run directory of format 1 resumes without one

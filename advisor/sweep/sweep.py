@@ -99,7 +99,7 @@ class Sweep(Steps):
 
     def __init__(self, state: SweepState, run_dir: RunDir, budget: TimeBudget,
                  kept: KeptPlacements, bars: Bars, engine: Engine, calibrates: bool = True,
-                 widen_slo: bool = False):
+                 widen_slo: bool = False) -> None:
         super().__init__(state, run_dir, budget, kept, bars, calibrates)
         self.engine = engine
         self.widen_slo = widen_slo  # the default SLO may be widened to fit this machine

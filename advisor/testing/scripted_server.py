@@ -42,10 +42,10 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: ScriptedServer
 
-    def log_message(self, *args) -> None:  # quiet
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def _json(self, status: int, obj) -> None:
+    def _json(self, status: int, obj: object) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -105,8 +105,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.in_flight -= 1
                 self.server.idle_since = time.monotonic()
 
-    def _answer(self, body: dict, chat: bool, arrived: float, ttft_ms: float, count: int,
-                timing: dict) -> None:
+    def _answer(self, body: dict[str, Any], chat: bool, arrived: float, ttft_ms: float, count: int,
+                timing: dict[str, Any]) -> None:
         s = self.server.script
         if s.fail_every and count % s.fail_every == 0:
             return self._json(500, error_body("scripted failure", "server_error", 500))
@@ -118,8 +118,10 @@ class _Handler(BaseHTTPRequestHandler):
                 f"prompt ({tokens} tokens) + max_tokens ({n}) exceeds the model's context of "
                 f"{s.max_model_len} tokens", "invalid_request_error", 400))
         usage = {"prompt_tokens": tokens, "completion_tokens": n, "total_tokens": n + tokens}
-        due = lambda k: arrived + (ttft_ms + k * s.itl_ms  # noqa: E731
-                                   + (s.stall_ms if k >= max(1, n // 2) else 0.0)) / 1000
+        def due(k: int) -> float:
+            return arrived + (ttft_ms + k * s.itl_ms
+                              + (s.stall_ms if k >= max(1, n // 2) else 0.0)) / 1000
+
         if not body.get("stream"):
             time.sleep(max(0.0, due(n - 1) - time.monotonic()))
             choice = {"message": {"role": "assistant", "content": "tok" * n}} if chat \
@@ -146,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
-    def _event(self, obj: dict) -> None:
+    def _event(self, obj: dict[str, Any]) -> None:
         self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
     def _chunk(self, data: bytes) -> None:
@@ -160,7 +162,7 @@ class ScriptedServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # a burst of new connections must not be dropped
 
-    def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__((host, port), _Handler)
         self.script, self.lock = script, threading.Lock()
         self.received: list[dict[str, Any]] = []  # each request's body, as it came

@@ -12,6 +12,7 @@ import argparse
 import itertools
 import os
 import uuid
+from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
@@ -29,7 +30,7 @@ def make_app(prefillers: list[str], decoders: list[str],
     next_p, next_d = itertools.cycle(prefillers), itertools.cycle(decoders)
     auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    async def session(_app):
+    async def session(_app: web.Application) -> AsyncIterator[None]:
         app[SESSION] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         yield
         await app[SESSION].close()
@@ -60,13 +61,13 @@ def make_app(prefillers: list[str], decoders: list[str],
         await resp.write_eof()
         return resp
 
-    async def completions(req):
+    async def completions(req: web.Request) -> web.StreamResponse:
         return await relay(req, "/v1/completions")
 
-    async def chat(req):
+    async def chat(req: web.Request) -> web.StreamResponse:
         return await relay(req, "/v1/chat/completions")
 
-    async def healthcheck(_req):
+    async def healthcheck(_req: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "prefill_instances": len(prefillers),
                                   "decode_instances": len(decoders)})
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, fields
 
 from rich.console import Console
 
+from advisor.deploy.vllm import PROXY_OFFSET
 from advisor.engines.bundled import serving
 from advisor.engines.start import running
 from advisor.engines.topologies import TopologySpec
-from advisor.engines.vllm.runtime import PROXY_OFFSET
 from advisor.errors import UsageError
 from advisor.flag_groups import (
     DEFAULT_MODELS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPES = ("auto", *DTYPE_BYTES)  # what a user may ask for; auto is resolved before running
@@ -69,7 +70,7 @@ class ModelConfig:
                 raise ValueError(f"{f} must be positive")
 
 
-def _preset(name: str, **kw) -> ModelConfig:
+def _preset(name: str, **kw: Any) -> ModelConfig:
     return ModelConfig(name=name, **kw)
 
 
@@ -126,7 +127,7 @@ _SUPPORTED_ARCHS = {
 }
 
 
-def config_from_hf_dict(d: dict, name: str) -> ModelConfig:
+def config_from_hf_dict(d: dict[str, Any], name: str) -> ModelConfig:
     """Build a ModelConfig from a Hugging Face `config.json` dictionary.
 
     Raises ValueError for architectures whose KV layout this engine does not model

@@ -19,6 +19,8 @@ import os
 import secrets
 import time
 import urllib.parse
+from collections.abc import Mapping
+from typing import Any
 
 SECRET_ENV = "ADVISOR_DEPLOYMENT_SECRET"
 PARAMS_TTL_S = 900.0  # a signed kv_transfer_params outlives a prefill lease and a kept turn
@@ -31,7 +33,7 @@ def new() -> str:
     return secrets.token_hex(32)
 
 
-def current(environ=None) -> bytes | None:
+def current(environ: Mapping[str, str] | None = None) -> bytes | None:
     """This process's deployment secret, or None outside a deployment; ValueError for one
     that is not the hex `new` writes."""
     text = (environ if environ is not None else os.environ).get(SECRET_ENV)
@@ -84,23 +86,23 @@ def proof(secret: bytes, nonce: str, port: int) -> str:
     return _mac(secret, "proof", f"{port}\0{nonce}".encode())
 
 
-def proven(secret: bytes, nonce: str, url: str, said) -> bool:
+def proven(secret: bytes, nonce: str, url: str, said: object) -> bool:
     """Whether `said` is the proof (`proof`) for `nonce` of the process at base URL `url`."""
     port = urllib.parse.urlsplit(url).port or 80
     return isinstance(said, str) and hmac.compare_digest(said, proof(secret, nonce, port))
 
 
-def _signed_bytes(params: dict) -> bytes:
+def _signed_bytes(params: dict[str, Any]) -> bytes:
     return json.dumps([params.get(k) for k in SIGNED], separators=(",", ":")).encode()
 
 
-def sign(secret: bytes, params: dict) -> dict:
+def sign(secret: bytes, params: dict[str, Any]) -> dict[str, Any]:
     """`params` (kv_transfer_params) with an expiry and a signature over where they point."""
     out = {**params, "remote_expires": round(time.time() + PARAMS_TTL_S, 3)}
     return {**out, "remote_signature": _mac(secret, "kv-params", _signed_bytes(out))}
 
 
-def verify(secret: bytes, params: dict) -> bool:
+def verify(secret: bytes, params: dict[str, Any]) -> bool:
     """Whether `params` were signed by this deployment and have not expired."""
     sig, expires = params.get("remote_signature"), params.get("remote_expires")
     if not isinstance(sig, str) or not isinstance(expires, (int, float)) \

@@ -34,7 +34,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class KeptConversations:
-    def __init__(self, ttl_s: float, max_blocks: int, free: Callable[[Request], None]):
+    def __init__(self, ttl_s: float, max_blocks: int, free: Callable[[Request], None]) -> None:
         self.leases = KVLeases(ttl_s, free)
         self.max_blocks, self._free = max_blocks, free
         self.evicted_total = 0

@@ -26,7 +26,7 @@ class _Held:
 class KVLeases:
     """Held requests by id, each with a lease; `free(request)` returns its blocks."""
 
-    def __init__(self, duration_s: float, free: Callable[[Request], None]):
+    def __init__(self, duration_s: float, free: Callable[[Request], None]) -> None:
         self.duration_s, self._free = duration_s, free
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()

@@ -57,7 +57,7 @@ class Executor(Protocol):
 class LLMEngine:
     """One engine instance (role both, prefill or decode) over one executor."""
 
-    def __init__(self, config: EngineConfig, runner: Executor):
+    def __init__(self, config: EngineConfig, runner: Executor) -> None:
         self.config = config.resolved()
         self.model_config = self.config.model_shape
         own = self.model_config.max_position_embeddings

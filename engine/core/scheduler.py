@@ -34,7 +34,7 @@ class Scheduler:
     """Moves requests from waiting to running to finished, one step at a time."""
 
     def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int,
-                 max_num_seqs: int, enable_chunked_prefill: bool, eos_token_id: int | None):
+                 max_num_seqs: int, enable_chunked_prefill: bool, eos_token_id: int | None) -> None:
         self.bm = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs

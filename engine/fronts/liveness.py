@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 
@@ -43,15 +45,15 @@ class Impostor(aiohttp.ClientConnectionError):
 class Liveness:
     """The instances' health, asked over a session of its own (opened by `start`)."""
 
-    def __init__(self, urls: list[str], secret: bytes | None = None):
+    def __init__(self, urls: list[str], secret: bytes | None = None) -> None:
         self.urls, self.secret = list(dict.fromkeys(urls)), secret
         self._session: aiohttp.ClientSession | None = None
         self.down: set[str] = set()
         self.seen: set[str] = set()  # instances that have answered a check, ever
         self._misses = dict.fromkeys(self.urls, 0)
-        self._waiting: dict[str, set[asyncio.Task]] = {u: set() for u in self.urls}
-        self._given_up: set[asyncio.Task] = set()
-        self._task: asyncio.Task | None = None
+        self._waiting: dict[str, set[asyncio.Task[Any]]] = {u: set() for u in self.urls}
+        self._given_up: set[asyncio.Task[Any]] = set()
+        self._task: asyncio.Task[Any] | None = None
         # per tier (its URLs): conversation -> the instance its turns go to, oldest first
         self._sticky: dict[tuple[str, ...], Recent[str]] = {}
 
@@ -66,10 +68,12 @@ class Liveness:
         gets nothing, not even in the instant before the next check of every instance."""
         config = aiohttp.TraceConfig()
 
-        async def request_start(_session, ctx, params) -> None:
+        async def request_start(_session: aiohttp.ClientSession, ctx: SimpleNamespace,
+                                params: aiohttp.TraceRequestStartParams) -> None:
             ctx.base = f"{params.url.scheme}://{params.url.host}:{params.url.port}"
 
-        async def connection_made(_session, ctx, _params) -> None:
+        async def connection_made(_session: aiohttp.ClientSession, ctx: SimpleNamespace,
+                                  _params: aiohttp.TraceConnectionCreateEndParams) -> None:
             base = getattr(ctx, "base", None)
             if self.secret is None or base not in self._misses:
                 return
@@ -89,7 +93,7 @@ class Liveness:
         if self._session is not None:
             await self._session.close()
 
-    def pick(self, rotation, count: int) -> str | None:
+    def pick(self, rotation: Iterator[str], count: int) -> str | None:
         """The next of `count` URLs from an itertools.cycle that is not down, or None."""
         for _ in range(count):
             url = next(rotation)
@@ -97,7 +101,8 @@ class Liveness:
                 return url
         return None
 
-    def pick_for(self, key: str | None, urls: list[str], rotation) -> str | None:
+    def pick_for(self, key: str | None, urls: list[str],
+                 rotation: Iterator[str]) -> str | None:
         """`pick`, except that a conversation (`key`) sticks to the instance its first turn
         went to while that one is up, so its prefix cache (or held KV) can serve the next
         turn. First turns still go round robin: no imbalance for single-turn traffic."""

@@ -19,6 +19,8 @@ import json
 import sys
 import urllib.parse
 import uuid
+from collections.abc import Mapping
+from typing import Any, cast
 
 import aiohttp
 import uvloop
@@ -64,7 +66,7 @@ class Proxy:
     """Round-robin over prefillers and decoders (disagg) or replicas (collocated)."""
 
     def __init__(self, decode_urls: list[str], prefill_urls: list[str] | None = None,
-                 bidirectional: bool = False, max_body: int = DEFAULT_BODY_BYTES):
+                 bidirectional: bool = False, max_body: int = DEFAULT_BODY_BYTES) -> None:
         self.prefill_urls, self.decode_urls = prefill_urls or [], decode_urls
         # bidirectional KV: conversation -> where its decoder kept the last turn, and in
         # whose protocol ("engine" or "vllm")
@@ -86,11 +88,11 @@ class Proxy:
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
 
-    async def _start(self, _app) -> None:
+    async def _start(self, _app: web.Application) -> None:
         self.upstream.open([self.liveness.trace()])
         self.liveness.start()
 
-    async def _stop(self, _app) -> None:
+    async def _stop(self, _app: web.Application) -> None:
         await self.liveness.close()
         await self.upstream.close()
 
@@ -101,7 +103,7 @@ class Proxy:
             return _err("no instance is up yet", 503)
         return health(request)
 
-    async def models(self, _req) -> web.Response:
+    async def models(self, _req: web.Request) -> web.Response:
         try:
             async with self.upstream.http.get(self.decode_urls[0] + "/v1/models") as r:
                 return web.Response(body=await r.read(), status=r.status,
@@ -109,7 +111,7 @@ class Proxy:
         except aiohttp.ClientError as e:
             return _err(f"upstream unreachable: {e}", 502)
 
-    async def metrics(self, _req) -> web.Response:
+    async def metrics(self, _req: web.Request) -> web.Response:
         """Every decoder's (or replica's) Prometheus text, one after the other, each under a
         comment naming it: a client sums the samples (the KV-transfer ones live there)."""
         parts = []
@@ -158,10 +160,11 @@ class Proxy:
                 resp = request.get(STREAMING)
                 if resp is not None:
                     await resp.write(error_event(f"decode instance failed mid-stream: {e}"))
-                    return resp
+                    return cast(web.StreamResponse, resp)
         return _err("no instance that is up accepted the request", 502)
 
-    def _decoder(self, body: dict, headers: dict) -> tuple[str | None, dict, dict]:
+    def _decoder(self, body: dict[str, Any], headers: dict[str, Any]) -> tuple[str | None,
+                 dict[str, Any], dict[str, Any]]:
         """(the next live decoder, body, headers), or with every decoder down a live
         prefiller told to decode too (degraded, still up)."""
         base = self.liveness.pick_for(headers.get(CONVERSATION), self.decode_urls, self._decode)
@@ -171,11 +174,13 @@ class Proxy:
         return base, {**body, "kv_transfer_params": {"do_remote_decode": False}}, \
             {**headers, FALLBACK: "prefiller-decodes"}
 
-    async def _prefill_leg(self, path: str, body: dict, headers: dict) -> dict | web.Response:
+    async def _prefill_leg(self, path: str, body: dict[str, Any], headers: dict[str,
+                           Any]) -> dict[str, Any] | web.Response:
         """`body` with the kv_transfer_params of its prefill on the next live prefiller, or
         the prefiller's own non-200 answer. With no prefiller up, or the one picked dying on
         it, `body` without them: the decoder then prefills itself (slower, never refused)."""
         cid = headers.get(CONVERSATION)
+        assert self._prefill is not None  # only a front with prefillers has a prefill leg
         base = self.liveness.pick_for(cid, self.prefill_urls, self._prefill)
         if base is None:
             headers[FALLBACK] = "decoder-prefills"
@@ -217,8 +222,8 @@ class Proxy:
         except (aiohttp.ClientError, ValueError) as e:
             return _err(f"prefill instance failed: {type(e).__name__}: {e}", 502)
 
-    async def _forward(self, request, base: str, path: str, body: dict,
-                       headers: dict) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, base: str, path: str, body: dict[str, Any],
+                       headers: dict[str, Any]) -> web.StreamResponse:
         url, sent = base + path, {**headers, **self.liveness.nonce()}
         try:
             upstream = await self.upstream.http.post(url, json=body, headers=sent)
@@ -259,7 +264,7 @@ class Proxy:
         if cid and kept:
             self._remember(cid, "engine", _loads(kept.encode()))
 
-    def _remember_vllm(self, cid: str, answer: dict | None, url: str) -> None:
+    def _remember_vllm(self, cid: str, answer: dict[str, Any] | None, url: str) -> None:
         """Where vLLM's decoder kept this turn: the kv_transfer_params of its answer (or of
         its stream's last chunk). Its side-channel host as it says it, unless that is
         loopback (vLLM's default): then the decoder's host as the proxy reaches it."""
@@ -270,13 +275,13 @@ class Proxy:
                 host = urllib.parse.urlsplit(url).hostname
             self._remember(cid, "vllm", {**params, "remote_host": host})
 
-    def _remember(self, cid: str, style: str, params) -> None:
+    def _remember(self, cid: str, style: str, params: object) -> None:
         if not isinstance(params, dict):
             return
         self._kept.put(cid, (style, json.dumps(params)))
 
 
-def _loads(data: bytes) -> dict | None:
+def _loads(data: bytes) -> dict[str, Any] | None:
     try:
         out = json.loads(data)
     except ValueError:
@@ -284,7 +289,7 @@ def _loads(data: bytes) -> dict | None:
     return out if isinstance(out, dict) else None
 
 
-def _conversation(body: dict, headers) -> str | None:
+def _conversation(body: dict[str, Any], headers: Mapping[str, str]) -> str | None:
     """The conversation a request belongs to: the X-Conversation-Id header, else a
     `conversation_id` body field (vLLM's bidirectional proxy keys turns by it); RequestError
     (400) for one that is no short printable ASCII string, since it goes on into headers to
@@ -299,7 +304,7 @@ def _conversation(body: dict, headers) -> str | None:
     return cid
 
 
-def _handed_over(prefilled: dict) -> dict | None:
+def _handed_over(prefilled: dict[str, Any]) -> dict[str, Any] | None:
     """The prefill answer's kv_transfer_params, with the prompt's token IDs in them (from
     return_token_ids: top level for chat, in the choice for completions) so that the
     decoder does not render and tokenize the prompt again."""

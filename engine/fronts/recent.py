@@ -26,7 +26,7 @@ class Recent(Generic[V]):
 
     def __init__(self, ttl_s: float, max_bytes: int,
                  cost: Callable[[str, V], int] = lambda key, value: sys.getsizeof(key),
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s, self.max_bytes, self._cost, self._clock = ttl_s, max_bytes, cost, clock
         self._items: OrderedDict[str, tuple[float, int, V]] = OrderedDict()
         self.bytes = 0

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import itertools
 import json
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
@@ -40,7 +41,7 @@ PARSER_NEEDS = b"is required when a tool or reasoning parser is configured"  # v
 class _Upstream(Exception):
     """An upstream's non-200 answer (relayed as it is) or failure (a 502)."""
 
-    def __init__(self, status: int, body: bytes):
+    def __init__(self, status: int, body: bytes) -> None:
         super().__init__(status)
         self.status, self.body = status, body
 
@@ -59,7 +60,7 @@ class RenderFront:
     list of one."""
 
     def __init__(self, render_urls: str | list[str], engine_urls: str | list[str],
-                 max_body: int = DEFAULT_BODY_BYTES):
+                 max_body: int = DEFAULT_BODY_BYTES) -> None:
         self.render_urls = [u.rstrip("/") for u in _listed(render_urls)]
         self.engine_urls = [u.rstrip("/") for u in _listed(engine_urls)]
         self._renders, self._engines = (itertools.cycle(self.render_urls),
@@ -84,17 +85,17 @@ class RenderFront:
     def engine_url(self) -> str:
         return next(self._engines)
 
-    async def _start(self, _app) -> None:
+    async def _start(self, _app: web.Application) -> None:
         self.upstream.open()
 
-    async def _stop(self, _app) -> None:
+    async def _stop(self, _app: web.Application) -> None:
         await self.upstream.close()
 
     async def health(self, request: web.Request) -> web.Response:
         """Up: nothing more (it is open without the key; the upstreams stay unnamed)."""
         return health(request)
 
-    async def models(self, _req) -> web.Response:
+    async def models(self, _req: web.Request) -> web.Response:
         try:
             async with self.upstream.http.get(self.engine_url + "/v1/models") as r:
                 return web.Response(body=await r.read(), status=r.status,
@@ -117,7 +118,7 @@ class RenderFront:
             await relay(upstream, resp, "the engines")
             return resp
 
-    async def _json(self, url: str, body: dict, what: str) -> dict:
+    async def _json(self, url: str, body: dict[str, Any], what: str) -> dict[str, Any]:
         """`body` posted to `url`: its 200 answer, else _Upstream."""
         try:
             async with self.upstream.http.post(url, json=body) as r:
@@ -126,7 +127,7 @@ class RenderFront:
             raise _Upstream.failed(what, e) from None
         if r.status != 200:
             raise _Upstream(r.status, data)
-        return json.loads(data)
+        return cast("dict[str, Any]", json.loads(data))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -151,13 +152,14 @@ class RenderFront:
                 return _Upstream(upstream.status, await upstream.read()).response()
             return await self._stream(request, upstream, body, prompt)
 
-    async def _derender_chunk(self, chunk: dict, state: dict | None, chat: dict,
-                              prompt: list[int], usage: bool) -> dict:
+    async def _derender_chunk(self, chunk: dict[str, Any], state: dict[str, Any] | None,
+                              chat: dict[str, Any],
+                              prompt: list[int], usage: bool) -> dict[str, Any]:
         """One generated chunk derendered. The first chunk's call carries the chat request
         and the prompt's tail, and the state carries them on; a render server that keeps
         nothing of them (vLLM's, with a tool or reasoning parser, answers a later chunk's
         call 400 without them) gets both, the prompt whole, with every chunk from then on."""
-        ask: dict = {"stream": True, "generate_chunk": chunk}
+        ask: dict[str, Any] = {"stream": True, "generate_chunk": chunk}
         if state:
             ask["stream_state"] = state
         if not state or self.every_chunk:
@@ -172,7 +174,8 @@ class RenderFront:
             self.every_chunk = True
             return await self._derender_chunk(chunk, state, chat, prompt, usage)
 
-    async def _stream(self, request: web.Request, upstream, chat: dict,
+    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                      chat: dict[str, Any],
                       prompt: list[int]) -> web.StreamResponse:
         """Derender the engines' stream chunk by chunk into the client's; usage, when the
         client asked for it (stream_options.include_usage), in a last chunk of its own."""
@@ -203,14 +206,14 @@ class RenderFront:
         return resp
 
 
-def _prompt(ids: list[int], whole: bool = False) -> dict:
+def _prompt(ids: list[int], whole: bool = False) -> dict[str, Any]:
     """What a derender is told of the prompt: its length, for usage, and its last IDs, which
     seed detokenization (the first output token's leading space on SentencePiece
     tokenizers), or (`whole`) all of them, which a parser's initial state may need."""
     return {"prompt_tokens": len(ids), "prompt_token_ids": ids if whole else ids[-PROMPT_TAIL:]}
 
 
-def _with_max_tokens(gen: dict, chat: dict) -> dict:
+def _with_max_tokens(gen: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
     """The render server's generate request, with the client's output limit where the render
     dropped it: vLLM 0.32.0's render serializes sampling_params without the fields at their
     defaults, so a client's max_tokens of 16 arrives at the engine as no limit at all."""

@@ -13,11 +13,14 @@ import argparse
 import asyncio
 import contextlib
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import generate_latest
 
 from engine.core.config import DEFAULT_BODY_BYTES, load_model_config, max_body_bytes
@@ -30,7 +33,13 @@ from engine.render.frontend import (
     add_frontend_args,
     frontend_config,
 )
-from engine.render.protocol import RequestError, parse_json, parse_request, sampling_body
+from engine.render.protocol import (
+    ParsedRequest,
+    RequestError,
+    parse_json,
+    parse_request,
+    sampling_body,
+)
 from engine.serve.http_app import (
     OFFLOAD_BYTES,
     add_api_key_flag,
@@ -49,14 +58,15 @@ class RenderServer:
     """Routes of one render replica; with `workers` > 1, of one of its worker processes
     (`worker` says which), its /metrics summing all of them."""
 
-    def __init__(self, config: FrontendConfig, served_model: str, workers: int = 1):
+    def __init__(self, config: FrontendConfig, served_model: str, workers: int = 1) -> None:
         self.frontend, self.model = Frontend(config), served_model
         self.worker, self.board = 0, Board(workers, BOARD_FIELDS) if workers > 1 else None
         if self.board is None:
             self.registry = frontend_registry(self.frontend, served_model)
         else:
-            self.registry = frontend_registry(_BoardTotals(self.board), served_model,
-                                              process_cpu=lambda: self.board.total("process_s"))
+            board = self.board
+            self.registry = frontend_registry(_BoardTotals(board), served_model,
+                                              process_cpu=lambda: board.total("process_s"))
         self.app = application(_max_body(served_model),
                                *([self._publishing] if self.board else []))
         self.app.add_routes([
@@ -70,18 +80,18 @@ class RenderServer:
         worker = {"worker": self.worker, "pid": os.getpid()} if self.board else {}
         return health(request, role="render", fingerprint=self.frontend.fingerprint, **worker)
 
-    async def models(self, _req) -> web.Response:
+    async def models(self, _req: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
             {"id": self.model, "object": "model", "owned_by": "advisor",
              "fingerprint": self.frontend.fingerprint}]})
 
-    async def prometheus(self, _req) -> web.Response:
+    async def prometheus(self, _req: web.Request) -> web.Response:
         if self.board:
             self._publish()
         return web.Response(body=generate_latest(self.registry), content_type="text/plain")
 
     @web.middleware
-    async def _publishing(self, request: web.Request, handler):
+    async def _publishing(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         finally:
@@ -104,7 +114,7 @@ class RenderServer:
     async def derender(self, request: web.Request) -> web.Response:
         return await _answer(self._derendered, await request.read())
 
-    def _rendered(self, raw: bytes) -> dict:
+    def _rendered(self, raw: bytes) -> dict[str, Any]:
         req = parse_request(parse_json(raw), True, self.model)
         ids = self.frontend.prompt_ids(req)
         out = {"model": self.model, "token_ids": ids, "sampling_params": sampling_body(req.params),
@@ -113,7 +123,7 @@ class RenderServer:
             out["kv_transfer_params"] = req.kv_transfer_params
         return out
 
-    def _derendered(self, raw: bytes) -> dict:
+    def _derendered(self, raw: bytes) -> dict[str, Any]:
         try:
             body = parse_json(raw)
             chat_req = body.get("chat_request")
@@ -130,7 +140,7 @@ class RenderServer:
         except DerenderError as e:
             raise RequestError(str(e)) from None
 
-    def _whole(self, body: dict, chat_req) -> dict:
+    def _whole(self, body: dict[str, Any], chat_req: ParsedRequest | None) -> dict[str, Any]:
         gen = _object(body, "generate_response")
         self.frontend.check(gen.get("fingerprint"), "generate_response")
         rid = _request_id(gen)
@@ -147,7 +157,7 @@ class RenderServer:
             "choices": [{"index": 0, "message": msg, "finish_reason": reason, "token_ids": ids}],
         }
 
-    def _chunk(self, body: dict, chat_req) -> dict:
+    def _chunk(self, body: dict[str, Any], chat_req: ParsedRequest | None) -> dict[str, Any]:
         gen = _object(body, "generate_chunk")
         self.frontend.check(gen.get("fingerprint"), "generate_chunk")
         rid = _request_id(gen)
@@ -192,7 +202,7 @@ def _max_body(model: str) -> int:
 class _BoardTotals:
     """A front end's counters as FrontendCollector reads them, summed over the workers."""
 
-    def __init__(self, board: Board):
+    def __init__(self, board: Board) -> None:
         self.board = board
 
     @property
@@ -204,7 +214,7 @@ class _BoardTotals:
         return {st: round(self.board.total(f"{st}_n")) for st in STAGES}
 
 
-async def _answer(work: Callable[[bytes], dict], raw: bytes) -> web.Response:
+async def _answer(work: Callable[[bytes], dict[str, Any]], raw: bytes) -> web.Response:
     """`work(raw)` as JSON, or the 4xx of what it refused (a ValueError of the chat template's
     is a 400, as an engine answers it); a large body's on a worker thread, so that /health
     keeps answering meanwhile."""
@@ -216,21 +226,21 @@ async def _answer(work: Callable[[bytes], dict], raw: bytes) -> web.Response:
     return web.json_response(out)
 
 
-def _object(body: dict, key: str) -> dict:
+def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
     value = body[key]
     if not isinstance(value, dict):
         raise RequestError(f"'{key}' must be an object", key)
     return value
 
 
-def _request_id(gen: dict) -> str:
+def _request_id(gen: dict[str, Any]) -> str:
     rid = gen.get("request_id", f"gen-{uuid.uuid4().hex}")
     if not isinstance(rid, str):
         raise RequestError("'request_id' must be a string", "request_id")
     return rid
 
 
-def _usage(body: dict, gen: dict, completion: int) -> dict:
+def _usage(body: dict[str, Any], gen: dict[str, Any], completion: int) -> dict[str, Any]:
     """Usage from `prompt_tokens` (a count or the IDs), else the generate response's own."""
     prompt = body.get("prompt_tokens")
     if isinstance(prompt, list):
@@ -273,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"engine.fronts.render_server: {e}") from None
     key = server_key(a)
 
-    def run_worker(index: int, sock=None) -> None:
+    def run_worker(index: int, sock: socket.socket | None = None) -> None:
         server.worker = index
         asyncio.run(run_app(server.app, a.host, a.port, f"render worker {index}", key, sock))
 

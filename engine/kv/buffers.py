@@ -28,7 +28,7 @@ class BufferPool:
     beyond that is left to the allocator.
     """
 
-    def __init__(self, max_free_bytes: int = 2 << 30, pin_memory: bool = False):
+    def __init__(self, max_free_bytes: int = 2 << 30, pin_memory: bool = False) -> None:
         self.max_free_bytes, self.pin_memory = max_free_bytes, pin_memory
         self._free: dict[int, list[torch.Tensor]] = {}
         self._free_bytes = 0

@@ -15,6 +15,7 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,7 +50,8 @@ class TransferRecord:
 class PulledKV:
     """A pulled payload; its buffer goes back to the pool once the engine has imported it."""
 
-    def __init__(self, payload: KVPayload, record: TransferRecord, buffer: torch.Tensor | None):
+    def __init__(self, payload: KVPayload, record: TransferRecord,
+                 buffer: torch.Tensor | None) -> None:
         self.payload: KVPayload | None = payload
         self.record, self._buffer = record, buffer
 
@@ -63,13 +65,13 @@ class PulledKV:
         self._buffer = None
 
 
-def can_pull(params: dict | None) -> bool:
+def can_pull(params: dict[str, Any] | None) -> bool:
     """vLLM's rule: pull only when engine id, request id, host and port are all present."""
     return params is not None and params.get("do_remote_prefill") is True and all(
         params.get(k) not in (None, "") for k in REQUIRED)
 
 
-def check_params(params: dict, allowed_hosts: tuple[str, ...]) -> None:
+def check_params(params: dict[str, Any], allowed_hosts: tuple[str, ...]) -> None:
     """ValueError when pull-ready kv_transfer_params are malformed or name a side channel
     this decoder may not pull from (a decoder must not connect wherever it is told)."""
     host, port = params.get("remote_host"), params.get("remote_port")
@@ -83,7 +85,7 @@ def check_params(params: dict, allowed_hosts: tuple[str, ...]) -> None:
                          f"({', '.join(allowed_hosts)}; see --kv-pull-hosts)")
 
 
-def connect(params: dict) -> socket.socket:
+def connect(params: dict[str, Any]) -> socket.socket:
     """A blocking connection to the side channel that `params` (kv_transfer_params) name."""
     sock = socket.create_connection((params["remote_host"], int(params["remote_port"])),
                                     timeout=CONNECT_TIMEOUT_S)
@@ -91,7 +93,7 @@ def connect(params: dict) -> socket.socket:
     return sock
 
 
-def release(params: dict) -> None:
+def release(params: dict[str, Any]) -> None:
     """Tell the prefill side it may free the request's blocks (best effort)."""
     try:
         with connect(params) as sock:
@@ -111,7 +113,7 @@ class KVConnector(ABC):
 
     # ---- producer side ---------------------------------------------------------------------------
     @abstractmethod
-    def describe(self, cache: KVCache, block_ids: list[int]) -> dict:
+    def describe(self, cache: KVCache, block_ids: list[int]) -> dict[str, Any]:
         """Header fields beyond the KV's shape that tell a decoder where the held blocks are
         (none when the bytes follow the header). FrameError when this cache cannot be
         served this way."""
@@ -123,12 +125,14 @@ class KVConnector(ABC):
 
     # ---- consumer side ---------------------------------------------------------------------------
     @abstractmethod
-    def receive(self, sock: socket.socket, header: dict, shape: tuple[int, ...], dtype: str,
+    def receive(self, sock: socket.socket, header: dict[str, Any], shape: tuple[int, ...],
+                dtype: str,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The KV a checked header describes, kv: [L, 2, T, kvh, hd] on `device`, and the
         pool buffer that holds it (None when it lives elsewhere)."""
 
-    def pull(self, params: dict, layout: KVLayout, device: torch.device = torch.device("cpu"),
+    def pull(self, params: dict[str, Any], layout: KVLayout,
+             device: torch.device = torch.device("cpu"),
              prompt: list[int] | None = None, have: int = 0) -> PulledKV:
         """Blocking pull of the request `params` name, for an engine with `layout` on `device`;
         with `prompt`, KV computed for other tokens is refused before anything is allocated.
@@ -158,7 +162,7 @@ class KVConnector(ABC):
                             header.get("start", 0))
         return PulledKV(payload, TransferRecord(nbytes, start, time.monotonic(), self.name), buf)
 
-    async def pull_async(self, params: dict, layout: KVLayout, device: torch.device,
+    async def pull_async(self, params: dict[str, Any], layout: KVLayout, device: torch.device,
                          prompt: list[int] | None = None, have: int = 0) -> PulledKV:
         """`pull` on a worker thread, so the event loop keeps serving."""
         return await asyncio.to_thread(self.pull, params, layout, device, prompt, have)

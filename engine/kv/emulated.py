@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import Any
 
 import torch
 
@@ -19,22 +20,23 @@ from engine.model.kv_cache import KVCache
 class EmulatedLink(KVConnector):
     """`inner` with every transfer stretched to `emulation`'s duration (never shortened)."""
 
-    def __init__(self, inner: KVConnector, emulation: LinkEmulation):
+    def __init__(self, inner: KVConnector, emulation: LinkEmulation) -> None:
         self.inner, self.emulation = inner, emulation
         self.name = inner.name
 
-    def describe(self, cache: KVCache, block_ids: list[int]) -> dict:
+    def describe(self, cache: KVCache, block_ids: list[int]) -> dict[str, Any]:
         return self.inner.describe(cache, block_ids)
 
     def send(self, sock: socket.socket, cache: KVCache, block_ids: list[int],
              num_tokens: int) -> None:
         self.inner.send(sock, cache, block_ids, num_tokens)
 
-    def receive(self, sock: socket.socket, header: dict, shape: tuple[int, ...], dtype: str,
+    def receive(self, sock: socket.socket, header: dict[str, Any], shape: tuple[int, ...],
+                dtype: str,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self.inner.receive(sock, header, shape, dtype, device)
 
-    async def pull_async(self, params: dict, layout: KVLayout, device: torch.device,
+    async def pull_async(self, params: dict[str, Any], layout: KVLayout, device: torch.device,
                          prompt: list[int] | None = None, have: int = 0) -> PulledKV:
         # NOTE: the wait is on the event loop, so that slow emulated transfers do not use up
         # the thread pool that real pulls run on

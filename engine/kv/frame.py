@@ -12,6 +12,7 @@ import socket
 import struct
 import time
 import zlib
+from typing import Any
 
 from engine.core.config import DTYPE_BYTES
 
@@ -33,7 +34,7 @@ class ForeignKV(FrameError):
     request's kv_transfer_params are wrong (a client's mistake, not a transfer failure)."""
 
 
-def encode(header: dict) -> bytes:
+def encode(header: dict[str, Any]) -> bytes:
     body = json.dumps(header, separators=(",", ":")).encode()
     return _PREFIX.pack(MAGIC, VERSION, len(body)) + body + _CRC.pack(zlib.crc32(body))
 
@@ -86,7 +87,7 @@ def send_views(sock: socket.socket, views: list[memoryview]) -> None:
 
 
 def read(sock: socket.socket, max_bytes: int = MAX_HEADER_BYTES,
-         deadline: float | None = None) -> dict:
+         deadline: float | None = None) -> dict[str, Any]:
     """Read one header frame of at most `max_bytes`, whole by `deadline` (time.monotonic())
     where one is given; raise FrameError on any inconsistency."""
     magic, version, length = _PREFIX.unpack(recv_exact(sock, _PREFIX.size, deadline))
@@ -109,7 +110,7 @@ def read(sock: socket.socket, max_bytes: int = MAX_HEADER_BYTES,
     return header
 
 
-def check_kv_header(h: dict) -> tuple[tuple[int, ...], str, int]:
+def check_kv_header(h: dict[str, Any]) -> tuple[tuple[int, ...], str, int]:
     """Validate a KV header's dtype, shape and byte count; returns (shape, dtype, nbytes).
 
     The KV holds the tokens from the header's `start` (default 0) to the end of its
@@ -134,7 +135,8 @@ def check_kv_header(h: dict) -> tuple[tuple[int, ...], str, int]:
     return tuple(shape), dtype, nbytes
 
 
-def check_block_header(header: dict, shape: tuple[int, ...]) -> tuple[list[int], tuple[int, ...]]:
+def check_block_header(header: dict[str, Any], shape: tuple[int, ...]) -> tuple[list[int],
+                       tuple[int, ...]]:
     """Validated (block ids, cache shape) of a header that names blocks of a remote cache
     [L, 2, blocks, block_size, kvh, hd] holding KV of `shape` [L, 2, T, kvh, hd]."""
     ids, cache_shape = header.get("block_ids"), header.get("cache_shape")

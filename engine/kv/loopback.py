@@ -6,6 +6,7 @@ locally, and the cuda connector's copies between GPUs. `benchmarks/transfer_benc
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -56,7 +57,7 @@ def _synchronize(device: torch.device) -> None:
 
 
 def connector_against_copy(device: torch.device, nbytes: int = 256 << 20,
-                           repeats: int = 3) -> dict:
+                           repeats: int = 3) -> dict[str, Any]:
     """The connector the servers use on `device` (cuda on a GPU, shm on the CPU) pulling one
     request's KV of about `nbytes`, against a raw torch copy of the same bytes on `device`:
     the connector's GB/s, the copy's, and their ratio."""
@@ -82,7 +83,7 @@ def connector_against_copy(device: torch.device, nbytes: int = 256 << 20,
             "copy_gbps": moved / best / 1e9, "ratio": best / pulled}
 
 
-def host_links(nbytes: int = 64 << 20) -> dict[str, dict]:
+def host_links(nbytes: int = 64 << 20) -> dict[str, dict[str, Any]]:
     """shm and tcp pull throughput on this host for a payload of about `nbytes`."""
     tokens = max(1, nbytes // PROBE_LAYOUT.bytes_per_token)
     moved = tokens * PROBE_LAYOUT.bytes_per_token
@@ -111,7 +112,7 @@ def copy_gbps(src: torch.device, dst: torch.device, how: str, nbytes: int,
     return nbytes / best / 1e9
 
 
-def gpu_links(n: int, nbytes: int = 256 << 20) -> list[dict]:
+def gpu_links(n: int, nbytes: int = 256 << 20) -> list[dict[str, Any]]:
     """Every ordered GPU pair: peer-to-peer copy (where torch allows it) and host-staged copy."""
     out = []
     for i in range(n):

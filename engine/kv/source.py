@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from engine.core import deployment
 from engine.core.kv_layout import KVLayout
@@ -48,7 +49,7 @@ class _Server(socketserver.ThreadingTCPServer):
 
 
 def kv_header(request_id: str, layout: KVLayout, token_ids: list[int], start: int = 0,
-              **extra) -> dict:
+              **extra: Any) -> dict[str, Any]:
     """The header that describes a request's KV from token `start` on:
     [layers, 2, tokens - start, kv_heads, head_dim]."""
     n = len(token_ids) - start
@@ -64,7 +65,7 @@ class KVSource:
 
     def __init__(self, lend: LendFn, release: Callable[[str], None], cache: KVCache,
                  layout: KVLayout, host: str = "127.0.0.1", port: int = 0,
-                 deployment_secret: bytes | None = None):
+                 deployment_secret: bytes | None = None) -> None:
         self.lend, self.release, self.cache, self.layout = lend, release, cache, layout
         self.engine_id = uuid.uuid4().hex
         self._connectors: dict[str, KVConnector] = {}
@@ -78,7 +79,7 @@ class KVSource:
         source = self
 
         class Handler(socketserver.BaseRequestHandler):
-            def handle(self):
+            def handle(self) -> None:
                 if not source._admit(self.request):
                     return  # every slot busy with pullers of ours: closed at once
                 try:
@@ -93,7 +94,7 @@ class KVSource:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def _admit(self, sock) -> bool:
+    def _admit(self, sock: socket.socket) -> bool:
         """A slot for `sock`: a free one, else the oldest connection yet to show a valid
         request is dropped for it; False when every slot holds a puller of ours."""
         with self._lock:
@@ -114,7 +115,7 @@ class KVSource:
         self.server.shutdown()
         self.server.server_close()
 
-    def transfer_params(self, request_id: str, block_ids: list[int]) -> dict:
+    def transfer_params(self, request_id: str, block_ids: list[int]) -> dict[str, Any]:
         """The kv_transfer_params a prefill response carries (vLLM's field names), signed
         inside a deployment."""
         params = {"do_remote_prefill": True, "do_remote_decode": False,
@@ -124,7 +125,7 @@ class KVSource:
                   "remote_port": self.port, "tp_size": 1}
         return deployment.sign(self._deployment, params) if self._deployment else params
 
-    def _connector(self, name) -> KVConnector:
+    def _connector(self, name: object) -> KVConnector:
         """One instance per connector for this source (it may keep per-cache state)."""
         if name not in connectors.NAMES:
             raise frame.FrameError(f"unknown connector {name!r}")
@@ -134,7 +135,7 @@ class KVSource:
             return self._connectors[name]
 
     # ---- connection handling (server threads) ----------------------------------------------------
-    def _handle(self, sock) -> None:
+    def _handle(self, sock: socket.socket) -> None:
         try:
             req = frame.read(sock, REQUEST_MAX_BYTES, time.monotonic() + REQUEST_DEADLINE_S)
             sock.settimeout(TIMEOUT_S)
@@ -162,7 +163,8 @@ class KVSource:
             with contextlib.suppress(OSError):
                 sock.sendall(frame.encode({"error": str(e)}))
 
-    def _serve_pull(self, sock, rid: str, connector: KVConnector, want_from=None) -> None:
+    def _serve_pull(self, sock: socket.socket, rid: str, connector: KVConnector,
+                    want_from: int | None = None) -> None:
         block_ids, tokens = self.lend(rid)
         # A puller that holds a prefix asks for the rest: from a whole block of ours,
         # never past the end (token_ids still name every token, for its comparison).

@@ -35,7 +35,7 @@ class AttentionMetadata:
     prefills: list[PrefillSegment]
 
 
-def _causal_mask(num_queries: int, context_len: int, device) -> torch.Tensor:
+def _causal_mask(num_queries: int, context_len: int, device: torch.device) -> torch.Tensor:
     # Query i sits at position context_len - num_queries + i and sees keys up to it.
     q_pos = torch.arange(context_len - num_queries, context_len, device=device)
     k_pos = torch.arange(context_len, device=device)

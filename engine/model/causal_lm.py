@@ -6,6 +6,8 @@ Projections are fused (q|k|v and gate|up) so a decode step issues few matmuls;
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,7 +30,7 @@ NORM_CHUNK = 1 << 17  # elements a norm takes per pass: 128 tokens of a 1024-wid
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
@@ -59,7 +61,8 @@ class Rotary:
     """Rotary position embedding, HF's rotate-half convention. Tables live on `device`
     (not module buffers, so the model itself can be built on the meta device)."""
 
-    def __init__(self, head_dim: int, max_positions: int, theta: float, device: torch.device):
+    def __init__(self, head_dim: int, max_positions: int, theta: float,
+                 device: torch.device) -> None:
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32,
                                                  device=device) / head_dim))
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32, device=device),
@@ -82,7 +85,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int):
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.layer = layer
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -107,13 +110,13 @@ class Attention(nn.Module):
             qk = apply_rotary(qkv[:, :nq + self.nkv * self.hd].view(T, -1, self.hd), *rope)
             q, k = qk[:, :self.nh], qk[:, self.nh:]
         o = paged_attention(q, k, v, self.layer, cache, meta)  # [T, H, hd]
-        return self.o_proj(o.reshape(T, self.nh * self.hd))
+        return cast(torch.Tensor, self.o_proj(o.reshape(T, self.nh * self.hd)))
 
 
 class MLP(nn.Module):
     halves: tuple[torch.Tensor, torch.Tensor] | None = None  # packed gate, up (pack_weights)
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.inter = cfg.intermediate_size
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * self.inter, bias=False)
@@ -129,28 +132,29 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, D] -> [T, D]
         if self.halves is not None and x.shape[0] > SMALL_BATCH:
-            return self.down_proj(gated(x, *self.halves))
+            return cast(torch.Tensor, self.down_proj(gated(x, *self.halves)))
         gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
-        return self.down_proj(F.silu(gate).mul_(up))
+        return cast(torch.Tensor, self.down_proj(F.silu(gate).mul_(up)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int):
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg, layer)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, cache, meta):
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache: KVCache,
+                meta: AttentionMetadata) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, cache, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return cast(torch.Tensor, x + self.mlp(self.post_attention_layernorm(x)))
 
 
 class CausalLM(nn.Module):
     """Token ids in, hidden states out; `compute_logits` on the rows that sample."""
 
-    def __init__(self, cfg: ModelConfig, device: torch.device):
+    def __init__(self, cfg: ModelConfig, device: torch.device) -> None:
         super().__init__()
         self.cfg = cfg
         # the weight is given so that no init runs on "meta", where normal_ would import
@@ -174,7 +178,7 @@ class CausalLM(nn.Module):
         rope = self.rotary.at(positions, x.dtype)
         for layer in self.layers:
             x = layer(x, rope, cache, meta)
-        return self.norm(x)
+        return cast(torch.Tensor, self.norm(x))
 
     def pack_weights(self) -> None:
         """Give every projection and the LM head a copy laid out for decode-sized batches
@@ -192,6 +196,6 @@ class CausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [N, D] -> logits: [N, vocab] in float32
         if self.lm_head is not None:
-            return self.lm_head(hidden).float()
+            return cast(torch.Tensor, self.lm_head(hidden).float())
         assert self._head is not None  # laid out by pack_weights
         return linear(hidden, self._head, None, self._head_packed).float()

@@ -51,7 +51,8 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: torch.device, shared: bool = False):
+                 head_dim: int, dtype: torch.dtype, device: torch.device,
+                 shared: bool = False) -> None:
         self.block_size = block_size
         shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
         self._segment = None

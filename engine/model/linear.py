@@ -6,6 +6,8 @@ packed copy sits beside the plain weight, which state dicts and loading see."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -38,7 +40,8 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
     """oneDNN's layout of `weight` [out, in] for small batches, or None where unsupported."""
     if not can_pack(weight):
         return None
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_FOR)
+    return cast("torch.Tensor | None", torch.ops.mkldnn._reorder_linear_weight(weight.detach(),
+                _PACK_FOR))
 
 
 def vector_layout(weight: torch.Tensor) -> torch.Tensor:
@@ -78,7 +81,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if n == 1:  # bfloat16 here (packed, not float32)
         y = torch.mv(weight, x[0]) if bias is None else torch.addmv(bias, weight, x[0])
         return y.unsqueeze(0)  # [1, out]
-    return torch.ops.mkldnn._linear_pointwise(_padded(x), packed, bias, "none", [], "")[:n]
+    return cast(torch.Tensor, torch.ops.mkldnn._linear_pointwise(_padded(x), packed, bias, "none",
+                [], "")[:n])
 
 
 def packed_rows(dtype: torch.dtype) -> list[int]:
@@ -119,7 +123,7 @@ def gated(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor
     passes over [T, inter]. Rows are padded as `rows_for` says (kernels per shape)."""
     n, x = x.shape[0], _padded(x)  # x: [rows, in]
     g = torch.ops.mkldnn._linear_pointwise(x, gate, None, "swish", [], "")  # [rows, inter]
-    return torch.ops.mkldnn._linear_pointwise.binary(x, g, up, None, "mul")[:n]
+    return cast(torch.Tensor, torch.ops.mkldnn._linear_pointwise.binary(x, g, up, None, "mul")[:n])
 
 
 class Linear(nn.Linear):

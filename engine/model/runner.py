@@ -58,7 +58,7 @@ def _allocated(model: Model, device: torch.device) -> Model:
 class ModelRunner:
     """Owns the model, the KV cache tensors and the sampler of one engine instance."""
 
-    def __init__(self, cfg: EngineConfig):
+    def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         mcfg = cfg.model_shape
         self.device = resolve_device(cfg.device)
@@ -112,7 +112,9 @@ class ModelRunner:
         tokens = self.sampler.sample(logits, sample_reqs)
         return {r.request_id: t for r, t in zip(sample_reqs, tokens)}
 
-    def _prepare(self, entries: list[tuple[Request, int]]):
+    def _prepare(self, entries: list[tuple[Request, int]]
+                 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor,
+                            list[Request]]:
         bs, dev = self.cfg.block_size, self.device
         ids: list[int] = []
         positions: list[int] = []

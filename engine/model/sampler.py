@@ -35,7 +35,7 @@ class Sampler:
     """Keeps one torch.Generator per request so seeded sampling is reproducible
     whatever else shares the batch, and whichever instance samples."""
 
-    def __init__(self, device: torch.device, seed: int):
+    def __init__(self, device: torch.device, seed: int) -> None:
         self.device = device
         self._seeds = random.Random(seed)
         self._generators: dict[str, torch.Generator] = {}

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import IO
+from typing import IO, cast
 
 from engine.core import deployment
 
@@ -56,7 +56,7 @@ def free_port(host: str = "127.0.0.1") -> int:
             s.bind((host, port))
             port = s.getsockname()[1]
             _HANDED_OUT.add(port)
-            return port
+            return cast("int", port)
     raise OSError(f"no free port below {low} on {host}")
 
 

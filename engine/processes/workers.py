@@ -29,7 +29,7 @@ class Board:
     each writes only its own row, anyone sums the columns (a torn read is off by at most one
     request's update, never cumulative)."""
 
-    def __init__(self, workers: int, fields: tuple[str, ...]):
+    def __init__(self, workers: int, fields: tuple[str, ...]) -> None:
         self.workers, self.fields = workers, fields
         self._row = struct.Struct(f"{len(fields)}d")
         self._mem = mmap.mmap(-1, self._row.size * workers)
@@ -42,8 +42,8 @@ class Board:
     def total(self, field: str) -> float:
         """`field` summed over all workers."""
         col = self.fields.index(field)
-        return sum(self._row.unpack_from(self._mem, w * self._row.size)[col]
-                   for w in range(self.workers))
+        return float(sum(self._row.unpack_from(self._mem, w * self._row.size)[col]
+                         for w in range(self.workers)))
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -66,7 +66,7 @@ def serve_workers(workers: int, host: str, port: int,
     port = hold.getsockname()[1]
     stopping = False
 
-    def stop(*_):
+    def stop(*_: object) -> None:
         nonlocal stopping
         stopping = True
 

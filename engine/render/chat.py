@@ -3,20 +3,22 @@ so that both give the same message for the same tokens."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine.render.parsing import Parsed
 
 
-def message(parsed: Parsed) -> dict:
+def message(parsed: Parsed) -> dict[str, Any]:
     """A ChatCompletion message: content, reasoning and tool calls kept apart."""
     return {"role": "assistant",
             "content": parsed.content if parsed.content or not parsed.tool_calls else None,
             "reasoning": parsed.reasoning or None, "tool_calls": parsed.tool_calls}
 
 
-def delta(parsed: Parsed, first: bool, calls_before: int) -> dict:
+def delta(parsed: Parsed, first: bool, calls_before: int) -> dict[str, Any]:
     """A chunk's delta: only what this chunk completed (tool calls whole, each with its index
     in the output: `calls_before` is how many earlier chunks completed)."""
-    out: dict = {"role": "assistant"} if first else {}
+    out: dict[str, Any] = {"role": "assistant"} if first else {}
     if parsed.content:
         out["content"] = parsed.content
     if parsed.reasoning:

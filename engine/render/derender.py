@@ -9,6 +9,7 @@ to travel again, and any replica can serve any chunk.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from engine.render.parsing import Parsed, StreamParser
 from engine.render.tokenizer import IncrementalDetokenizer, TextTokenizer
@@ -26,11 +27,11 @@ class StreamState:
 
     request_id: str
     pending_ids: list[int]
-    parser: dict
+    parser: dict[str, Any]
     num_tokens: int = 0
     fingerprint: str = ""  # of the front end that started the stream (see frontend.py)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"request_id": self.request_id, "pending_ids": self.pending_ids,
                 "parser": self.parser, "num_tokens": self.num_tokens,
                 "fingerprint": self.fingerprint}
@@ -41,7 +42,7 @@ class StreamState:
         return cls(request_id, [], StreamParser.make(reasoning, tools).to_json(), 0, fingerprint)
 
     @classmethod
-    def from_json(cls, d) -> StreamState:
+    def from_json(cls, d: object) -> StreamState:
         """Validate a state a client echoed back; DerenderError names what is wrong."""
         if not isinstance(d, dict) or set(d) != set(cls.__dataclass_fields__):
             raise DerenderError("stream_state must be the object a previous chunk returned")
@@ -58,7 +59,7 @@ class StreamState:
         return cls(d["request_id"], ids, d["parser"], n, d["fingerprint"])
 
 
-def check_ids(vocab_size: int, ids) -> list[int]:
+def check_ids(vocab_size: int, ids: object) -> list[int]:
     """Token IDs as a list of ints inside the vocabulary, else DerenderError."""
     if not isinstance(ids, list) or not all(
         isinstance(t, int) and not isinstance(t, bool) for t in ids

@@ -15,8 +15,10 @@ import contextlib
 import hashlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.core.config import load_model_config
 from engine.render.chat import delta, finish_reason, message
@@ -62,7 +64,7 @@ class FrontendConfig:
 class Frontend:
     """Renders requests to token IDs and derenders generated IDs, counting its CPU time."""
 
-    def __init__(self, config: FrontendConfig):
+    def __init__(self, config: FrontendConfig) -> None:
         config.validate()
         self.config = config
         vocab = _model_vocab(config.model_dir)
@@ -89,7 +91,7 @@ class Frontend:
         return self.config.reasoning_parser != "none" or self.config.tool_call_parser != "none"
 
     @contextlib.contextmanager
-    def timed(self, stage: str, request_done: bool = False):
+    def timed(self, stage: str, request_done: bool = False) -> Iterator[None]:
         """Count the calling thread's CPU time inside the block against `stage`, and one
         request when `request_done` (the request's last piece of work at this stage)."""
         start = time.thread_time()
@@ -110,7 +112,7 @@ class Frontend:
                 return self.tokenizer.encode(req.prompt)
             return self.tokenizer.chat_ids(req.messages, req.tools)
 
-    def check(self, fingerprint, what: str) -> None:
+    def check(self, fingerprint: object, what: str) -> None:
         """DerenderError unless `fingerprint` (from a peer) is absent or equals ours."""
         if fingerprint is not None and fingerprint != self.fingerprint:
             raise DerenderError(
@@ -136,14 +138,14 @@ class Frontend:
         return StreamState.start(request_id, reasoning, tools, self.fingerprint)
 
     def derender_chunk(
-        self, state: StreamState, request_id: str, ids, finished: bool
+        self, state: StreamState, request_id: str, ids: list[int], finished: bool
     ) -> tuple[Parsed, StreamState]:
         """One chunk of generated IDs -> what it completed and the next state."""
         self.check(state.fingerprint, "stream_state")
         with self.timed("derender", request_done=finished):
             return derender_chunk(self.tokenizer, state, request_id, ids, finished, self.vocab_size)
 
-    def derender(self, request_id: str, ids, chat: ParsedRequest | None) -> Parsed:
+    def derender(self, request_id: str, ids: list[int], chat: ParsedRequest | None) -> Parsed:
         """A whole generation at once."""
         out, _ = self.derender_chunk(self.start_stream(request_id, chat), request_id, ids, True)
         return out
@@ -151,15 +153,16 @@ class Frontend:
     # NOTE: the engine's chat endpoint and the render server both answer through the two
     # methods below, which makes render -> generate -> derender equal the engine's own
     def chat_whole(
-        self, request_id: str, ids, chat: ParsedRequest | None, engine_reason: str | None
-    ) -> tuple[dict, str | None]:
+        self, request_id: str, ids: list[int], chat: ParsedRequest | None,
+        engine_reason: str | None,
+    ) -> tuple[dict[str, Any], str | None]:
         """A whole output's ChatCompletion message and finish_reason."""
         parsed = self.derender(request_id, ids, chat)
         return message(parsed), finish_reason(engine_reason, bool(parsed.tool_calls))
 
     def chat_chunk(
-        self, state: StreamState, request_id: str, ids, engine_reason: str | None
-    ) -> tuple[dict, str | None, StreamState]:
+        self, state: StreamState, request_id: str, ids: list[int], engine_reason: str | None
+    ) -> tuple[dict[str, Any], str | None, StreamState]:
         """A streamed chunk's delta and finish_reason (None until the output ends: the engine's
         `engine_reason` is None), and the next stream state."""
         first, before = state.num_tokens == 0, state.parser["num_tool_calls"]

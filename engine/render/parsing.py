@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
@@ -20,7 +21,7 @@ class Parsed:
 
     content: str = ""
     reasoning: str = ""
-    tool_calls: list[dict] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def extend(self, other: Parsed) -> None:
         self.content += other.content
@@ -57,7 +58,7 @@ def _partial_suffix(text: str, tags: tuple[str, ...]) -> int:
 
 
 class StreamParser:
-    def __init__(self, state: ParserState | None = None):
+    def __init__(self, state: ParserState | None = None) -> None:
         self.state = state or ParserState()
 
     @classmethod
@@ -129,11 +130,11 @@ class StreamParser:
                     out.tool_calls.append(call)
                     st.num_tool_calls += 1
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self.state)
 
     @classmethod
-    def from_json(cls, d: dict) -> StreamParser:
+    def from_json(cls, d: dict[str, Any]) -> StreamParser:
         """Rebuild from to_json(); ValueError when `d` is not such a state."""
         if not isinstance(d, dict) or set(d) != set(ParserState.__dataclass_fields__):
             raise ValueError("parser state has the wrong fields")
@@ -163,7 +164,7 @@ def _next(text: str, tag: str, pos: int, found: dict[str, int]) -> int:
     return at
 
 
-def _tool_call(body: str, index: int) -> dict | None:
+def _tool_call(body: str, index: int) -> dict[str, Any] | None:
     """An OpenAI tool call from a Hermes body, or None when it is not one."""
     try:
         obj = json.loads(body)

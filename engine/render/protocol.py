@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,15 +14,15 @@ class RequestError(ValueError):
     """A bad request: becomes HTTP `status` with an OpenAI-style error body."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 err_type: str = "invalid_request_error"):
+                 err_type: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.param, self.status, self.err_type = param, status, err_type
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return error_body(str(self), self.err_type, self.status, self.param)
 
 
-def error_body(message: str, err_type: str, code: int, param: str | None = None) -> dict:
+def error_body(message: str, err_type: str, code: int, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": err_type, "code": code, "param": param}}
 
 
@@ -31,17 +32,18 @@ class ParsedRequest:
 
     model: str
     prompt: str | list[int]  # text, or token ids
-    messages: list[dict] | None
+    messages: list[dict[str, Any]] | None
     params: SamplingParams
     stream: bool
     include_usage: bool
-    kv_transfer_params: dict | None
-    tools: list[dict] | None = None  # chat: function tools offered to the model
-    tool_choice: str | dict = "auto"
+    kv_transfer_params: dict[str, Any] | None
+    tools: list[dict[str, Any]] | None = None  # chat: function tools offered to the model
+    tool_choice: str | dict[str, Any] = "auto"
     return_token_ids: bool = False  # vLLM's: the response carries prompt_token_ids too
 
 
-def _typed(body: dict, key: str, types, default, check=None, what: str = ""):
+def _typed(body: dict[str, Any], key: str, types: tuple[type, ...], default: Any,
+           check: Callable[[Any], bool] | None = None, what: str = "") -> Any:
     value = body.get(key, default)
     if value is None:
         return default
@@ -53,7 +55,7 @@ def _typed(body: dict, key: str, types, default, check=None, what: str = ""):
     return value
 
 
-def parse_json(raw: bytes) -> dict:
+def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -75,14 +77,14 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "response_format": ({"type": "text"},)}
 
 
-def _messages(body: dict) -> list[dict]:
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise RequestError("'messages' must be a non-empty list", "messages")
     return [_message(m) for m in msgs]
 
 
-def _message(m) -> dict:
+def _message(m: object) -> dict[str, Any]:
     """One chat message, checked, with what chat templates read of it: role, content, an
     assistant's tool calls, a tool reply's id and name, earlier reasoning: a field left out
     would render an earlier turn as something the model never said."""
@@ -109,7 +111,7 @@ def _message(m) -> dict:
     return out
 
 
-def _call(call: dict) -> dict:
+def _call(call: dict[str, Any]) -> dict[str, Any]:
     """A tool call as a template may insert its arguments raw: a string that is JSON stays
     as sent (the model's own text, so a next turn reuses its KV), any other string becomes
     a JSON string, so that it can never close the markup around it."""
@@ -125,14 +127,14 @@ def _call(call: dict) -> dict:
     return {**call, "function": {**call["function"], "arguments": args}}
 
 
-def _is_call(call) -> bool:
+def _is_call(call: Any) -> bool:
     fn = call.get("function") if isinstance(call, dict) else None
     return (call.get("type", "function") == "function" and isinstance(fn, dict)
             and isinstance(fn.get("name"), str)
             and isinstance(fn.get("arguments", "{}"), (str, dict)))
 
 
-def _refuse_unsupported(body: dict) -> None:
+def _refuse_unsupported(body: dict[str, Any]) -> None:
     """RequestError naming the first field of UNSUPPORTED that asks for something."""
     for key, nothing in UNSUPPORTED.items():
         v = body.get(key)
@@ -141,7 +143,7 @@ def _refuse_unsupported(body: dict) -> None:
             raise RequestError(f"{key!r} is not supported by this engine (leave it out)", key)
 
 
-def _tools(body: dict) -> tuple[list[dict] | None, str | dict]:
+def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | dict[str, Any]]:
     tools = _typed(body, "tools", (list,), None, what="a list of tools")
     for t in tools or []:
         fn = t.get("function") if isinstance(t, dict) else None
@@ -157,7 +159,7 @@ def _tools(body: dict) -> tuple[list[dict] | None, str | dict]:
     return tools or None, choice
 
 
-def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
+def _logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...]:
     bias = _typed(body, "logit_bias", (dict,), {}, what="an object of token id -> bias")
     if len(bias) > MAX_LOGIT_BIAS:
         raise RequestError(f"'logit_bias' holds at most {MAX_LOGIT_BIAS} entries", "logit_bias")
@@ -176,7 +178,7 @@ def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(out))
 
 
-def _prompt(body: dict) -> str | list[int]:
+def _prompt(body: dict[str, Any]) -> str | list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -191,7 +193,7 @@ def _prompt(body: dict) -> str | list[int]:
     raise RequestError("'prompt' must be a non-empty string or list of token ids", "prompt")
 
 
-def tokens_request(body, served_model: str) -> dict:
+def tokens_request(body: object, served_model: str) -> dict[str, Any]:
     """A tokens-only /inference/v1/generate body as the equivalent completions body:
     {"token_ids": [...], "sampling_params": {...}, "stream", "kv_transfer_params"}."""
     if not isinstance(body, dict):
@@ -206,7 +208,7 @@ def tokens_request(body, served_model: str) -> dict:
     return out
 
 
-def sampling_body(params: SamplingParams) -> dict:
+def sampling_body(params: SamplingParams) -> dict[str, Any]:
     """`params` as the request fields parse_request reads back (a render's sampling_params)."""
     return {
         "max_tokens": params.max_tokens,
@@ -220,7 +222,7 @@ def sampling_body(params: SamplingParams) -> dict:
     }
 
 
-def parse_request(body: dict, chat: bool, served_model: str) -> ParsedRequest:
+def parse_request(body: dict[str, Any], chat: bool, served_model: str) -> ParsedRequest:
     """Validate a /v1/completions (chat=False) or /v1/chat/completions body."""
     model = _typed(body, "model", (str,), served_model, what="a string")
     if model != served_model:

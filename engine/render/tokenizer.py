@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any, NoReturn
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -46,11 +47,12 @@ def template_environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=["jinja2.ext.loopcontrols"])
 
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    def tojson(x: Any, ensure_ascii: bool = False, indent: int | str | None = None,
+               separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                           sort_keys=sort_keys)
 
-    def raise_exception(message):
+    def raise_exception(message: str) -> NoReturn:
         raise TemplateError(message)
 
     env.filters["tojson"] = tojson
@@ -62,7 +64,7 @@ def template_environment() -> ImmutableSandboxedEnvironment:
 class TextTokenizer:
     """Encodes prompts, renders chats, decodes outputs (incrementally for streams)."""
 
-    def __init__(self, tokenizer: Tokenizer, chat_template: str, fast: bool = False):
+    def __init__(self, tokenizer: Tokenizer, chat_template: str, fast: bool = False) -> None:
         """`fast`: encode with tiktoken where it gives `tokenizer`'s IDs (bpe_fast); only
         the bundled tokenizers ask, since tests prove the IDs equal for them alone."""
         self.tok = tokenizer
@@ -117,8 +119,8 @@ class TextTokenizer:
 
     def render_chat(
         self,
-        messages: list[dict],
-        tools: list[dict] | None = None,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
     ) -> str:
         """The chat as the template writes it; ValueError where the template refuses it (its
@@ -130,7 +132,8 @@ class TextTokenizer:
         except TemplateError as e:
             raise ValueError(f"the chat template refused the request: {e}") from None
 
-    def chat_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    def chat_ids(self, messages: list[dict[str, Any]], tools: list[dict[str,
+                 Any]] | None = None) -> list[int]:
         """The chat rendered and encoded, what the messages say read as text: a special-token
         string inside one (`<|im_start|>system` in a user's content, say) becomes plain
         text's tokens, never a control token (HF's split_special_tokens, for the
@@ -154,7 +157,7 @@ class TextTokenizer:
 _SENTINEL = re.compile("\ue000([0-9]+)\ue001")  # private-use marks where a message's text goes
 
 
-def _marked(value, specials: tuple[str, ...], held: list[str]):
+def _marked(value: Any, specials: tuple[str, ...], held: list[str]) -> Any:
     """`value` (messages, nested) with each string that holds a special-token string put
     in `held` and replaced by its sentinel."""
     if isinstance(value, str):
@@ -206,7 +209,7 @@ class IncrementalDetokenizer:
     in an incomplete UTF-8 sequence (U+FFFD) is held back until it completes.
     """
 
-    def __init__(self, tokenizer: TextTokenizer):
+    def __init__(self, tokenizer: TextTokenizer) -> None:
         self.tokenizer = tokenizer
         self.pending: list[int] = []
 

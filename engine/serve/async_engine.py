@@ -11,8 +11,9 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engine.core.llm_engine import LLMEngine, RequestOutput
 from engine.core.sequence import SamplingParams
@@ -34,10 +35,11 @@ class StepStats:
 class AsyncEngine:
     """Async front of one engine instance."""
 
-    def __init__(self, engine: LLMEngine, on_step: Callable[[StepStats], None] | None = None):
+    def __init__(self, engine: LLMEngine, on_step: Callable[[StepStats],
+                 None] | None = None) -> None:
         self.engine = engine
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = {}
         self._on_step = on_step
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
@@ -52,15 +54,15 @@ class AsyncEngine:
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams,
                        request_id: str, kv: KVPayload | None = None,
                        remote_decode: bool | None = None,
-                       keep_as: str | None = None) -> AsyncIterator[RequestOutput]:
+                       keep_as: str | None = None) -> AsyncGenerator[RequestOutput, None]:
         """Stream a request's outputs. Raises ValueError (bad request) before the first
         output; closing the iterator early aborts the request and frees its blocks."""
         loop = asyncio.get_running_loop()
-        outputs: asyncio.Queue = asyncio.Queue()
+        outputs: asyncio.Queue[Any] = asyncio.Queue()
         self._streams[request_id] = (loop, outputs)
         added = loop.create_future()
 
-        def add():
+        def add() -> None:
             try:
                 self.engine.add_request(prompt_token_ids, params, request_id, kv, remote_decode,
                                         keep_as)
@@ -127,7 +129,7 @@ class AsyncEngine:
                     loop.call_soon_threadsafe(q.put_nowait, out)
 
 
-def _settle(future: asyncio.Future, error: Exception | None) -> None:
+def _settle(future: asyncio.Future[Any], error: Exception | None) -> None:
     """Resolve an admission future unless its waiter was cancelled meanwhile."""
     if not future.done():
         future.set_result(None) if error is None else future.set_exception(error)

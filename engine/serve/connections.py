@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 HEADERS_S = 10.0
 BODY_S = 60.0  # 64 MiB at ~1 MB/s: no honest client on a link we serve takes longer
@@ -22,14 +24,15 @@ CHECK_EVERY_S = 1.0
 async def watch(server: web.Server) -> None:
     """Until cancelled: close what the rules above say, on `server` (AppRunner.server)."""
     loop = asyncio.get_running_loop()
-    born: dict = {}
-    asked: dict = {}  # handler -> (its current request, when it was first seen)
+    born: dict[RequestHandler, float] = {}
+    # handler -> (its current request, when it was first seen)
+    asked: dict[RequestHandler, tuple[Any, ...]] = {}
     while True:
         await asyncio.sleep(CHECK_EVERY_S)
         now, handlers = loop.time(), server.connections
         born = {h: born.get(h, now) for h in handlers}
         asked = {h: _asked(h, asked.get(h), now) for h in handlers}
-        by_client: dict[object, list] = defaultdict(list)
+        by_client: dict[object, list[Any]] = defaultdict(list)
         for h in handlers:
             # aiohttp counts the requests whose headers it parsed on a connection
             late_headers = h._request_count == 0 and now - born[h] > HEADERS_S
@@ -48,12 +51,13 @@ async def watch(server: web.Server) -> None:
                 h.force_close()
 
 
-def _asked(handler, before: tuple | None, now: float) -> tuple:
+def _asked(handler: RequestHandler, before: tuple[Any, ...] | None,
+           now: float) -> tuple[Any, ...]:
     """(the request `handler` serves now, when it was first seen)."""
     req = handler._current_request
     return before if before is not None and before[0] is req else (req, now)
 
 
-def _sending(req) -> bool:
+def _sending(req: web.BaseRequest | None) -> bool:
     """Whether `req`'s body is still arriving (its headers in, not all of its body)."""
     return req is not None and not req.content.is_eof()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ from engine.kv.source import KVSource
 from engine.serve.http_app import KEPT_HEADER
 
 
-def keep_as(kv: dict) -> str | None:
+def keep_as(kv: dict[str, Any]) -> str | None:
     """The conversation a decoder is asked to keep this turn for, if any."""
     cid = kv.get("keep_as")
     return cid if isinstance(cid, str) and cid else None
@@ -33,7 +34,7 @@ def kept_header(source: KVSource, conversation_id: str) -> dict[str, str]:
     return {KEPT_HEADER: json.dumps(source.transfer_params(key(conversation_id), []))}
 
 
-async def pull_prefix(kv_connector: KVConnector, params: dict, layout: KVLayout,
+async def pull_prefix(kv_connector: KVConnector, params: dict[str, Any], layout: KVLayout,
                       device: torch.device, prompt: list[int], pull_hosts: tuple[str, ...],
                       have: int = 0) -> tuple[PulledKV | None, int]:
     """(the kept KV that `params` name, cut to the prefix whose tokens match `prompt`, and

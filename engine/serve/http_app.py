@@ -10,9 +10,11 @@ import hmac
 import os
 import signal
 import socket
+from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from engine.core import deployment
 from engine.core.config import API_KEY_ENV, DEFAULT_BODY_BYTES
@@ -44,12 +46,12 @@ def api_key_of(args: argparse.Namespace) -> str | None:
     return args.api_key or os.environ.get(API_KEY_ENV) or None
 
 
-def require_api_key(key: str):
+def require_api_key(key: str) -> Middleware:
     """Middleware: a 401 with an OpenAI-style body unless the request carries the key."""
     want = f"Bearer {key}".encode()
 
     @web.middleware
-    async def check(request: web.Request, handler):
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith(PROTECTED):
             got = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(got, want):
@@ -62,7 +64,7 @@ def require_api_key(key: str):
 
 
 @web.middleware
-async def json_errors(request: web.Request, handler):
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """aiohttp's own refusals (no such route 404, wrong method 405, body too large 413) as
     OpenAI-style error bodies, as every other error here is."""
     try:
@@ -77,7 +79,8 @@ async def json_errors(request: web.Request, handler):
         return web.json_response(body, status=e.status, headers=allow)
 
 
-def application(max_body: int = DEFAULT_BODY_BYTES, *middlewares) -> web.Application:
+def application(max_body: int = DEFAULT_BODY_BYTES,
+                *middlewares: Middleware) -> web.Application:
     """An app whose every refusal, aiohttp's own included, is an OpenAI-style error body,
     taking request bodies of up to `max_body` bytes (a larger one is a 413 before it is read
     whole)."""
@@ -129,7 +132,7 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
         await runner.cleanup()
 
 
-def health(request: web.Request, **body) -> web.Response:
+def health(request: web.Request, **body: Any) -> web.Response:
     """/health: `body` with status ok; asked `?proof=NONCE` inside a deployment, also the
     proof that this process holds its secret (engine.core.deployment)."""
     secret, nonce = deployment.current(), request.query.get("proof")

@@ -4,6 +4,7 @@ freed after, on every way out of the request."""
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
 from engine.core import deployment
 from engine.core.llm_engine import RequestOutput
@@ -14,27 +15,31 @@ from engine.render.protocol import RequestError
 from engine.serve.metrics import EngineMetrics
 from engine.serve.responses import RequestContext
 
+if TYPE_CHECKING:  # torch's: the server has loaded it; this module need not
+    from engine.kv.connector import PulledKV
+    from engine.model.runner import ModelRunner
+
 
 class DecodeLegs:
     """The pull side of P/D on a decoder: which prefillers it may pull from, how a pull
     that fails is answered, and when the prefiller's blocks go."""
 
-    def __init__(self, kv_connector: KVConnector, runner, metrics: EngineMetrics,
+    def __init__(self, kv_connector: KVConnector, runner: ModelRunner, metrics: EngineMetrics,
                  pull_hosts: tuple[str, ...], failure_policy: str,
-                 deployment_secret: bytes | None = None):
+                 deployment_secret: bytes | None = None) -> None:
         self.connector, self.runner, self.metrics = kv_connector, runner, metrics
         self.pull_hosts = pull_hosts  # the side channels a decoder may pull from
         self.failure_policy = failure_policy  # "fail": a failed pull fails the request
         self.secret = deployment_secret  # inside a deployment: pull only what it signed
 
-    def _trusted(self, kv: dict) -> None:
+    def _trusted(self, kv: dict[str, Any]) -> None:
         """ValueError unless `kv` may be pulled: well formed, from a host allowed, and
         inside a deployment signed by it (a client cannot name where KV comes from)."""
         connector.check_params(kv, self.pull_hosts)
         if self.secret is not None and not deployment.verify(self.secret, kv):
             raise ValueError("they are not signed by this deployment (or expired)")
 
-    async def pull(self, kv: dict, prompt: list[int]):
+    async def pull(self, kv: dict[str, Any], prompt: list[int]) -> PulledKV | None:
         """The KV that `kv` (kv_transfer_params) names for `prompt`, pulled; None where the
         policy recomputes after a failed pull. Raises RequestError for parameters that
         name another host or request, or a failed pull under the "fail" policy."""
@@ -58,7 +63,7 @@ class DecodeLegs:
                                    err_type="kv_transfer_error") from None
             return None
 
-    def refused(self, body) -> None:
+    def refused(self, body: dict[str, Any] | None) -> None:
         """A decode leg refused before its pull (it asks past the context, say): the KV its
         prefill left held is freed now, not at the lease's end. Only its token's holder
         can release it, so a client naming other parameters frees nothing."""
@@ -94,6 +99,6 @@ class DecodeLegs:
         release_soon(ctx.kv)
 
 
-def release_soon(kv: dict) -> None:
+def release_soon(kv: dict[str, Any]) -> None:
     """Tell the prefiller named in `kv` to free its blocks, off the event loop, best effort."""
     asyncio.get_running_loop().run_in_executor(None, connector.release, kv)

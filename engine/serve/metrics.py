@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -11,9 +14,24 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+
+if TYPE_CHECKING:  # the engine loop's and the front end's types, not their imports
+    from engine.render.frontend import Frontend
+    from engine.serve.async_engine import StepStats
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
                     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+
+
+class FrontendCounts(Protocol):
+    """What a front end counts: CPU seconds and requests per stage."""
+
+    @property
+    def cpu_seconds(self) -> dict[str, float]: ...
+
+    @property
+    def requests(self) -> dict[str, int]: ...
 
 
 class FrontendCollector:
@@ -21,10 +39,10 @@ class FrontendCollector:
     time, beside the process's own CPU (process_cpu_seconds_total): their ratio is the share
     of this host's CPU that the front end takes."""
 
-    def __init__(self, frontend, model: str):
+    def __init__(self, frontend: FrontendCounts, model: str) -> None:
         self.frontend, self.model = frontend, model
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         cpu = CounterMetricFamily(
             "engine:frontend_cpu_seconds",
             "CPU time of chat templating + tokenization (render) and "
@@ -44,7 +62,8 @@ class FrontendCollector:
 
 
 def frontend_registry(
-    frontend, model: str, registry: CollectorRegistry | None = None, process_cpu=None
+    frontend: FrontendCounts, model: str, registry: CollectorRegistry | None = None,
+    process_cpu: Callable[[], float] | None = None,
 ) -> CollectorRegistry:
     """`registry` (or a new one) with the front end's and the process's CPU counters;
     `process_cpu()`, when given, is the CPU seconds to report instead of this process's own
@@ -64,10 +83,11 @@ class _ReadCounter:
     """A counter whose value a function gives at scrape time (labelled with the model when
     it has one)."""
 
-    def __init__(self, name: str, doc: str, model: str | None, value):
+    def __init__(self, name: str, doc: str, model: str | None,
+                 value: Callable[[], float]) -> None:
         self.name, self.doc, self.model, self.value = name, doc, model, value
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         names, values = ([], []) if self.model is None else (["model_name"], [self.model])
         fam = CounterMetricFamily(self.name, self.doc, labels=names)
         fam.add_metric(values, self.value())
@@ -77,20 +97,20 @@ class _ReadCounter:
 class EngineMetrics:
     """One registry per server (never the process-global one), so tests can run several."""
 
-    def __init__(self, model: str, frontend=None):
+    def __init__(self, model: str, frontend: Frontend | None = None) -> None:
         self.registry = r = CollectorRegistry()
         if frontend is not None:
             frontend_registry(frontend, model, r)
         lbl = ["model_name"]
         self.model = model
 
-        def hist(name, doc):
+        def hist(name: str, doc: str) -> Histogram:
             return Histogram(name, doc, lbl, registry=r, buckets=_LATENCY_BUCKETS).labels(model)
 
-        def gauge(name, doc):
+        def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, lbl, registry=r).labels(model)
 
-        def counter(name, doc):
+        def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, lbl, registry=r).labels(model)
 
         self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token")
@@ -118,7 +138,8 @@ class EngineMetrics:
             "Tokens of an earlier turn's kept KV that did not match the new prompt "
             "(recomputed; e.g. a chat template dropped earlier reasoning)")
 
-    def watch_pool(self, free_blocks, total_blocks: int, leases_expired=lambda: 0) -> None:
+    def watch_pool(self, free_blocks: Callable[[], float], total_blocks: int,
+                   leases_expired: Callable[[], float] = lambda: 0) -> None:
         """Read at scrape time: the KV pool's free blocks (`free_blocks()`, whether idle or
         not) and its size, a pool back to full after a load being one without leaks; and
         the count of KV leases that expired before a decoder pulled them."""
@@ -131,7 +152,7 @@ class EngineMetrics:
         Gauge("engine:kv_blocks_total", "KV blocks in the pool", lbl,
               registry=r).labels(self.model).set(total_blocks)
 
-    def on_step(self, stats) -> None:
+    def on_step(self, stats: StepStats) -> None:
         """Engine-thread callback with an async_engine.StepStats."""
         self.step_time.observe(stats.duration_s)
         self.running.set(stats.num_running)

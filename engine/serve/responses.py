@@ -23,15 +23,15 @@ class Responder:
 
     frontend: Frontend
     model: str
-    held_kv_params: Callable[[str], dict | None]
+    held_kv_params: Callable[[str], dict[str, Any] | None]
 
 
 class RequestContext:
     """One request's response building (OpenAI shapes), with its streaming state."""
 
     def __init__(self, responder: Responder, req: ParsedRequest, rid: str, chat: bool,
-                 arrival: float, pulled: PulledKV | None, kv: dict, prompt: list[int],
-                 tokens_only: bool = False):
+                 arrival: float, pulled: PulledKV | None, kv: dict[str, Any], prompt: list[int],
+                 tokens_only: bool = False) -> None:
         self.responder, self.req, self.rid, self.chat = responder, req, rid, chat
         self.tokens_only = tokens_only
         self.arrival, self.pulled, self.kv = arrival, pulled, kv
@@ -43,10 +43,10 @@ class RequestContext:
         self.state = fe.start_stream(rid, req) if chat and req.stream else None
         self.detok = IncrementalDetokenizer(fe.tokenizer) if req.stream and not chat else None
         # the pulled KV's transfer, reported once (first chunk) so clients can see it per request
-        self.transfer: dict | None = None
+        self.transfer: dict[str, Any] | None = None
         self.headers: dict[str, str] = {}  # extra response headers (a kept turn's location)
 
-    def _usage(self, out: RequestOutput) -> dict:
+    def _usage(self, out: RequestOutput) -> dict[str, Any]:
         n = len(out.token_ids)
         return {"prompt_tokens": self.num_prompt, "completion_tokens": n,
                 "total_tokens": self.num_prompt + n,
@@ -61,7 +61,7 @@ class RequestContext:
         """OpenAI's finish_reason of an output that is not parsed for tool calls."""
         return chat.finish_reason(self._engine_reason(out), False)
 
-    def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict:
+    def _tokens(self, ids: list[int], out: RequestOutput, final: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "request_id": self.rid, "token_ids": ids, "finish_reason": self._finish_reason(out),
             "fingerprint": self.responder.frontend.fingerprint}
@@ -71,13 +71,13 @@ class RequestContext:
         self._add_transfer(body)
         return body
 
-    def _add_held_kv(self, body: dict, out: RequestOutput) -> None:
+    def _add_held_kv(self, body: dict[str, Any], out: RequestOutput) -> None:
         if out.finish_reason == "remote_decode":
             params = self.responder.held_kv_params(self.rid)
             if params is not None:
                 body["kv_transfer_params"] = params
 
-    def body(self, out: RequestOutput) -> dict:
+    def body(self, out: RequestOutput) -> dict[str, Any]:
         if self.tokens_only:
             return self._tokens(out.token_ids, out, final=True)
         fe = self.responder.frontend
@@ -97,7 +97,7 @@ class RequestContext:
         self._add_held_kv(body, out)
         return body
 
-    def chunk(self, out: RequestOutput) -> dict:
+    def chunk(self, out: RequestOutput) -> dict[str, Any]:
         if self.tokens_only:
             return self._tokens(out.new_token_ids, out, final=False)
         fe = self.responder.frontend
@@ -118,11 +118,11 @@ class RequestContext:
         self._add_transfer(body)
         return body
 
-    def _add_transfer(self, body: dict) -> None:
+    def _add_transfer(self, body: dict[str, Any]) -> None:
         if self.transfer is not None:
             body["kv_transfer"], self.transfer = self.transfer, None
 
-    def usage_chunk(self, out: RequestOutput) -> dict:
+    def usage_chunk(self, out: RequestOutput) -> dict[str, Any]:
         return {"id": self.rid, "object": f"{self.obj}.chunk" if self.chat else self.obj,
                 "created": self.created, "model": self.responder.model, "choices": [],
                 "usage": self._usage(out)}

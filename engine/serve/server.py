@@ -9,6 +9,8 @@ import os
 import time
 import traceback
 import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
@@ -20,7 +22,13 @@ from engine.kv.links import LinkEmulation, parse_emulation
 from engine.kv.source import KVSource
 from engine.model.runner import ModelRunner, resolve_config
 from engine.render.frontend import Frontend, FrontendConfig, frontend_config
-from engine.render.protocol import RequestError, parse_json, parse_request, tokens_request
+from engine.render.protocol import (
+    ParsedRequest,
+    RequestError,
+    parse_json,
+    parse_request,
+    tokens_request,
+)
 from engine.serve import conversations, vllm_args
 from engine.serve.async_engine import AsyncEngine
 from engine.serve.http_app import OFFLOAD_BYTES, application, health, run_app, server_key
@@ -48,7 +56,7 @@ class EngineServer:
         link_emulation: LinkEmulation | None = None,
         frontend: FrontendConfig | None = None,
         pull_hosts: tuple[str, ...] = PULL_HOSTS,
-    ):
+    ) -> None:
         self.deployment = deployment.current()  # None: a server started by hand
         self.connector = connectors.get(connector, link_emulation)
         self.pull_hosts = pull_hosts  # the side channels a decoder may pull from
@@ -91,13 +99,13 @@ class EngineServer:
         )
         self.app.on_cleanup.append(self._close)
 
-    async def _close(self, _app) -> None:
+    async def _close(self, _app: web.Application) -> None:
         if self.source:
             self.source.close()
         self.aengine.close()
         self.runner.cache.close()
 
-    def _held_kv_params(self, request_id: str) -> dict | None:
+    def _held_kv_params(self, request_id: str) -> dict[str, Any] | None:
         """kv_transfer_params naming the blocks this prefiller holds for `request_id`."""
         if self.source is None:
             return None
@@ -113,7 +121,7 @@ class EngineServer:
         instances (a process that took a dead instance's port cannot give it)."""
         return health(request, role=self.role)
 
-    async def models(self, _req) -> web.Response:
+    async def models(self, _req: web.Request) -> web.Response:
         return web.json_response(
             {
                 "object": "list",
@@ -128,7 +136,7 @@ class EngineServer:
             }
         )
 
-    async def prometheus(self, _req) -> web.Response:
+    async def prometheus(self, _req: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     # ---- generation ----------------------------------------------------------------------------
@@ -210,7 +218,7 @@ class EngineServer:
         finally:  # NOTE: on every way out (a cancelled handler too) the prefiller's KV goes
             self.legs.done(ctx)
 
-    def _checked(self, body: dict, chat: bool):
+    def _checked(self, body: dict[str, Any], chat: bool) -> tuple[ParsedRequest, list[int]]:
         """(parsed request, prompt IDs) of a request body, checked against the engine;
         RequestError or ValueError naming what is wrong."""
         req = parse_request(body, chat, self.model)
@@ -218,7 +226,7 @@ class EngineServer:
         self.engine.validate(prompt, req.params)
         return req, prompt
 
-    def _handed_ids(self, req) -> list[int] | None:
+    def _handed_ids(self, req: ParsedRequest) -> list[int] | None:
         """On a decoder: the prompt's token IDs that the proxy handed over from the prefill
         (kv_transfer_params.prompt_token_ids), so the prompt is not rendered twice."""
         ids = (req.kv_transfer_params or {}).get("prompt_token_ids")
@@ -230,7 +238,8 @@ class EngineServer:
                                "of token IDs", "kv_transfer_params")
         return ids
 
-    async def _outputs(self, ctx: RequestContext, first: RequestOutput, stream):
+    async def _outputs(self, ctx: RequestContext, first: RequestOutput,
+                       stream: AsyncIterator[RequestOutput]) -> AsyncIterator[RequestOutput]:
         """All outputs, with token-latency metrics recorded on the way."""
         self.legs.done(ctx, first)
         last = time.monotonic()
@@ -242,7 +251,8 @@ class EngineServer:
             last = now
             yield out
 
-    async def _complete(self, ctx: RequestContext, first: RequestOutput, stream) -> web.Response:
+    async def _complete(self, ctx: RequestContext, first: RequestOutput,
+                        stream: AsyncGenerator[RequestOutput, None]) -> web.Response:
         final = first
         async for out in self._outputs(ctx, first, stream):
             final = out
@@ -253,7 +263,8 @@ class EngineServer:
             return _error(_internal(e))
 
     async def _stream(
-        self, request: web.Request, ctx: RequestContext, first, stream
+        self, request: web.Request, ctx: RequestContext, first: RequestOutput,
+        stream: AsyncGenerator[RequestOutput, None],
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from engine.render.protocol import error_body
 
 DONE = b"data: [DONE]\n\n"
 
 
-def event(obj: dict | bytes) -> bytes:
+def event(obj: dict[str, Any] | bytes) -> bytes:
     """One `data:` event: a JSON object, or JSON bytes as they are."""
     data = obj if isinstance(obj, bytes) else json.dumps(obj, separators=(",", ":")).encode()
     return b"data: " + data + b"\n\n"
@@ -25,7 +27,7 @@ def error_event(message: str) -> bytes:
     return event(error_body(message, "upstream_error", 502))
 
 
-async def relay(upstream: aiohttp.ClientResponse, resp, who: str,
+async def relay(upstream: aiohttp.ClientResponse, resp: web.StreamResponse, who: str,
                 peek: Callable[[bytes], None] | None = None) -> None:
     """`upstream`'s body into `resp` (prepared: its headers are out) as it comes, each
     piece shown to `peek` too; a failure on the way is written as an error event naming
@@ -44,7 +46,7 @@ class EventTail:
     (parsed), without parsing the others: how a proxy finds what a server says in its
     final chunk while relaying the rest untouched."""
 
-    def __init__(self, needle: bytes):
+    def __init__(self, needle: bytes) -> None:
         self.needle, self.found = needle, None
         self._buf = b""
 
@@ -63,7 +65,7 @@ class DataEvents:
     """The payloads of a stream's `data:` lines (an aiohttp StreamReader's), in order, up to
     `[DONE]`; `done` says afterwards whether the stream ended with it (else it was cut)."""
 
-    def __init__(self, content):
+    def __init__(self, content: aiohttp.StreamReader) -> None:
         self.content, self.done = content, False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:

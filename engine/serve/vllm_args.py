@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
+from typing import Any
 
 ROLES = {"kv_producer": "prefill", "kv_consumer": "decode"}
 # NOTE: vLLM's KVTransferConfig fields; one outside them is refused as vLLM refuses it
@@ -74,7 +75,7 @@ def apply(a: argparse.Namespace, environ: Mapping[str, str]) -> argparse.Namespa
     return a
 
 
-def _parse(text: str) -> dict:
+def _parse(text: str) -> dict[str, Any]:
     try:
         cfg = json.loads(text)
     except ValueError as e:
@@ -97,6 +98,6 @@ def _connector(name: str, a: argparse.Namespace) -> str:
     return "shm" if a.kv_host in ("127.0.0.1", "localhost", "::1") else "tcp"
 
 
-def _flag(value) -> bool:
+def _flag(value: object) -> bool:
     """vLLM's extra config takes true or "True" alike."""
     return value is True or str(value).lower() == "true"

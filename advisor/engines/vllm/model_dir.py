@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from engine import api
+from engine.api import ModelConfig
 
 WEIGHT_BYTES_LIMIT = 1 << 30  # larger presets are served with --load-format dummy
 WEIGHTS_SEED = 0  # the bundled engine's default seed
@@ -41,7 +42,7 @@ def model_dir(model: str, dtype: str, root: Path | None = None) -> tuple[str, bo
     return str(path), not weights
 
 
-def _parameters(cfg) -> int:
+def _parameters(cfg: ModelConfig) -> int:
     """About how many weights `cfg` has (embeddings, attention, MLP, head)."""
     attn = cfg.hidden_size * cfg.head_dim * (2 * cfg.num_attention_heads
                                              + 2 * cfg.num_key_value_heads)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
@@ -30,7 +31,7 @@ _staging: list[BufferPool] = []  # the one pinned pool, made on first use
 _HEX = ("handle", "ref_counter_handle", "event_handle")
 
 
-def describe(args: tuple) -> dict:
+def describe(args: tuple[Any, ...]) -> dict[str, Any]:
     """JSON-safe form of `reduce_tensor`'s rebuild arguments for a CUDA tensor."""
     (_cls, size, stride, offset, _storage_cls, dtype, device, handle, size_bytes, offset_bytes,
      _grad, rc_handle, rc_offset, ev_handle, ev_sync) = args
@@ -44,7 +45,7 @@ def describe(args: tuple) -> dict:
     return desc
 
 
-def rebuild_args(desc: dict) -> tuple:
+def rebuild_args(desc: dict[str, Any]) -> tuple[Any, ...]:
     """The inverse of describe(): arguments for `rebuild_cuda_tensor`."""
     raw = {k: bytes.fromhex(desc[k]) if isinstance(desc[k], str) else desc[k] for k in _HEX}
     return (torch.Tensor, torch.Size(desc["size"]), tuple(desc["stride"]), desc["offset"],
@@ -54,7 +55,7 @@ def rebuild_args(desc: dict) -> tuple:
             desc["event_sync_required"])
 
 
-def share_cache(data: torch.Tensor) -> dict:
+def share_cache(data: torch.Tensor) -> dict[str, Any]:
     """Describe a CUDA cache tensor for other processes (call once; the cache must outlive it)."""
     _rebuild, args = reduce_tensor(data)
     desc = describe(args)
@@ -62,7 +63,7 @@ def share_cache(data: torch.Tensor) -> dict:
     return desc
 
 
-def open_cache(desc: dict) -> torch.Tensor:
+def open_cache(desc: dict[str, Any]) -> torch.Tensor:
     """The tensor behind a description: this process's own, or opened over CUDA IPC (cached)."""
     key = desc["handle"]
     with _lock:
@@ -120,11 +121,11 @@ def _pinned_pool() -> BufferPool:
 class CudaConnector(KVConnector):
     name = "cuda"
 
-    def __init__(self):
-        self._shared: dict | None = None  # this prefiller's cache, described once
+    def __init__(self) -> None:
+        self._shared: dict[str, Any] | None = None  # this prefiller's cache, described once
         self._lock = threading.Lock()
 
-    def describe(self, cache: KVCache, block_ids: list[int]) -> dict:
+    def describe(self, cache: KVCache, block_ids: list[int]) -> dict[str, Any]:
         if cache.data.device.type != "cuda":
             raise frame.FrameError("this prefill instance's KV cache is not on a GPU")
         with self._lock:
@@ -133,7 +134,8 @@ class CudaConnector(KVConnector):
         return {"cuda_cache": self._shared, "block_ids": block_ids,
                 "cache_shape": list(cache.data.shape)}
 
-    def receive(self, sock: socket.socket, header: dict, shape: tuple[int, ...], dtype: str,
+    def receive(self, sock: socket.socket, header: dict[str, Any], shape: tuple[int, ...],
+                dtype: str,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         ids, cache_shape = frame.check_block_header(header, shape)
         data = open_cache(header.get("cuda_cache") or {})

@@ -12,6 +12,7 @@ import socket
 import threading
 from collections import OrderedDict
 from multiprocessing import resource_tracker, shared_memory
+from typing import Any
 
 import torch
 
@@ -54,14 +55,15 @@ def _map_cache(name: str, cache_shape: tuple[int, ...], dtype: str) -> torch.Ten
 class ShmConnector(KVConnector):
     name = "shm"
 
-    def describe(self, cache: KVCache, block_ids: list[int]) -> dict:
+    def describe(self, cache: KVCache, block_ids: list[int]) -> dict[str, Any]:
         if cache.shm_name is None:
             raise frame.FrameError("this prefill instance's KV cache is not in shared memory "
                                    "(start it with --connector shm)")
         return {"shm_name": cache.shm_name, "block_ids": block_ids,
                 "cache_shape": list(cache.data.shape)}
 
-    def receive(self, sock: socket.socket, header: dict, shape: tuple[int, ...], dtype: str,
+    def receive(self, sock: socket.socket, header: dict[str, Any], shape: tuple[int, ...],
+                dtype: str,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         name = header.get("shm_name")
         if not isinstance(name, str):

@@ -8,6 +8,7 @@ receives into a pooled buffer.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ def block_views(data: torch.Tensor, block_ids: list[int], num_tokens: int) -> li
 class TcpConnector(KVConnector):
     name = "tcp"
 
-    def describe(self, cache: KVCache, block_ids: list[int]) -> dict:
+    def describe(self, cache: KVCache, block_ids: list[int]) -> dict[str, Any]:
         return {}
 
     def send(
@@ -55,7 +56,7 @@ class TcpConnector(KVConnector):
     def receive(
         self,
         sock: socket.socket,
-        header: dict,
+        header: dict[str, Any],
         shape: tuple[int, ...],
         dtype: str,
         device: torch.device,

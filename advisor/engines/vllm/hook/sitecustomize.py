@@ -10,6 +10,9 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import types
+from collections.abc import Sequence
+from typing import Any
 
 NIXL_APIS = ("nixl_cu12._api", "nixl_cu13._api", "nixl_rocm._api")
 
@@ -18,7 +21,7 @@ def _defaulted(cls: type, name: str, value: object) -> None:
     """`cls(...)` with keyword `name` defaulting to `value`."""
     init = getattr(cls, "__init__")  # noqa: B009  (mypy: no instance access)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault(name, value)
         init(self, *args, **kwargs)
 
@@ -28,10 +31,11 @@ def _defaulted(cls: type, name: str, value: object) -> None:
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Finds each patched module as the path finder would, and patches it once it has run."""
 
-    def __init__(self, patches: dict):
+    def __init__(self, patches: dict[str, Any]) -> None:
         self.patches = patches
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name not in self.patches:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -39,11 +43,11 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
             return spec
         run, patch = spec.loader.exec_module, self.patches[name]
 
-        def exec_module(module):
+        def exec_module(module: types.ModuleType) -> None:
             run(module)
             patch(module)
 
-        spec.loader.exec_module = exec_module
+        setattr(spec.loader, "exec_module", exec_module)  # noqa: B010  (a method, replaced)
         return spec
 
 
