@@ -185,3 +185,17 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles_between_modules():
     cycles = _cycles(GRAPH)
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_engines_are_started_in_one_room():
+    """Only advisor.engines launches the bundled engine, runs a deployment's command or
+    builds vLLM's instances here; every verb goes through it."""
+    starts = {"engine.api": {"launch"}, "advisor.engines.processes": {"started"},
+              "advisor.engines.vllm.placements": {"placements"}}
+    bad = []
+    for m in (m for m in MODULES if m.startswith("advisor.") and
+              not m.startswith("advisor.engines")):
+        for node in ast.walk(ast.parse(MODULES[m].read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in starts:
+                bad += [(m, a.name) for a in node.names if a.name in starts[node.module]]
+    assert not bad

@@ -13,9 +13,9 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from advisor.decide.comparison import compare
-from advisor.decide.floor import behind_note, slowdown_note, unreachable
 from advisor.decide.thresholds import RATIO_WIDTH, Thresholds
 from advisor.decide.transfer_row import kv_row, p2p_reason, slow_text
+from advisor.decide.unreachable import behind_note, slowdown_note, unreachable
 from advisor.rundata.evidence import Evidence, PlacementEvidence, WorkloadEvidence
 from advisor.rundata.recommendation import Comparison, Recommendation
 from advisor.rundata.recommendation import DecisionRow as Row

@@ -11,7 +11,7 @@ from advisor.decide.thresholds import Thresholds
 from advisor.probe.p2p import CODES
 from advisor.probe.p2p_pairs import pairs_text
 from advisor.rundata.evidence import Evidence, P2PEvidence, P2PPair
-from advisor.rundata.fmt import fmt_ms
+from advisor.rundata.formatting import fmt_ms
 from advisor.rundata.recommendation import DecisionRow as Row
 
 ROW = "kv_transfer_slow"

@@ -32,8 +32,8 @@ def origin(m: Manifest) -> Origin:
     """What `m`'s run was measured on."""
     model = m.model
     if m.simulated:
-        gpu = (m.plan or {}).get("gpu", {}).get("name", "GPUs")
-        n = m.config.get("gpus", 1) * m.config.get("nodes", 1)
+        gpu = m.plan.gpu.name if m.plan else "GPUs"
+        n = (m.config.gpus or 1) * (m.config.nodes or 1)
         return Origin(SIMULATED, "advisor plan's simulation (nothing measured)", f"{n} x {gpu}",
                       model)
     if m.imported:
@@ -43,10 +43,10 @@ def origin(m: Manifest) -> Origin:
         return Origin(UNKNOWN, "deployments at URLs", "hardware not known here", model)
     engine = (f"vLLM {m.engine.version} ({m.engine.distribution})" if m.engine
               else "the bundled engine")
-    if m.config.get("device", "cpu") == "cpu":
+    if (m.config.device or "cpu") == "cpu":
         cores = f"{m.host.cpus_usable} cores of " if m.host.cpus_usable else ""
         return Origin(CPU, engine, f"CPU ({cores}{m.host.cpu or 'unknown model'})", model)
-    gpus = [g.get("name", "GPU") for g in (m.probe.gpus if m.probe else [])]
+    gpus = [g.name for g in (m.probe.gpus if m.probe else [])]
     hw = f"{len(gpus)} x {gpus[0]}" if gpus else "GPUs"
     return Origin(GPU, engine, hw, model)
 

@@ -99,9 +99,8 @@ def run_deploy(source: str, opts: DeployOptions) -> DeployCommands:
     ev, rec = run_dir.read_evidence(), run_dir.read_recommendation()
     # a plan's placements may need tensor parallelism (its manifest says how much)
     manifest = run_dir.read_manifest()
-    planned = (manifest.plan or {}).get("candidates") or [{}]
-    planned_gpu = (manifest.plan or {}).get("gpu") or {}
-    w = where(opts, planned[0].get("tp", 1))
+    plan = manifest.plan
+    w = where(opts, plan.candidates[0].tp if plan and plan.candidates else 1)
     model = checked_model(opts.model, "--model") if opts.model else \
         checked_model(manifest.model, f"{run_dir.path / MANIFEST}: config.model") \
         if manifest.model else None
@@ -110,7 +109,7 @@ def run_deploy(source: str, opts: DeployOptions) -> DeployCommands:
                             str(run_dir.path))
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
-    cluster = Cluster(opts.gpu_vendor or planned_gpu.get("vendor", "nvidia"),
+    cluster = Cluster(opts.gpu_vendor or (plan.gpu.vendor if plan else "nvidia"),
                       _vllm_version(manifest), opts.image, opts.kv_network, opts.rdma_resource)
     if opts.format == "json":
         text = json.dumps(out.to_json(), indent=2) + "\n"
@@ -132,4 +131,4 @@ def _vllm_version(m: Manifest) -> str:
     kernel tables'); else the one this project tests against."""
     if m.engine is not None and m.engine.name == "vllm":
         return m.engine.version
-    return str((m.plan or {}).get("vllm") or TESTED_VLLM)
+    return (m.plan.vllm if m.plan else None) or TESTED_VLLM

@@ -18,6 +18,6 @@ def p2p_evidence(placements: list[Placement], probe: ProbeFindings | None, model
         return None
     dis = [p for p in placements if p.kind == "disagg"]
     dis.sort(key=lambda p: p.bidirectional)  # the plain P/D the advice compares first
-    return evidence(P2PMatrix.from_json(probe.p2p), probe.p2p_source or "nvidia-smi",
+    return evidence(P2PMatrix.from_record(probe.p2p), probe.p2p_source or "nvidia-smi",
                     dis[0].on_gpus if dis else None, model, prompt_tokens,
                     dtype if dtype in ("float32", "bfloat16", "float16") else "bfloat16")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import UsageError
-from advisor.imports.found import Found, record
+from advisor.imports.tool_runs import Found, record
 from advisor.measure.records import RequestRecord
 
 RECORDS, SUMMARY = "profile_export.jsonl", "profile_export_aiperf.json"

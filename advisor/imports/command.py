@@ -17,8 +17,8 @@ from advisor.engines.placement import Placement
 from advisor.errors import UsageError
 from advisor.goodput.outcomes import Outcome, outcome_of
 from advisor.imports.discover import runs_at
-from advisor.imports.found import NEVER_KEPT, Found
 from advisor.imports.options import ImportOptions, parse_placement
+from advisor.imports.tool_runs import NEVER_KEPT, Found
 from advisor.measure.stats import parse_percentiles, summarize
 from advisor.measure.workload_run import record_row
 from advisor.output import console

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from advisor.errors import UsageError
 from advisor.imports import aiperf, guidellm, vllm
-from advisor.imports.found import Found
+from advisor.imports.tool_runs import Found
 from advisor.rundata.files import RunDataError, read_json_object
 
 # aiperf's other files, read (the summary) or of no use here

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import UsageError
-from advisor.imports.found import Found, record
+from advisor.imports.tool_runs import Found, record
 from advisor.measure.records import RequestRecord
 
 MEAN_GAPS = ("each gap between tokens: guidellm keeps a request's first and last token "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import UsageError
-from advisor.imports.found import Found, record
+from advisor.imports.tool_runs import Found, record
 
 NEEDED = ("start_times", "ttfts", "itls", "input_lens", "output_lens", "errors")
 NO_SCHEDULE = ("when each request was due (vLLM records when it was sent): how late the "

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from advisor.rundata.fmt import fmt_items
+from advisor.rundata.formatting import fmt_items
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import KEEP_PACE
 from advisor.rundata.slo import Slo

@@ -16,8 +16,8 @@ from typing import TypeVar
 
 from advisor.rundata.evidence import Evidence
 from advisor.rundata.files import RunDataError
-from advisor.rundata.fmt import fmt, fmt_items
-from advisor.rundata.manifest import Host, Manifest, ProbeFindings
+from advisor.rundata.formatting import fmt, fmt_items
+from advisor.rundata.manifest import Host, Manifest, ProbeFindings, RunConfig
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.result import RunResult
 from advisor.rundata.rundir import EVIDENCE, MANIFEST, RECOMMENDATION, RunDir
@@ -112,8 +112,8 @@ def load(path: str | Path) -> Report:
 
 
 def _report(data: _Read) -> Report:
-    cfg = data.manifest.config if data.manifest else {}
-    title = f"{cfg.get('workload', 'workload')} on {cfg.get('model', 'a model')}"
+    cfg = data.manifest.config if data.manifest else RunConfig()
+    title = f"{cfg.workload or 'workload'} on {cfg.model or 'a model'}"
     p2p = _p2p(data)
     columns, rows = table(data)
     kv_ms, kv_share = _kv_transfers(data.runs)
@@ -147,7 +147,7 @@ def _p2p(data: _Read) -> model.P2P | None:
                          ev.placed)
     probe = data.manifest.probe if data.manifest else None
     matrix = probe.p2p if probe else None
-    return model.P2P(matrix["gpus"], matrix["status"]) if matrix else None
+    return model.P2P(matrix.gpus, matrix.status) if matrix else None
 
 
 def _series(data: _Read) -> list[model.Series]:
@@ -286,28 +286,26 @@ def table(data: _Read) -> tuple[list[Column], list[model.TableRow]]:
 def setup(data: _Read) -> list[tuple[str, str]]:
     """(label, value) pairs: hardware, probe, model, workload, SLO, versions, command line."""
     m = data.manifest
-    cfg, host = (m.config, m.host) if m else ({}, Host())
+    cfg, host = (m.config, m.host) if m else (RunConfig(), Host())
     probe = (m.probe if m else None) or ProbeFindings()
     ran, sized = (m.dtype, m.sizing) if m else (None, None)
     links = probe.links or {}
     items = [("simulated", data.simulated)] if data.simulated else []
     items += [("imported", data.imported)] if data.imported else []
     items += [
-        ("model", f"{cfg.get('model')} ({ran.ran if ran else cfg.get('dtype')}, "
-                  f"{cfg.get('device')})"),
-        ("dtype", f"{ran.ran}: {ran.reason}" if ran else str(cfg.get("dtype"))),
+        ("model", f"{cfg.model} ({ran.ran if ran else cfg.dtype}, {cfg.device})"),
+        ("dtype", f"{ran.ran}: {ran.reason}" if ran else str(cfg.dtype)),
         (
             "workload",
-            f"{cfg.get('workload')}, scale {fmt(sized.scale if sized else cfg.get('scale'))}, "
-            f"output scale "
-            f"{fmt(sized.output_scale if sized else cfg.get('output_scale'))}"
+            f"{cfg.workload}, scale {fmt(sized.scale if sized else cfg.scale)}, "
+            f"output scale {fmt(sized.output_scale if sized else cfg.output_scale)}"
             f"{' (sized from the calibration)' if sized else ''}, seed {m.seed if m else None}",
         ),
         ("placements", ", ".join(data.placements())),
         ("SLO", data.slo.text or "-"),
         (
             "KV link",
-            f"{cfg.get('connector')}" + (f", emulated {data.emulated}" if data.emulated else ""),
+            f"{cfg.connector}" + (f", emulated {data.emulated}" if data.emulated else ""),
         ),
         (
             "host",
@@ -315,13 +313,11 @@ def setup(data: _Read) -> list[tuple[str, str]]:
         ),
         (
             "GPUs",
-            ", ".join(g.get("name", "?") for g in probe.gpus) or (probe.gpu_note or "none"),
+            ", ".join(g.name for g in probe.gpus) or (probe.gpu_note or "none"),
         ),
         (
             "measured links",
-            ", ".join(
-                f"{k} {v.get('gbps', 0):.2f} GB/s" for k, v in links.items() if isinstance(v, dict)
-            )
+            ", ".join(f"{k} {v.gbps:.2f} GB/s" for k, v in links.items())
             or probe.links_note or "-",
         ),
         ("versions", ", ".join(f"{k} {v}" for k, v in

@@ -27,8 +27,8 @@ from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import RunDataError
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.result import RunResult
-from advisor.rundata.rundir import MANIFEST, RunDir
-from advisor.rundata.slo import DEFAULT_SLO, Slo
+from advisor.rundata.rundir import RunDir
+from advisor.rundata.slo import DEFAULT_SLO
 from engine.api import DTYPE_BYTES, EngineConfig
 
 GIB = 1 << 30
@@ -146,18 +146,16 @@ def run_calibrated(measured: str, replay: str | None, out: str, as_json: bool,
                   "vLLM's default token budget"
                 + ("" if dtype == ran else f", KV bytes in {dtype} (the deployment's dtype, "
                    f"{ran}, is not known here)"))
-    given = cfg.get("slo")
-    slo = m.sizing.slo if m.sizing else Slo.from_run_file(
-        given, f"{fitted_on.path / MANIFEST}: config.slo") if given else DEFAULT_SLO
+    slo = m.sizing.slo if m.sizing else cfg.slo or DEFAULT_SLO
     opts = PlanOptions(model=model, slo=slo, dtype=dtype,
-                       attainment=cfg.get("attainment", 0.9),
-                       operating_rate=cfg.get("operating_rate"),
-                       workload=cfg.get("workload") or PlanOptions.workload, report=report)
+                       attainment=cfg.attainment if cfg.attainment is not None else 0.9,
+                       operating_rate=cfg.operating_rate,
+                       workload=cfg.workload or PlanOptions.workload, report=report)
     label = (f"simulated by advisor plan --calibrate: step times fitted to {fitted_on.name}'s "
              f"calibration, scaled to its measured runs ({why}); KV link "
              f"{link.source}; replaying {target.name}'s requests")
     run_dir = RunDir.create(out, f"plan-replay-{target.name}")
-    run_dir.write_manifest(Manifest.new(m.seed, {**cfg, "fitted_on": str(fitted_on),
+    run_dir.write_manifest(Manifest.new(m.seed, {**cfg.options(), "fitted_on": str(fitted_on),
                                                  "replayed": str(target)},
                                         simulated=label, dtype=m.dtype, calibration=m.calibration))
     placements = [Placement(n, kinds[n])

@@ -36,7 +36,7 @@ from advisor.probe.p2p import P2PMatrix
 from advisor.probe.p2p_pairs import GpuPlacement, place
 from advisor.probe.shapes import ModelShape, shape_of
 from advisor.rundata.evidence import Calibration
-from advisor.rundata.manifest import Manifest
+from advisor.rundata.manifest import Manifest, PlanFacts, Screened
 from advisor.rundata.recommendation import PlacementRank
 from advisor.rundata.result import AS_RUN
 from advisor.rundata.rundir import RunDir
@@ -263,10 +263,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     cal = unloaded(s, o)
     run_dir = RunDir.create(o.out, f"plan-{o.workload_name}")
     config = {k: v for k, v in dataclasses.asdict(o).items() if k != "as_json"}
-    run_dir.write_manifest(Manifest.new(o.seed, config, argv, simulated=what, plan={
-        "gpu": dataclasses.asdict(s.gpu), "link": dataclasses.asdict(s.link),
-        "vllm": _tables_vllm(s),
-        "candidates": [dataclasses.asdict(c) for c in s.candidates]}))
+    run_dir.write_manifest(Manifest.new(o.seed, config, argv, simulated=what, plan=PlanFacts.of({
+        "gpu": s.gpu, "link": s.link, "vllm": _tables_vllm(s), "candidates": s.candidates})))
     prompt = float(cal.prompt_tokens[-1])  # the workload's mean prompt
     rates = grid(s, o, cal)
     with progress_bars() as bars:
@@ -278,8 +276,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
             s.spec, rates, o.slo, o.attainment, o.seed,
             lambda what: bars.update(task, description=what))
     if screened:
-        run_dir.update_manifest(screened={"requests_per_rate": screen.SCREEN_REQUESTS,
-                                          "max_goodput_per_gpu": screened})
+        run_dir.update_manifest(screened=Screened(screen.SCREEN_REQUESTS, screened))
         print(f"screened {len(screened)} placements ({screen.SCREEN_REQUESTS} requests per "
               f"rate); simulating {len(finals)} in full: {', '.join(c.name for c in finals)}")
     s = dataclasses.replace(s, candidates=finals)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from advisor.rundata.manifest import cpu_model
+from advisor.rundata.manifest import GpuFound, cpu_model
 from engine import api
 
 # The flags that decide whether bfloat16 is fast on a CPU (AMX and AVX-512-BF16) or emulated.
@@ -66,6 +66,11 @@ def torch_view() -> dict[str, Any]:
 
 def gpus_json(gpus: list[GPU]) -> list[dict[str, Any]]:
     return [asdict(g) for g in gpus]
+
+
+def gpus_found(gpus: list[GPU]) -> list[GpuFound]:
+    """`gpus` as a manifest records them."""
+    return [GpuFound(g.index, g.name, g.memory_total, g.pci_bus_id) for g in gpus]
 
 
 def cpu_flags(cpuinfo: str | None = None) -> list[str]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.errors import UsageError
+from advisor.rundata.manifest import P2PRecord
+from advisor.rundata.typed_json import to_json
 
 CODES = {
     "X": "self (the same GPU)",
@@ -79,20 +81,23 @@ class P2PMatrix:
         return n > 1 and len(self.ok_pairs()) == n * (n - 1) // 2
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> P2PMatrix:
-        """The matrix `to_json` wrote (a manifest's probe.p2p)."""
-        return cls(list(data["gpus"]), [list(r) for r in data["status"]],
-                   [list(r) for r in data["paths"]] if data.get("paths") else None)
+    def from_record(cls, r: P2PRecord) -> P2PMatrix:
+        """The matrix `record` wrote (a manifest's probe.p2p)."""
+        return cls(list(r.gpus), [list(row) for row in r.status],
+                   [list(row) for row in r.paths] if r.paths else None)
 
-    def to_json(self) -> dict[str, Any]:
+    def record(self) -> P2PRecord:
+        """The matrix with its legend, as a manifest keeps it."""
         codes = sorted({s for row in self.status for s in row})
         legend = {c: CODES[c] for c in codes}
-        out: dict[str, Any] = {"gpus": self.gpus, "status": self.status, "legend": legend}
         if self.paths:
-            out["paths"] = self.paths
             for p in sorted({s for row in self.paths for s in row} - {"X"}):
                 legend[p] = PATHS.get(p) or PATHS["NV#"].replace("#", p[2:])
-        return out
+        return P2PRecord(self.gpus, self.status, legend, self.paths)
+
+    def to_json(self) -> dict[str, Any]:
+        """`record` as JSON (what `advisor probe --json` prints)."""
+        return {k: v for k, v in to_json(self.record()).items() if v is not None}
 
 
 def parse(text: str) -> P2PMatrix:

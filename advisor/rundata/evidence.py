@@ -13,7 +13,7 @@ import numpy as np
 
 from advisor.rundata.files import read_json_object
 from advisor.rundata.slo import Metric, Slo
-from advisor.rundata.typed import from_json, to_json
+from advisor.rundata.typed_json import from_json, to_json
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ existed still read.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import os
 import platform
@@ -24,7 +23,7 @@ from typing import Any
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import redacted_argv, redacted_config
 from advisor.rundata.slo import Slo
-from advisor.rundata.typed import from_json
+from advisor.rundata.typed_json import from_json, open_keys, to_json, to_json_value
 
 # what a run records of the packages it ran with, beside Python and itself
 PACKAGES = ("torch", "numpy", "aiohttp", "pandas")
@@ -65,16 +64,128 @@ class Host:
 
 
 @dataclass(frozen=True)
-class ProbeFindings:
-    """What probing this host found before a sweep: its GPUs, their P2P matrix (the JSON of
-    advisor.probe.p2p.P2PMatrix) and where it came from, and the measured KV links."""
+class GpuFound:
+    """One GPU nvidia-smi listed (advisor.probe.hardware.GPU)."""
 
-    gpus: list[dict[str, Any]] = field(default_factory=list)
+    index: int
+    name: str
+    memory_total: str
+    pci_bus_id: str
+
+
+@dataclass(frozen=True)
+class P2PRecord:
+    """The GPUs' P2P matrix as advisor.probe.p2p.P2PMatrix.to_json writes it."""
+
+    gpus: list[str]
+    status: list[list[str]]
+    legend: dict[str, str] = field(default_factory=dict)
+    paths: list[list[str]] | None = None  # topo -m's, where it was read
+
+
+@dataclass(frozen=True)
+class MeasuredLink:
+    """A KV connector's pull measured on this host."""
+
+    gbps: float
+    ms: float
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ProbeFindings:
+    """What probing this host found before a sweep: its GPUs, their P2P matrix and where it
+    came from, and the measured KV links."""
+
+    gpus: list[GpuFound] = field(default_factory=list)
     gpu_note: str | None = None  # why there are none, where there are none
-    p2p: dict[str, Any] | None = None  # the GPUs' P2P matrix, where one was read
+    p2p: P2PRecord | None = None  # the GPUs' P2P matrix, where one was read
     p2p_source: str | None = None  # the file or command it was read from
-    links: dict[str, Any] | None = None  # connector -> its measured gbps, ms and bytes
+    links: dict[str, MeasuredLink] | None = None  # connector (shm, tcp) -> its pull
     links_note: str | None = None  # why the links were not measured here
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A verb's options as the run resolved them (secrets redacted), as one JSON object: the
+    ones read back across verbs typed, every other kept as it was given (`more`), which a
+    resumed sweep takes back with them."""
+
+    workload: str | None = None
+    model: str | None = None
+    dtype: str | None = None
+    device: str | None = None
+    connector: str | None = None
+    scale: float | None = None
+    output_scale: float | None = None
+    slo: Slo | None = None
+    attainment: float | None = None
+    operating_rate: float | None = None
+    collocated_url: str | None = None
+    disagg_url: str | None = None
+    gpus: int | None = None  # a plan's: per node
+    nodes: int | None = None
+    more: dict[str, Any] = open_keys()  # every other option: top-level keys beside these
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> RunConfig:
+        """A verb's options (dataclasses.asdict of them) as recorded, read as a file's are."""
+        return from_json(cls, to_json_value(options), "the options")
+
+    def options(self) -> dict[str, Any]:
+        """Every option as given, by name."""
+        return to_json(self)
+
+    @property
+    def by_url(self) -> bool:
+        """Whether the run measured deployments at URLs (not instances it started here)."""
+        return bool(self.collocated_url or self.disagg_url)
+
+
+@dataclass(frozen=True)
+class PlannedGpu:
+    """The GPU a plan priced (advisor.plan.hardware.GPU): its name and vendor typed, its
+    datasheet figures as written."""
+
+    name: str
+    vendor: str = "nvidia"
+    more: dict[str, Any] = open_keys()  # its other figures: top-level keys beside these
+
+
+@dataclass(frozen=True)
+class PlannedCandidate:
+    """A placement a plan considered (advisor.plan.candidates.Candidate)."""
+
+    name: str
+    kind: str
+    tp: int
+    more: dict[str, Any] = open_keys()  # its other fields: top-level keys beside these
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    """A plan's GPU, KV link and candidate placements, and the vLLM its kernel tables were
+    measured with (None: priced by the roofline)."""
+
+    gpu: PlannedGpu
+    link: dict[str, Any]
+    candidates: list[PlannedCandidate]
+    vllm: str | None = None
+
+    @classmethod
+    def of(cls, plan: dict[str, Any]) -> PlanFacts:
+        """A plan's GPU, link and candidates (dataclasses.asdict of them), read as a file's
+        are."""
+        return from_json(cls, to_json_value(plan), "the plan")
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A plan's screening of its candidates: requests per rate, and each one's max goodput
+    per GPU (req/s)."""
+
+    requests_per_rate: int
+    max_goodput_per_gpu: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -131,7 +242,7 @@ class Manifest:
     created: str  # when, in UTC (ISO 8601)
     command: list[str]  # the command line (secrets redacted)
     seed: int  # the workload's
-    config: dict[str, Any]  # the verb's options as resolved (secrets redacted)
+    config: RunConfig  # the verb's options as resolved (secrets redacted)
     versions: Versions
     host: Host
     format: int = 1  # the run directory's format (advisor.rundata.rundir.FORMAT)
@@ -143,8 +254,8 @@ class Manifest:
     calibration: Calibration | None = None  # a bundled sweep's, once calibrated
     sizing: Sizing | None = None  # a sweep's, once calibrated
     simulated: str | None = None  # a plan's: what predicted its runs
-    plan: dict[str, Any] | None = None  # a plan's GPU, link and candidates
-    screened: dict[str, Any] | None = None  # a plan's screening of its candidates
+    plan: PlanFacts | None = None  # a plan's GPU, link and candidates
+    screened: Screened | None = None  # a plan's screening of its candidates
     imported: ImportedTools | None = None  # an import's
     engine: EngineRan | None = None  # a sweep's on an engine it started, not the bundled one
 
@@ -155,18 +266,18 @@ class Manifest:
         secrets redacted, and what the verb knows already (`learnt`: fields by name)."""
         return cls(datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                    redacted_argv(list(argv if argv is not None else sys.argv)), seed,
-                   redacted_config(config), Versions.here(), Host.here(), **learnt)
+                   RunConfig.of(redacted_config(config)), Versions.here(), Host.here(),
+                   **learnt)
 
     @property
     def model(self) -> str | None:
         """The model the run was about, as its options named it."""
-        model = self.config.get("model")
-        return model if isinstance(model, str) else None
+        return self.config.model
 
     @property
     def by_url(self) -> bool:
         """Whether the run measured deployments at URLs (not instances it started here)."""
-        return bool(self.config.get("collocated_url") or self.config.get("disagg_url"))
+        return self.config.by_url
 
     @property
     def dtype_ran(self) -> str | None:
@@ -174,15 +285,21 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """manifest.json's object; a field not known yet (None) is left out."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type)
-                else v for k, v in out.items() if v is not None}
+        return {k: v for k, v in to_json(self).items() if v is not None}
 
     @classmethod
     def from_json(cls, data: Any, file: str) -> Manifest:
         """RunDataError naming the file and the field when `data` is not a manifest."""
-        manifest: Manifest = from_json(cls, data, file)
+        manifest: Manifest = from_json(cls, _upgraded(data), file)
         return manifest
+
+
+def _upgraded(data: Any) -> Any:
+    """An older manifest in today's form: its default SLO written as an empty list."""
+    config = data.get("config") if isinstance(data, dict) else None
+    if isinstance(config, dict) and config.get("slo") == []:
+        return {**data, "config": {k: v for k, v in config.items() if k != "slo"}}
+    return data
 
 
 def _version(dist: str) -> str | None:

@@ -8,7 +8,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from advisor.rundata.typed import from_json
+from advisor.rundata.typed_json import from_json
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class Recommendation:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], file: str) -> Recommendation:
-        """Validated, naming `file` and the field (advisor.rundata.typed)."""
+        """Validated, naming `file` and the field (advisor.rundata.typed_json)."""
         data = dict(data)
         if isinstance(data.get("rows"), list):  # derived: `DecisionRow.verdict`
             data["rows"] = [_without(r, "verdict") for r in data["rows"]]

@@ -17,7 +17,7 @@ from advisor.rundata.files import (
     write_jsonl,
 )
 from advisor.rundata.stats import RunStats
-from advisor.rundata.typed import from_json
+from advisor.rundata.typed_json import from_json
 
 RESULT, RECORDS = "result.json", "requests.jsonl"
 PROCESS_CPU = "process_cpu_seconds_total"  # the instances' CPU, among a run's metrics

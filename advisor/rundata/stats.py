@@ -12,7 +12,7 @@ from typing import Any
 
 from advisor.rundata.files import RunDataError
 from advisor.rundata.slo import Slo
-from advisor.rundata.typed import from_json, to_json
+from advisor.rundata.typed_json import from_json, to_json
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _LATENCY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")

@@ -16,9 +16,8 @@ from advisor.errors import UsageError
 from advisor.flag_groups import parse_engine
 from advisor.probe import hardware, p2p
 from advisor.rundata.files import RunDataError
-from advisor.rundata.manifest import DtypeRan, Manifest, ProbeFindings
+from advisor.rundata.manifest import DtypeRan, Manifest, MeasuredLink, ProbeFindings
 from advisor.rundata.rundir import MANIFEST, RunDir
-from advisor.rundata.slo import Slo
 from advisor.sweep.config_file import merged
 from advisor.sweep.options import SweepOptions
 from engine import api
@@ -64,7 +63,7 @@ def setup(opts: SweepOptions, resume: RunDir | None = None,
     else:
         run_dir, manifest = resume, resume.read_manifest()
     probe = manifest.probe
-    matrix = p2p.P2PMatrix.from_json(probe.p2p) if probe is not None and probe.p2p else None
+    matrix = p2p.P2PMatrix.from_record(probe.p2p) if probe is not None and probe.p2p else None
     engine = opts.engine_to_start(opts.dtype)
     placements = engine.placements(opts.topology_specs, matrix)
     ran = engine.ran(placements)
@@ -98,8 +97,9 @@ def _probe(opts: SweepOptions) -> ProbeFindings:
     bundled engine's KV crosses them."""
     gpus, note = hardware.inventory()
     matrix, source = p2p.read(opts.p2p_matrix) if opts.p2p_matrix or gpus else (None, None)
-    links = api.host_links(16 << 20) if opts.local else None
-    return ProbeFindings(hardware.gpus_json(gpus), note, matrix.to_json() if matrix else None,
+    links = {name: MeasuredLink(v["gbps"], v["ms"], v["bytes"])
+             for name, v in api.host_links(16 << 20).items()} if opts.local else None
+    return ProbeFindings(hardware.gpus_found(gpus), note, matrix.record() if matrix else None,
                          source, links, None if opts.local else ELSEWHERE)
 
 
@@ -116,9 +116,8 @@ def _resumed(resume: str, given: SweepOptions) -> tuple[RunDir, SweepOptions]:
     names = {f.name for f in dataclasses.fields(SweepOptions)}
     where = f"{run_dir.path / MANIFEST}: config"
     config: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                              for k, v in manifest.config.items() if k in names}
-    slo = manifest.config.get("slo")  # older manifests: [] where the default was used
-    config["slo"] = Slo.from_run_file(slo, f"{where}.slo") if slo else None
+                              for k, v in manifest.config.options().items() if k in names}
+    config["slo"] = manifest.config.slo  # typed as read
     try:
         config["engine"] = parse_engine(config.get("engine", "bundled"))
     except UsageError as e:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from advisor.goodput.outcomes import Outcome
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.manifest import Sizing
-from advisor.rundata.slo import Metric
+from advisor.rundata.slo import Metric, Slo
 from advisor.sweep.options import FALLBACK_START, SweepOptions
 from advisor.sweep.rate_search import SearchPlan
 
@@ -23,6 +23,7 @@ def search_plan(opts: SweepOptions, start: float) -> SearchPlan:
 @dataclass
 class SweepState:
     opts: SweepOptions  # with the sizing's lengths and SLO, once sized
+    slo: Slo  # what every run is judged against: the options', as sized once sized
     plan: SearchPlan
     calibration: Calibration | None = None
     prompt_tokens: float | None = None  # the sized workload's mean prompt
@@ -38,8 +39,8 @@ class SweepState:
         """A sweep before its first run; with a calibration and its sizing (a resumed
         sweep's), sized already."""
         grid = list(opts.rates) or None
-        state = cls(opts, search_plan(opts, opts.start_rate or FALLBACK_START), grid=grid,
-                    replay=grid)
+        state = cls(opts, opts.judged_slo, search_plan(opts, opts.start_rate or FALLBACK_START),
+                    grid=grid, replay=grid)
         if calibration is not None and sized is not None:
             state.size(calibration, sized)
         return state
@@ -47,11 +48,11 @@ class SweepState:
     def size(self, calibration: Calibration, sized: Sizing) -> None:
         """Run with `calibration` and a sizing's lengths, SLO and first rate (unless
         --start-rate was given), and note which SLO metrics its unloaded floor misses."""
-        self.calibration = calibration
+        self.calibration, self.slo = calibration, sized.slo
         self.opts = dataclasses.replace(self.opts, scale=sized.scale,
                                         output_scale=sized.output_scale, slo=sized.slo)
         start = self.opts.start_rate or sized.start_rate or FALLBACK_START
         self.plan = search_plan(self.opts, start)
         self.prompt_tokens = sized.prompt_tokens
         floors = calibration.floors(self.prompt_tokens)
-        self.missed = {m: v for m, v in floors.items() if v > self.opts.judged_slo.ms(m)}
+        self.missed = {m: v for m, v in floors.items() if v > self.slo.ms(m)}

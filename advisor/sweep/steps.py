@@ -255,6 +255,5 @@ class Steps:
 
     def outcome(self, p: Placement, rate: float) -> Outcome:
         """`p`'s run at `rate` against the SLO, as stored."""
-        opts = self.state.opts
-        return outcome_of(self.run_dir.read_run(p.name, rate), rate, opts.attainment,
-                          opts.judged_slo.itl_ms)
+        return outcome_of(self.run_dir.read_run(p.name, rate), rate,
+                          self.state.opts.attainment, self.state.slo.itl_ms)

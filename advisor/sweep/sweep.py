@@ -26,12 +26,12 @@ from advisor.sweep.budget import TimeBudget
 from advisor.sweep.calibrate import calibrate as calibrate_engine
 from advisor.sweep.calibrate import warm_up
 from advisor.sweep.kept_placements import KeptPlacements
-from advisor.sweep.one_rate import run_rate
 from advisor.sweep.options import (
     SweepOptions,
     collocated_instances,
     first_pass_run_s,
 )
+from advisor.sweep.rate_run import run_rate
 from advisor.sweep.setup import SweepSetup, setup
 from advisor.sweep.state import SweepState
 from advisor.sweep.steps import Steps, Urls
@@ -63,7 +63,7 @@ def run_sweep(opts: SweepOptions, resume: RunDir | None = None,
 
 
 def _say_missed(state: SweepState) -> None:
-    slo = state.opts.judged_slo
+    slo = state.slo
     print("the SLO cannot be met even unloaded: " + "; ".join(
         f"{m} floor {v:.0f} ms > {m}:{slo.ms(m):g}" for m, v in state.missed.items())
         + ": no rate search", flush=True)
@@ -130,7 +130,7 @@ class Sweep(Steps):
         cal = calibrate_engine(self._endpoint(url, False), context, self.bars, host)
         cal = dataclasses.replace(cal, dtype=opts.dtype, placement=p.name)
         scale = opts.scale if opts.scale is not None or opts.local else 1.0
-        sized = sizing.size(opts.workload, opts.judged_slo, cal, context, scale,
+        sized = sizing.size(opts.workload, self.state.slo, cal, context, scale,
                             opts.output_scale, self.widen_slo, instances=collocated_instances(opts),
                             attainment=opts.attainment, run_s=first_pass_run_s(opts),
                             searched=not opts.rates and opts.start_rate is None)
@@ -143,11 +143,11 @@ class Sweep(Steps):
 
     def run(self, url: str, metrics: list[str], p: Placement, rate: float,
             before: RunResult | None = None) -> RunResult:
-        """`p` at `rate` (advisor.sweep.one_rate); with `before`, measured again."""
+        """`p` at `rate` (advisor.sweep.rate_run); with `before`, measured again."""
         self.bars.update(self.task, description=f"{p.name} @ {rate:g} req/s"
                          + (" again" if before else ""))
-        return run_rate(self.state.opts, partial(self._endpoint, url), metrics, p, rate,
-                        self.bars, before, self._listed_context(url))
+        return run_rate(self.state.opts, self.state.slo, partial(self._endpoint, url), metrics,
+                        p, rate, self.bars, before, self._listed_context(url))
 
     def _listed_context(self, url: str) -> int | None:
         """The context (tokens) the front at `url` lists, asked once (a deployment's

@@ -23,7 +23,7 @@ from advisor.rundata.evidence import (
     PlacementEvidence,
     WorkloadEvidence,
 )
-from advisor.rundata.manifest import EngineRan, Manifest
+from advisor.rundata.manifest import EngineRan, Manifest, PlanFacts, PlannedGpu
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
 from advisor.rundata.slo import Slo
@@ -121,7 +121,7 @@ def test_amd_gpus_get_amds_resource_and_rocm_image_at_the_vllm_measured(tmp_path
 
 
 def test_a_plan_on_amd_gpus_deploys_amds_resource_at_the_tables_vllm(tmp_path, capsys):
-    plan = {"gpu": {"name": "mi300x", "vendor": "amd"}, "vllm": "0.24.0"}
+    plan = PlanFacts(PlannedGpu("mi300x", "amd"), {}, [], "0.24.0")
     _, text = deploy(capsys, run(tmp_path, plan=plan), format="k8s")
     docs = [valid(d) for d in yaml.safe_load_all(text)]
     for _, c in vllm_containers(docs):

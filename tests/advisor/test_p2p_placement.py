@@ -152,7 +152,7 @@ def test_a_sweep_puts_its_cuda_pd_on_p2p_pairs_and_its_evidence_says_which():
     assert col.topology.gpus is None and dis.topology.gpus == (0, 2)
     env: dict = {}
     assert dis.topology.instance_device(1, env) == "cuda:0" and env["CUDA_VISIBLE_DEVICES"] == "2"
-    probe = ProbeFindings(p2p=m.to_json(), p2p_source="topo.txt")
+    probe = ProbeFindings(p2p=m.record(), p2p_source="topo.txt")
     ev = p2p_evidence(placed, probe, "tiny", 500, "float32")
     assert [(p.prefill_gpu, p.decode_gpu, p.status) for p in ev.used] == [(0, 2, "OK")]
     assert ev.source == "topo.txt" and ev.placed == "every P->D pair on GPUs with P2P"

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from advisor.engines.placement import Placement
 from advisor.goodput.outcomes import Outcome, goodput_interval
+from advisor.rundata.slo import DEFAULT_SLO
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.kept_placements import KeptPlacements
 from advisor.sweep.options import span_s
@@ -54,7 +55,7 @@ class _Scripted(Steps):
 
     def __init__(self, truth: dict[float, list[Outcome]], runs: _Runs, budget: TimeBudget,
                  now: list[float], opts):
-        state = SweepState(opts, SearchPlan(start=0.74), calibration=object(),
+        state = SweepState(opts, DEFAULT_SLO, SearchPlan(start=0.74), calibration=object(),
                            replay=list(REPLAYED), leader="collocated-2",
                            done={"collocated-2": list(COLLOCATED)})
         bars = SimpleNamespace(add_task=lambda *a, **k: None, advance=lambda *_: None,

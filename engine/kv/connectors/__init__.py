@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pkgutil
 from importlib import import_module
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from engine.kv.connector import KVConnector
-from engine.kv.links import LinkEmulation
+if TYPE_CHECKING:  # torch's: listing the names must not load it
+    from engine.kv.connector import KVConnector
+    from engine.kv.links import LinkEmulation
 
 NAMES: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)))
 

@@ -19,19 +19,21 @@ from advisor.measure.workers import default_workers
 from advisor.measure.workload_run import measure, record_row, records_of
 from advisor.output.progress import Bars
 from advisor.rundata.result import RunResult
+from advisor.rundata.slo import Slo
 from advisor.sweep.options import SweepOptions, prompts_for
 from workloads.presets import seed_for
 
 REPEAT_SEED_STEP = 7919  # seeds of a rate's repeats: apart from every other rate's
 
 
-def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_urls: list[str],
-             p: Placement, rate: float, bars: Bars,
+def run_rate(opts: SweepOptions, slo: Slo, endpoint: Callable[[bool], Endpoint],
+             metric_urls: list[str], p: Placement, rate: float, bars: Bars,
              before: RunResult | None = None, context: int | None = None) -> RunResult:
-    """`p` at `rate` through `endpoint(chat)`, its instances' counters read from
-    `metric_urls` around it; with `before` (this rate's run, read with its records), as
-    many repeats again after its own, pooled with it. UsageError before sending anything
-    where a request would not fit the deployment's `context` (tokens; None: unknown)."""
+    """`p` at `rate` through `endpoint(chat)`, judged against `slo`, its instances' counters
+    read from `metric_urls` around it; with `before` (this rate's run, read with its
+    records), as many repeats again after its own, pooled with it. UsageError before
+    sending anything where a request would not fit the deployment's `context` (tokens;
+    None: unknown)."""
     first = before.described.workload_params.get("repeats", 1) if before else 0
     sample = _sample(metric_urls)
     records: list[RequestRecord] = []
@@ -71,7 +73,7 @@ def run_rate(opts: SweepOptions, endpoint: Callable[[bool], Endpoint], metric_ur
     front = frontend_of(delta) if delta else None
     params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {})}
     return RunResult.of(
-        summarize(records, elapsed, opts.judged_slo, opts.percentile_values), rows,
+        summarize(records, elapsed, slo, opts.percentile_values), rows,
         # the front end's CPU during this run, summed over instances (None: not reported)
         frontend_cpu=dataclasses.asdict(front) if front else None,
         metrics=delta.to_json() if delta else None, client_cpu_s=cpu,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from advisor.decide.thresholds import Thresholds
 from advisor.rundata.evidence import Evidence, PlacementEvidence
-from advisor.rundata.fmt import fmt_ms
+from advisor.rundata.formatting import fmt_ms
 from advisor.rundata.slo import Metric
 
 BINDING: tuple[Metric, ...] = ("ttft", "itl")  # what the unloaded floor can miss

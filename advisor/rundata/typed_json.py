@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from advisor.rundata.files import RunDataError
 
+OPEN = "open"  # a field's metadata key: it holds an open object's other keys
 _KINDS = {float: (int, float), int: (int,), str: (str,), bool: (bool,), dict: (dict,),
           list: (list,), tuple: (list, tuple)}
 
@@ -76,11 +77,16 @@ def from_json(cls: type[_T], data: Any, file: str, path: str = "") -> _T:
                            f"not {type(data).__name__}")
     record: Any = cls  # a dataclass, as every caller's is
     hints, fields = _hints(record), {f.name: f for f in dataclasses.fields(record)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
+    rest = next((f.name for f in fields.values() if f.metadata.get(OPEN)), None)
+    unknown = sorted(set(data) - set(fields) - ({rest} if rest else set()))
+    values: dict[str, Any] = {}
+    if rest is not None:  # an open object keeps the keys no field names, as they are
+        values[rest] = {k: data[k] for k in unknown}
+    elif unknown:
         raise RunDataError(f"{file}: unknown field {_join(path, unknown[0])!r}")
-    values = {}
     for name, f in fields.items():
+        if name == rest:
+            continue
         if name in data:
             values[name] = _check(data[name], hints[name], file, _join(path, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -92,15 +98,36 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
+def open_keys() -> Any:
+    """The field of a dataclass read from an open JSON object: the keys no other field
+    names, kept as they are and written back beside the others (whose None values an open
+    object leaves out, as they were absent)."""
+    return dataclasses.field(default_factory=dict, metadata={OPEN: True})
+
+
+def to_json_value(value: Any) -> Any:
+    """`value` (dataclasses, tuples and all) as JSON would give it back."""
+    return _plain(value)
+
+
 def to_json(obj: Any) -> dict[str, Any]:
-    """A dataclass instance as a JSON-ready dict (nested dataclasses too; tuples as lists)."""
-    out: dict[str, Any] = _lists(dataclasses.asdict(obj))
+    """A dataclass instance as a JSON-ready dict (nested dataclasses too; tuples as lists;
+    an open object's other keys beside its fields)."""
+    out: dict[str, Any] = _plain(obj)
     return out
 
 
-def _lists(value: Any) -> Any:
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        rest = next((f.name for f in fields if f.metadata.get(OPEN)), None)
+        out = {f.name: _plain(getattr(value, f.name)) for f in fields if f.name != rest}
+        if rest is None:
+            return out
+        return {**{k: v for k, v in out.items() if v is not None},
+                **_plain(getattr(value, rest))}
     if isinstance(value, dict):
-        return {k: _lists(v) for k, v in value.items()}
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_lists(v) for v in value]
+        return [_plain(v) for v in value]
     return value
