@@ -101,7 +101,7 @@ def test_report_md_shows_html_and_fences_as_text(tmp_path):
     run = RunDir(tmp_path / "run")
     subprocess.run(["cp", "-r", str(FIXTURE_RUN), str(run.path)], check=True)
     manifest = run.read_manifest()
-    config = {**manifest.config, "model": "m```\n<script>alert(1)</script>"}
+    config = {**manifest.config.options(), "model": "m```\n<script>alert(1)</script>"}
     (run.path / "manifest.json").write_text(json.dumps({**manifest.to_json(),
                                                         "config": config}))
     rec = json.loads((run.path / "recommendation.json").read_text())

@@ -30,7 +30,7 @@ def test_the_previous_format_reads_as_it_is(run):
     manifest = run.read_manifest()
     assert manifest.format == 1 and manifest.model == "tiny" and manifest.seed == 0
     assert manifest.host.cpus_usable == 2 and manifest.versions.torch == "2.13.0+cpu"
-    assert manifest.probe is not None and manifest.probe.links["shm"]["gbps"] > 0
+    assert manifest.probe is not None and manifest.probe.links["shm"].gbps > 0
     assert manifest.calibration is None and manifest.sizing is None  # not recorded then
     problems = []
     runs = run.read_runs(problems)
