@@ -82,6 +82,9 @@ def _checked(opts: BenchOptions) -> tuple[list[float], tuple[str, ...]]:
         raise UsageError("--trace and --workload are alternatives; give one")
     if opts.trace and opts.request_rate is not None:
         raise UsageError("--request-rate does not apply to --trace; use --trace-time-scale")
+    if not (math.isfinite(opts.trace_time_scale) and opts.trace_time_scale > 0):
+        raise UsageError(f"--trace-time-scale must be a finite number > 0, not "
+                         f"{opts.trace_time_scale}")
     metrics = tuple(m.strip() for m in opts.percentile_metrics.split(",") if m.strip())
     bad = [m for m in metrics if m not in METRICS]
     if bad or not metrics:
