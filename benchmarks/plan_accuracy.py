@@ -68,7 +68,7 @@ def repeat(first: str, out: Path) -> list[str]:
     """The sweep in `first` measured again as the same experiment: one fixed-rate sweep per
     placement at the rates it ran, with its workload scales, SLO, model and seed."""
     rd = RunDir(first)
-    slo, config = rd.read_evidence().slo, rd.read_manifest().config
+    slo, manifest = rd.read_evidence().slo, rd.read_manifest()
     params = next(r.get("workload_params") for r in rd.read_runs([]))
     rates: dict[str, list[float]] = {}
     for placement, rate in measured([first]):
@@ -76,13 +76,13 @@ def repeat(first: str, out: Path) -> list[str]:
     dirs = []
     for placement, rs in sorted(rates.items()):
         kind, _, shape = placement.partition("-")  # collocated-2 -> collocated:2
-        dirs.append(sweep(out, "--workload", config["workload"],
+        dirs.append(sweep(out, "--workload", str(manifest.config.workload),
                           "--topologies", f"{kind}:{shape}",
                           "--rates", ",".join(f"{r:g}" for r in sorted(rs)),
                           "--scale", str(params["scale"]),
                           "--output-scale", str(params["output_scale"]),
                           "--slo", f"ttft:{slo.ttft_ms:g}", f"itl:{slo.itl_ms:g}",
-                          "--model", config["model"], "--seed", str(config["seed"]),
+                          "--model", str(manifest.config.model), "--seed", str(manifest.seed),
                           "--no-report"))
     return dirs
 

@@ -19,6 +19,7 @@ from engine.core.config import (
     PRESETS,
     EngineConfig,
     ModelConfig,
+    check_hf_counts,
     config_from_hf_dict,
     load_model_config,
 )
@@ -36,12 +37,35 @@ from engine.render.protocol import error_body
 from engine.render.tokenizer import TextTokenizer
 
 __all__ = [
-    "CONNECTORS", "DTYPES", "DTYPE_BYTES", "MODES", "PRESETS", "Deployment", "DtypeChoice",
+    "CONNECTORS",
+    "DTYPES",
+    "DTYPE_BYTES",
+    "MODES",
+    "PRESETS",
+    "Deployment",
+    "DtypeChoice",
     "EngineConfig",
-    "FrontendConfig", "LaunchError", "ModelConfig", "TextTokenizer", "Topology", "best_rates",
-    "check_history", "choose_cpu", "config_from_hf_dict", "error_body", "gpu_links",
-    "host_links", "launch", "load_model_config", "parse_emulation", "parse_link",
-    "resolve_dtype", "serve_proxy", "supervise", "write_hf_dir",
+    "FrontendConfig",
+    "LaunchError",
+    "ModelConfig",
+    "TextTokenizer",
+    "Topology",
+    "best_rates",
+    "check_hf_counts",
+    "check_history",
+    "choose_cpu",
+    "config_from_hf_dict",
+    "error_body",
+    "gpu_links",
+    "host_links",
+    "launch",
+    "load_model_config",
+    "parse_emulation",
+    "parse_link",
+    "resolve_dtype",
+    "serve_proxy",
+    "supervise",
+    "write_hf_dir",
 ]
 
 

@@ -40,6 +40,8 @@ FOLLOWS = (f"llm-d's P/D guide (llm-d/llm-d guides/pd-disaggregation): Gateway A
            f"Extension charts {GAIE_VERSION}, {SCHEDULER_IMAGE[1]} {SCHEDULER_IMAGE[2]}, "
            f"routing sidecar {SIDECAR_IMAGE.rsplit(':', 1)[1]}")
 
+MAX_THRESHOLD = 1 << 20  # tokens: past any model's context
+
 
 @dataclass(frozen=True)
 class Threshold:
@@ -58,8 +60,8 @@ def threshold(ev: Evidence) -> Threshold:
     if cal is None or cal.prefill_ms_per_token <= 0:
         return Threshold(0, "no unloaded prefill line in the evidence: every request goes "
                             "through a prefiller")
-    by_ttft = int((slo.ttft_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token)
-    by_itl = int((slo.itl_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token)
+    by_ttft = _tokens((slo.ttft_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token)
+    by_itl = _tokens((slo.itl_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token)
     tokens = max(0, min(by_ttft, by_itl))
     line = (f"unloaded prefill {cal.prefill_base_ms:.0f} ms + {cal.prefill_ms_per_token:.3g} "
             f"ms/token on {cal.placement or 'one instance'}, "
@@ -70,6 +72,12 @@ def threshold(ev: Evidence) -> Threshold:
     if tokens == 0:
         return Threshold(0, f"{why}: every request goes through a prefiller")
     return Threshold(tokens, f"{why}; longer uncached prompts go to a prefiller")
+
+
+def _tokens(prompt: float) -> int:
+    """A prompt length as a threshold: whole tokens, at most MAX_THRESHOLD (a line of
+    almost no cost per token would otherwise give a number of hundreds of digits)."""
+    return int(min(max(prompt, -1.0), MAX_THRESHOLD))
 
 
 def picker_config(pd: bool, tokens: int) -> str:

@@ -15,6 +15,7 @@ from advisor.deploy.vllm import Site
 from advisor.errors import UsageError
 from advisor.flags import option
 from advisor.probe import p2p
+from advisor.rundata.files import RunDataError
 from advisor.rundata.manifest import Manifest
 from advisor.rundata.model_name import checked_model
 from advisor.rundata.recommendation import DeployCommands
@@ -109,7 +110,11 @@ def run_deploy(source: str, opts: DeployOptions) -> DeployCommands:
                             str(run_dir.path))
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
-    cluster = Cluster(opts.gpu_vendor or (plan.gpu.vendor if plan else "nvidia"),
+    vendor = opts.gpu_vendor or (plan.gpu.vendor if plan else "nvidia")
+    if vendor not in VENDORS:
+        raise RunDataError(f"{run_dir.path / MANIFEST}: plan.gpu.vendor {vendor[:40]!r} is "
+                           f"none of {', '.join(VENDORS)}")
+    cluster = Cluster(vendor,
                       _vllm_version(manifest), opts.image, opts.kv_network, opts.rdma_resource)
     if opts.format == "json":
         text = json.dumps(out.to_json(), indent=2) + "\n"

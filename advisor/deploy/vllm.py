@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.rundata.bounds import MAX_RENDER_SERVERS
 from advisor.rundata.recommendation import Command, DeployPlan
 
 # NOTE: both are scripts in vLLM's repository, not installed by pip: run from a checkout
@@ -220,7 +221,7 @@ def render_split(model: str, groups: list[list[int]], frontend_cpu_ms: float | N
     docs/serving/online_serving/renderer.md)."""
     workers = 1
     if frontend_cpu_ms and peak_rps:
-        workers = max(1, math.ceil(frontend_cpu_ms / 1000 * peak_rps))
+        workers = max(1, min(MAX_RENDER_SERVERS, math.ceil(frontend_cpu_ms / 1000 * peak_rps)))
     host = site.host(0)
     renders = [site.base_port + RENDER_OFFSET + k for k in range(workers)]
     commands = [Command("render", runtime.render_server(model, p, *parsers), {}, host)
@@ -236,8 +237,10 @@ def render_split(model: str, groups: list[list[int]], frontend_cpu_ms: float | N
              "--engine", *engines]
     commands.append(Command("front", front, {}, host))
     why = (f"{workers} render server(s): {frontend_cpu_ms:.1f} ms of front-end CPU per request "
-           f"at {peak_rps:g} req/s, about a core each" if frontend_cpu_ms and peak_rps else
-           "1 render server: no front-end CPU was measured")
+           f"at {peak_rps:g} req/s, about a core each"
+           + (f" (at most {MAX_RENDER_SERVERS}: more is a render tier of its own hosts)"
+              if workers == MAX_RENDER_SERVERS else "")
+           if frontend_cpu_ms and peak_rps else "1 render server: no front-end CPU was measured")
     return DeployPlan("render-split", commands, [
         why, f"clients use http://{site.address(host)}:{site.base_port} (the render front, "
         "from this project: pip install it; it binds 127.0.0.1, add --host 0.0.0.0 for "

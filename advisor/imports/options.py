@@ -8,6 +8,7 @@ from advisor.errors import UsageError
 from advisor.flag_groups import slo_option
 from advisor.flags import option
 from advisor.measure.stats import check_judged
+from advisor.rundata.bounds import placement_name
 from advisor.rundata.slo import DEFAULT_SLO, Slo
 
 KINDS = ("collocated", "disagg")
@@ -68,6 +69,10 @@ def parse_placement(item: str) -> Given:
     if not sep or not rest or kind is None or not name.replace("-", "").isalnum():
         raise UsageError(f"--placement {item!r}: expected NAME=PATH[@RATE] with NAME "
                          "collocated or disagg (or starting collocated- / disagg-)")
+    try:
+        placement_name(name)
+    except ValueError as e:
+        raise UsageError(f"--placement {item[:100]!r}: {e}") from None
     path, at, rate_text = rest.rpartition("@") if "@" in rest else (rest, "", "")
     rate = None
     if at:

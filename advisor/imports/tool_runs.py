@@ -9,6 +9,7 @@ filled in where a file is silent.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -46,13 +47,27 @@ class Found:
         return max((r.end for r in self.records if r.end), default=0.0) - self.start
 
 
+MAX_TOKENS = 1 << 24  # a request's tokens, either way
+
+
+def _finite(t: object) -> bool:
+    return isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
+
+
 def record(index: int, sent: float, first: float | None, gaps: Sequence[float], end: float,
            prompt_tokens: int, output_tokens: int, error: str | None = None,
            scheduled: float | None = None, conversation: str | None = None,
            turn: int = 0) -> RequestRecord:
     """A request sent at `sent` (s) whose first content arrived at `first` and each later
     one `gaps` (s) after the one before, ending at `end`; failed with `error`, or without
-    any content. `scheduled`: when it was due (None: unknown, taken as when it was sent)."""
+    any content. `scheduled`: when it was due (None: unknown, taken as when it was sent).
+    ValueError where a time is not a finite number or a count is out of range."""
+    times = [sent, end, *([first] if first is not None else []),
+             *([scheduled] if scheduled is not None else [])]
+    if len(gaps) > MAX_TOKENS or not all(_finite(t) for t in (*times, *gaps)):
+        raise ValueError(f"request {index}: its times must be finite numbers (seconds)")
+    if not (0 <= prompt_tokens <= MAX_TOKENS and 0 <= output_tokens <= MAX_TOKENS):
+        raise ValueError(f"request {index}: its token counts must be 0 to {MAX_TOKENS}")
     chunks = []
     if first is not None and error is None:
         t = first

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from advisor.errors import UsageError
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
 from advisor.measure.workload_run import discover_model, list_models
+from advisor.rundata.model_name import checked_model
 from workloads.spec import Workload
 
 HEALTH_PATHS = ("/health", "/healthcheck", "/v1/models")
@@ -24,8 +25,9 @@ SAY_EVERY_S = 10.0
 
 
 def served_model(url: str, model: str | None, api_key: str | None = None) -> str:
-    """`model` when given (nothing is asked); else the first the server lists."""
-    return model or discover_model(url, api_key)
+    """`model` when given (nothing is asked), checked as a model name; else the first the
+    server lists."""
+    return checked_model(model, "--model") if model else discover_model(url, api_key)
 
 
 def served_context(url: str, model: str | None, api_key: str | None = None) -> int | None:

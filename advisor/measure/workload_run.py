@@ -9,7 +9,7 @@ import dataclasses
 import json
 import urllib.error
 import urllib.request
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -18,9 +18,11 @@ from advisor.measure.client import Client
 from advisor.measure.records import ClientRun, Endpoint, RequestRecord
 from advisor.measure.workers import run_workers
 from advisor.output.progress import Bars, progress_bars
+from advisor.rundata.model_name import checked_model
 from workloads.spec import Workload
 
 REACH_TIMEOUT_S = 5.0
+MAX_MODELS_BYTES = 1 << 20  # a /v1/models answer: thousands of models
 
 
 def discover_model(base_url: str, api_key: str | None = None) -> str:
@@ -28,7 +30,7 @@ def discover_model(base_url: str, api_key: str | None = None) -> str:
     data = list_models(base_url, api_key)
     if not data:
         raise UsageError(f"{base_url.rstrip('/')}/v1/models lists no models; pass --model")
-    return cast("str", data[0]["id"])
+    return checked_model(data[0].get("id"), f"{base_url.rstrip('/')}/v1/models: data[0].id")
 
 
 def list_models(base_url: str, api_key: str | None = None) -> list[dict[str, Any]]:
@@ -38,10 +40,22 @@ def list_models(base_url: str, api_key: str | None = None) -> list[dict[str, Any
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
                                     timeout=REACH_TIMEOUT_S) as r:
-            data = json.load(r).get("data") or []
+            raw = r.read(MAX_MODELS_BYTES + 1)
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         raise UsageError(f"cannot reach {url} (waited {REACH_TIMEOUT_S:g} s): {reason}") from None
+    try:
+        if len(raw) > MAX_MODELS_BYTES:
+            raise ValueError(f"longer than {MAX_MODELS_BYTES >> 10} KiB")
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise UsageError(f"{url}: not the JSON a model list is: {str(e)[:100]}") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if data is None:
+        return []
+    if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+        raise UsageError(f"{url}: data must be a list of models (objects), not "
+                         f"{str(data)[:60]!r}")
     return data
 
 

@@ -65,7 +65,10 @@ def run_kv_size(
 ) -> dict[str, Any]:
     """`advisor kv-size`: the arithmetic, and the time on each link asked for."""
     size = kv_size(model, tokens, dtype)
-    rates = {spec: parse_link(spec) for spec in links}
+    try:
+        rates = {spec: parse_link(spec) for spec in links}
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if measured:
 
         for name, lk in api.host_links().items():

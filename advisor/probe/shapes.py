@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.api import DTYPE_BYTES, PRESETS, ModelConfig
+from engine.api import DTYPE_BYTES, PRESETS, ModelConfig, check_hf_counts
 
 # bytes per parameter or per cached value: the engine's dtypes, and the quantized formats
 # a served model's weights (fp8, int4) or its KV cache (fp8) may be stored in
@@ -250,7 +250,9 @@ NAMES = (*PRESETS, *SHAPE_ONLY)
 
 def from_hf_dict(d: dict[str, Any], name: str) -> ModelShape:
     """Any config.json: MLA and the hybrid layouts here, the rest as the engine reads it;
-    its weights' precision from its `quantization_config`, where it has one."""
+    its weights' precision from its `quantization_config`, where it has one. ValueError
+    for a number out of range (engine.api.check_hf_counts)."""
+    check_hf_counts(d)
     if "kv_lora_rank" in d:
         shape = _mla(name, d, *_moe_params(d))
     elif "linear_num_value_heads" in d:
@@ -301,3 +303,5 @@ def shape_of(model: str) -> ModelShape:
     except (TypeError, AttributeError, RecursionError) as e:
         raise ValueError(f"{path}: not an HF config.json this can read ({type(e).__name__}: "
                          f"{str(e)[:200]})") from None
+    except ValueError as e:  # a number out of range, or one of thousands of digits
+        raise ValueError(f"{path}: {str(e)[:200]}") from None

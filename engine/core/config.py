@@ -127,12 +127,41 @@ _SUPPORTED_ARCHS = {
 }
 
 
+# the numbers a config.json may give, each an integer from 1 (or 0) to a bound past any
+# published model's: a 4,000-digit size, 28.5 layers or zero heads are no model
+HF_COUNTS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 1024), "hidden_size": (1, 1 << 17), "head_dim": (1, 4096),
+    "num_attention_heads": (1, 4096), "num_key_value_heads": (1, 4096),
+    "intermediate_size": (1, 1 << 20), "moe_intermediate_size": (1, 1 << 20),
+    "shared_expert_intermediate_size": (0, 1 << 20), "vocab_size": (1, 1 << 23),
+    "max_position_embeddings": (1, 1 << 24), "num_experts": (0, 1 << 14),
+    "num_local_experts": (0, 1 << 14), "n_routed_experts": (0, 1 << 14),
+    "num_experts_per_tok": (1, 1 << 10), "n_shared_experts": (0, 1 << 10),
+    "first_k_dense_replace": (0, 1024), "full_attention_interval": (1, 1024),
+    "kv_lora_rank": (1, 1 << 14), "q_lora_rank": (1, 1 << 14), "qk_nope_head_dim": (1, 4096),
+    "qk_rope_head_dim": (1, 4096), "v_head_dim": (1, 4096), "linear_num_value_heads": (1, 4096),
+    "linear_num_key_heads": (1, 4096), "linear_key_head_dim": (1, 4096),
+    "linear_value_head_dim": (1, 4096), "sliding_window": (0, 1 << 24)}
+
+
+def check_hf_counts(d: dict[str, Any]) -> None:
+    """ValueError naming the first field of a config.json whose number is out of
+    HF_COUNTS' range (or not an integer); null stands for absent."""
+    for key, (low, high) in HF_COUNTS.items():
+        v = d.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                              or not low <= v <= high):
+            raise ValueError(f"{key} must be an integer from {low} to {high}, not "
+                             f"{str(v)[:20]}")
+
+
 def config_from_hf_dict(d: dict[str, Any], name: str) -> ModelConfig:
     """Build a ModelConfig from a Hugging Face `config.json` dictionary.
 
     Raises ValueError for architectures whose KV layout this engine does not model
-    (MLA, hybrid SSM, ...), rather than guessing.
+    (MLA, hybrid SSM, ...), rather than guessing, and for a number out of range.
     """
+    check_hf_counts(d)
     archs = d.get("architectures") or []
     if archs and not set(archs) & _SUPPORTED_ARCHS:
         raise ValueError(

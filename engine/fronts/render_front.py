@@ -36,6 +36,9 @@ RENDER, DERENDER = "/v1/chat/completions/render", "/v1/chat/completions/derender
 GENERATE = "/inference/v1/generate"
 PROMPT_TAIL = 8  # prompt IDs a derender gets to seed detokenization
 PARSER_NEEDS = b"is required when a tool or reasoning parser is configured"  # vLLM's 400
+# what one request may send its render servers again with every chunk (the chat request and
+# the whole prompt, where they keep nothing of it): a 120 KB chat of 800 chunks sent 400 MB
+MAX_RESENT_BYTES = 32 << 20
 
 
 class _Upstream(Exception):
@@ -66,7 +69,6 @@ class RenderFront:
         self._renders, self._engines = (itertools.cycle(self.render_urls),
                                         itertools.cycle(self.engine_urls))
         self.upstream = Upstream()
-        self.every_chunk = False  # the render servers need the chat request with every chunk
         self.app = application(max_body)
         self.app.add_routes([
             web.get("/health", self.health), web.get("/v1/models", self.models),
@@ -153,26 +155,29 @@ class RenderFront:
             return await self._stream(request, upstream, body, prompt)
 
     async def _derender_chunk(self, chunk: dict[str, Any], state: dict[str, Any] | None,
-                              chat: dict[str, Any],
-                              prompt: list[int], usage: bool) -> dict[str, Any]:
+                              chat: dict[str, Any], prompt: list[int], usage: bool,
+                              resend: _Resend) -> dict[str, Any]:
         """One generated chunk derendered. The first chunk's call carries the chat request
         and the prompt's tail, and the state carries them on; a render server that keeps
         nothing of them (vLLM's, with a tool or reasoning parser, answers a later chunk's
-        call 400 without them) gets both, the prompt whole, with every chunk from then on."""
+        call 400 without them) gets both, the prompt whole, with every chunk from then on
+        of this request (`resend`), up to MAX_RESENT_BYTES."""
         ask: dict[str, Any] = {"stream": True, "generate_chunk": chunk}
         if state:
             ask["stream_state"] = state
-        if not state or self.every_chunk:
-            ask.update(chat_request=chat, **_prompt(prompt, whole=self.every_chunk))
+        if not state or resend.on:
+            ask.update(chat_request=chat, **_prompt(prompt, whole=resend.on))
+            if resend.on:
+                resend.charge(chat, prompt)
         elif usage:
             ask["prompt_tokens"] = len(prompt)
         try:
             return await self._json(self.render_url + DERENDER, ask, "derender")
         except _Upstream as e:
-            if self.every_chunk or e.status != 400 or PARSER_NEEDS not in e.body:
+            if resend.on or e.status != 400 or PARSER_NEEDS not in e.body:
                 raise
-            self.every_chunk = True
-            return await self._derender_chunk(chunk, state, chat, prompt, usage)
+            resend.on = True
+            return await self._derender_chunk(chunk, state, chat, prompt, usage, resend)
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
                       chat: dict[str, Any],
@@ -183,13 +188,14 @@ class RenderFront:
         await resp.prepare(request)
         state, events = None, DataEvents(upstream.content)
         usage = bool((chat.get("stream_options") or {}).get("include_usage"))
+        resend = _Resend()
         try:
             async for data in events:
                 chunk = json.loads(data)
                 if "error" in chunk:  # the engines' error event: the client gets it as it is
                     await resp.write(event(data))
                     continue
-                answer = await self._derender_chunk(chunk, state, chat, prompt, usage)
+                answer = await self._derender_chunk(chunk, state, chat, prompt, usage, resend)
                 state, out = answer["stream_state"], answer["chunk"]
                 counts = out.pop("usage", None)
                 if out.get("choices"):  # vLLM's derender answers the usage chunk with none
@@ -204,6 +210,24 @@ class RenderFront:
             await resp.write(error_event(f"generate failed mid-stream: {e}"))
         await resp.write(DONE)
         return resp
+
+
+class _Resend:
+    """One request's resending of its chat request and whole prompt with every chunk, and
+    the bytes that has cost: ValueError (the stream ends with an error event) past
+    MAX_RESENT_BYTES."""
+
+    def __init__(self) -> None:
+        self.on, self.sent, self._each = False, 0, 0
+
+    def charge(self, chat: dict[str, Any], prompt: list[int]) -> None:
+        if not self._each:  # the chat's JSON and ~6 bytes an ID, measured once
+            self._each = len(json.dumps(chat)) + 6 * len(prompt)
+        self.sent += self._each
+        if self.sent > MAX_RESENT_BYTES:
+            raise ValueError(f"the render servers need the chat request and the whole prompt "
+                             f"with every chunk, and this request's would pass "
+                             f"{MAX_RESENT_BYTES >> 20} MiB")
 
 
 def _prompt(ids: list[int], whole: bool = False) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ def parse_link(spec: str) -> float:
     if spec.lower() in LINKS:
         return LINKS[spec.lower()]
     m = _RATE.match(spec)
-    if not m or not float(m.group(1)) > 0:
+    if not m or not 0 < float(m.group(1)) < math.inf:
         raise ValueError(f"--link {spec!r}: expected e.g. 400Gbps, 25GBps, or one of "
                          f"{', '.join(LINKS)}")
     per_s = float(m.group(1)) * _UNIT[m.group(2).lower()]

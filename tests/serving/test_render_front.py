@@ -157,7 +157,46 @@ def test_a_render_server_that_keeps_nothing_gets_the_request_with_every_chunk(re
             first, second = events(a, body), events(b, body)
             assert [json.loads(e)["choices"] for e in first[:-1]] == \
                    [json.loads(e)["choices"] for e in second[:-1]]
-            assert front.every_chunk and not plain.every_chunk
             assert seen[0][0] is False and all(sent for sent, _ in seen[1:])
             assert seen[-1][1] > 8  # the prompt whole, not its tail
+            before = len(seen)
             assert events(b, body)[-1] == b"[DONE]"
+            # per request: the next one is not sent whole until its server asks again
+            assert seen[before][0] is False and all(sent for sent, _ in seen[before + 1:])
+
+
+def test_what_a_request_resends_to_its_render_servers_is_bounded(render, monkeypatch):
+    """A render server that keeps nothing makes the front resend the chat and the whole
+    prompt with every chunk: one request's resending stops at MAX_RESENT_BYTES with an error
+    event (a 120 KB chat of 800 chunks sent 400 MB upstream), and the next request is
+    served as the first was."""
+    from engine.fronts import render_front
+
+    monkeypatch.setattr(render_front, "MAX_RESENT_BYTES", 4000)
+    sent = []
+
+    async def stateless(request):
+        raw = await request.read()
+        body = json.loads(raw)
+        if request.path.endswith("/derender") and body.get("stream_state"):
+            sent.append(len(raw))
+            if body.get("chat_request") is None:
+                return web.json_response({"error": {
+                    "message": "chat_request is required when a tool or reasoning parser is "
+                               "configured", "type": "BadRequestError", "code": 400}},
+                    status=400)
+        async with aiohttp.ClientSession() as s, s.post(render + request.path, json=body) as r:
+            return web.json_response(await r.json(), status=r.status)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions/render", stateless)
+    app.router.add_post("/v1/chat/completions/derender", stateless)
+    long_chat = {**CHAT, "messages": [{"role": "user", "content": "word " * 400}],
+                 "max_tokens": 40, "ignore_eos": True}
+    with running_server() as (engine, _), running_app(app) as keeps_nothing, \
+            running_app(RenderFront(keeps_nothing, engine).app) as url:
+        for _ in range(2):
+            sent.clear()
+            out = events(url, long_chat)
+            assert out[-1] == b"[DONE]" and b"MiB" in out[-2]
+            assert sum(sent) < 3 * 4000 + 2000  # stopped at the bound, not at chunk 40
