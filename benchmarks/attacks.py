@@ -16,6 +16,12 @@ counting what it got back. Used by soak.py.
 7. A tool call's arguments nested 5,000 deep (once a RecursionError and a 500).
 8. Bodies trickled a byte every 0.5 s after whole headers, reopened whenever the server
    closes them (once they held a descriptor for ever).
+9. Requests aiohttp's parser refuses (a request line of control characters, a Content-Length
+   that is no number): each a JSON 400 that does not echo the request (issue 67).
+10. Files handed to the CLI beside the deployment (issue 67): a trace whose timestamps
+   overflow when subtracted (advisor bench hung on it), a run directory whose front-end CPU
+   would give 1e15 render servers and whose placement names 11-digit counts (advisor deploy
+   and recommend ran out of memory): each must end in seconds, exit 2, and stay small.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import json
 import os
 import socket
 import struct
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -185,7 +193,83 @@ class Attacks:
         finally:
             await runner.cleanup()
 
+    async def parser(self, until: float, every_s: float = 5.0) -> None:
+        """Attack 9: requests the HTTP parser refuses, each answer's status and type."""
+        port = int(self.front.rsplit(":", 1)[1])
+        while time.monotonic() < until:
+            for raw in (b"GET /\x01\x02 HTTP/1.1\r\nHost: x\r\n\r\n",
+                        b"POST /v1/completions HTTP/1.1\r\nContent-Length: zz\r\n\r\n"):
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.write(raw)
+                    answer = await asyncio.wait_for(reader.read(), 10)
+                    writer.close()
+                    json_body = b"application/json" in answer.split(b"\r\n\r\n")[0]
+                    self.got["9 refused by the HTTP parser"][
+                        f"{answer[9:12].decode()} {'json' if json_body else 'not json'}"] += 1
+                except (OSError, TimeoutError) as e:
+                    self.got["9 refused by the HTTP parser"][type(e).__name__] += 1
+            await asyncio.sleep(every_s)
+
+    async def files(self, until: float, where: Path, every_s: float = 30.0) -> None:
+        """Attack 10: hostile files handed to the CLI, every `every_s`: each run's exit code,
+        whether it took under 10 s and its peak RSS under 300 MB."""
+        trace = where / "overflow.jsonl"
+        trace.write_text('{"timestamp": 1e308, "input_length": 10, "output_length": 8}\n'
+                         '{"timestamp": -1e308, "input_length": 10, "output_length": 8}\n')
+        run = _hostile_run_dir(where / "run")
+        cli = [sys.executable, "-m", "advisor.cli"]
+        runs = {"bench --trace (timestamps of +-1e308)":
+                [*cli, "bench", "--trace", str(trace), "--base-url", self.front],
+                "deploy (1e15 ms a request, 11-digit counts)":
+                [*cli, "deploy", str(run), "--format", "k8s"],
+                "recommend (the same)": [*cli, "recommend", str(run)]}
+        while time.monotonic() < until:
+            for name, argv in runs.items():
+                code, seconds, rss_mb = await asyncio.to_thread(_timed, argv)
+                self.got[f"10 {name}"][f"exit {code}, {'under' if seconds < 10 else 'OVER'} "
+                                       f"10 s, {'under' if rss_mb < 300 else 'OVER'} "
+                                       "300 MB"] += 1
+            await asyncio.sleep(every_s)
+
     def lines(self) -> dict[str, str]:
         """What each attack got back, one line each."""
         return {f"attack {name}": ", ".join(f"{k}: {v}" for k, v in sorted(
             c.items(), key=lambda kv: str(kv[0]))) for name, c in sorted(self.got.items())}
+
+
+def _timed(argv: list[str]) -> tuple[int, float, float]:
+    """(exit code, seconds, peak RSS in MB) of `argv` run to its end."""
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, time.monotonic() - start, usage.ru_maxrss / 1024
+
+
+def _hostile_run_dir(path: Path) -> Path:
+    """A run directory as advisor writes one, then given a front-end CPU of 1e15 ms a
+    request and a collocated placement of 100,000,000,000 replicas."""
+    from advisor.rundata.evidence import (
+        Evidence,
+        FrontendEvidence,
+        PlacementEvidence,
+        WorkloadEvidence,
+    )
+    from advisor.rundata.manifest import Manifest
+    from advisor.rundata.recommendation import Recommendation
+    from advisor.rundata.rundir import RunDir
+    from advisor.rundata.slo import Slo
+
+    r = RunDir(path)
+    r.write_manifest(Manifest.new(0, {"model": "qwen2.5-7b", "device": "cuda"}))
+    r.write_evidence(Evidence(Slo.of(2000, 50), PlacementEvidence("collocated-2", 1.0),
+                              WorkloadEvidence(mean_prompt_tokens=2000, concurrency=2.0),
+                              disaggregated=PlacementEvidence("disagg-1p1d", 2.0),
+                              frontend=FrontendEvidence(cpu_ms_per_request=5.0)))
+    r.write_recommendation(Recommendation("split-render-tier", [], [], None, [], {}))
+    evidence = json.loads((path / "evidence.json").read_text())
+    evidence["frontend"]["cpu_ms_per_request"] = 1e15
+    evidence["collocated"]["placement"] = "collocated-100000000000"
+    (path / "evidence.json").write_text(json.dumps(evidence))
+    return path

@@ -251,8 +251,10 @@ async def soak(serve: subprocess.Popen, url: str, rate: float, seconds: float,
     async def baseline():
         base.update({role: sample(pid) for role, pid in children(serve).items()})
 
+    files = Path(tempfile.mkdtemp(prefix="soak-files-"))
     faults = [load(s, until), hostile(s, until), attacks.requests(until),
-              attacks.sieges(until), at(warm, baseline()),
+              attacks.sieges(until), attacks.parser(until), attacks.files(until, files),
+              at(warm, baseline()),
               at(kill_at, kill_and_rebase(s, serve, kids["decode"], urls["decode"], base,
                                           attacks))]
     for c in range(cycles):

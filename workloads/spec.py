@@ -17,6 +17,9 @@ from workloads.lengths import LengthDist
 
 DEFAULT_VOCAB = (10, 500)  # token ids valid in every preset's and most real models' vocabularies
 
+# prompt tokens one workload holds, each a Python int (~36 bytes with its list slot: ~1.2 GB)
+MAX_WORKLOAD_TOKENS = 32_000_000
+
 
 @dataclass
 class Turn:
@@ -103,8 +106,12 @@ class SyntheticSpec:
 
 
 def synthesize(spec: SyntheticSpec, seed: int, name: str = "random") -> Workload:
-    """The workload `spec` describes; the same seed gives the same requests."""
+    """The workload `spec` describes; the same seed gives the same requests. ValueError,
+    before any prompt is built, where they would hold over MAX_WORKLOAD_TOKENS tokens."""
     spec.validate()
+    if spec.num_prompts > MAX_WORKLOAD_TOKENS:
+        raise ValueError(f"{spec.num_prompts} requests: over the {MAX_WORKLOAD_TOKENS} tokens "
+                         "one workload may hold")
     rng = np.random.default_rng(seed)
     n_conv = -(-spec.num_prompts // spec.turns)
     # the rate counts requests; each conversation brings num_prompts / n_conv of them
@@ -114,6 +121,10 @@ def synthesize(spec: SyntheticSpec, seed: int, name: str = "random") -> Workload
     first_in = spec.input.sample(n_conv, rng)
     later_in = (spec.turn_input or spec.input).sample(n_conv * spec.turns, rng)
     outs = spec.output.sample(n_conv * spec.turns, rng)
+    built = spec.shared_prefix_len * n_conv + int(first_in.sum()) + int(later_in.sum())
+    if built > MAX_WORKLOAD_TOKENS:
+        raise ValueError(f"{spec.num_prompts} requests would hold ~{built} prompt tokens, over "
+                         f"the {MAX_WORKLOAD_TOKENS} one workload may: fewer or shorter prompts")
     convs, left = [], spec.num_prompts
     for c in range(n_conv):
         turns = []

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.spec import DEFAULT_VOCAB, Conversation, Turn, Workload
+from workloads.spec import DEFAULT_VOCAB, MAX_WORKLOAD_TOKENS, Conversation, Turn, Workload
 
 MOONCAKE_BLOCK = 512
 FORMATS = ("mooncake", "azure", "burstgpt")
@@ -33,8 +33,7 @@ MAX_LINE_BYTES = 1 << 20  # one JSON Lines row: room for MAX_ROW_HASH_IDS long i
 MAX_HASH_ID = (1 << 63) - 1
 MAX_TIMESTAMP_S = 1e11  # ~3,000 years: any epoch's seconds, and finite differences
 MAX_REPLAY_S = 86_400.0  # the replayed window's span after --trace-time-scale: a day
-# prompt tokens a workload built from a trace holds (each a Python int, ~36 bytes: 144 MB)
-MAX_WORKLOAD_TOKENS = 4_000_000
+
 
 
 @dataclass(frozen=True)

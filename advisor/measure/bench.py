@@ -41,6 +41,8 @@ from workloads.lengths import LengthDist
 from workloads.presets import PRESETS, preset
 from workloads.spec import SyntheticSpec, Workload, synthesize
 
+MAX_PROMPTS = 1_000_000  # requests one bench sends
+
 
 def _resolved(opts: BenchOptions) -> BenchOptions:
     """The options with vLLM's --host/--port turned into --base-url."""
@@ -70,8 +72,8 @@ def _checked(opts: BenchOptions) -> tuple[list[float], tuple[str, ...]]:
         raise UsageError(f"--temperature must be >= 0, not {opts.temperature}")
     if opts.request_rate is not None and not opts.request_rate > 0:
         raise UsageError(f"--request-rate must be > 0 (or inf), not {opts.request_rate}")
-    if opts.num_prompts is not None and opts.num_prompts < 1:
-        raise UsageError(f"--num-prompts must be >= 1, not {opts.num_prompts}")
+    if opts.num_prompts is not None and not 1 <= opts.num_prompts <= MAX_PROMPTS:
+        raise UsageError(f"--num-prompts must be 1 to {MAX_PROMPTS}, not {opts.num_prompts}")
     if opts.max_concurrency is not None and opts.max_concurrency < 1:
         raise UsageError(f"--max-concurrency must be >= 1, not {opts.max_concurrency}")
     if opts.num_warmups < 0:

@@ -18,13 +18,25 @@ from advisor.measure.records import RequestRecord
 from advisor.rundata.slo import Slo
 from advisor.rundata.stats import METRICS, Intervals, Latency, RunStats, TurnStats
 
+MAX_RATES = 64  # rates one --rates grid may hold
+MAX_RATE = 1e6  # req/s
+
 
 def parse_rates(text: str | None) -> tuple[float, ...]:
-    """--rates "0.2,0.4" -> (0.2, 0.4); UsageError when it is not a list of numbers."""
+    """--rates "0.2,0.4" -> (0.2, 0.4); UsageError when it is not a list of at most
+    MAX_RATES finite numbers above 0 and at most MAX_RATE, each read before it sizes
+    anything."""
+    items = [r for r in (text or "").split(",", MAX_RATES) if r.strip()]
+    if len(items) > MAX_RATES:
+        raise UsageError(f"--rates: at most {MAX_RATES} rates")
     try:
-        return tuple(float(r) for r in text.split(",") if r.strip()) if text else ()
+        rates = tuple(float(r) for r in items)
     except ValueError:
-        raise UsageError(f"--rates {text!r}: expected comma-separated numbers") from None
+        raise UsageError(f"--rates {(text or '')[:80]!r}: expected comma-separated numbers") \
+            from None
+    if not all(0 < r <= MAX_RATE for r in rates):
+        raise UsageError(f"--rates: each must be above 0 and at most {MAX_RATE:g} req/s")
+    return rates
 
 
 def check_judged(slo: Slo, attainment: float | None = None,

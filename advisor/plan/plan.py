@@ -35,6 +35,7 @@ from advisor.probe.links import HOST_STAGED, Link
 from advisor.probe.p2p import P2PMatrix
 from advisor.probe.p2p_pairs import GpuPlacement, place
 from advisor.probe.shapes import ModelShape, shape_of
+from advisor.rundata.bounds import MAX_GPUS_PER_NODE, MAX_NODES, MAX_PLACEMENT_GPUS
 from advisor.rundata.evidence import Calibration
 from advisor.rundata.manifest import Manifest, PlanFacts, Screened
 from advisor.rundata.recommendation import PlacementRank
@@ -46,6 +47,9 @@ from workloads.presets import preset_spec, seed_for
 from workloads.spec import SyntheticSpec
 
 RATES = 10  # grid points when no --rates are given
+MAX_PLAN_PROMPTS = 100_000  # simulated requests per rate
+# placements one plan screens (8 GPUs give tens; 128 of a small model 580, ~1 s each)
+MAX_CANDIDATES = 1000
 PRECISION = {"bf16": "bfloat16", "fp8": "fp8", "int4": "int4", None: "bfloat16"}
 
 
@@ -81,8 +85,14 @@ class _Setup:
 def _setup(o: PlanOptions) -> _Setup:
     """Everything the options name, checked: UsageError naming the flag otherwise."""
     check_judged(o.slo)
-    for bad, what in ((o.gpus < 1, f"--gpus must be >= 1, not {o.gpus}"),
-                      (o.requests < 10, f"--num-prompts must be >= 10, not {o.requests}"),
+    for bad, what in ((not 1 <= o.gpus <= MAX_GPUS_PER_NODE,
+                       f"--gpus must be 1 to {MAX_GPUS_PER_NODE}, not {o.gpus}"),
+                      (not 1 <= o.nodes <= MAX_NODES,
+                       f"--nodes must be 1 to {MAX_NODES}, not {o.nodes}"),
+                      (o.gpus * o.nodes > MAX_PLACEMENT_GPUS,
+                       f"--gpus x --nodes must be at most {MAX_PLACEMENT_GPUS} GPUs"),
+                      (not 10 <= o.requests <= MAX_PLAN_PROMPTS,
+                       f"--num-prompts must be 10 to {MAX_PLAN_PROMPTS}, not {o.requests}"),
                       (any(r <= 0 for r in o.rates), "--rates must each be > 0")):
         if bad:
             raise UsageError(what)
@@ -129,6 +139,10 @@ def _setup(o: PlanOptions) -> _Setup:
                              f"{o.gpus * o.nodes} x {g.name}; there are "
                              f"{', '.join(c.name for c in found)}")
         found = [c for c in found if c.name in o.placements]
+    if len(found) > MAX_CANDIDATES:
+        raise UsageError(f"--gpus {o.gpus} --nodes {o.nodes}: {len(found)} placements to "
+                         f"simulate, over {MAX_CANDIDATES}: name the ones to compare "
+                         "(--placements) or plan fewer GPUs")
     return _Setup(shape, g, lk, spec, found, matrix, source, said, weights, kv,
                   o.gpus if o.nodes > 1 else 0, inter)
 

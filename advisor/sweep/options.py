@@ -37,6 +37,7 @@ MULTI_TURN_TOPOLOGIES = "collocated:2,disagg:1p1d,disagg-bidi:1p1d"
 # a chat preset whose front end does real work also measures the render tier split off
 RENDER_SPLIT_TOPOLOGIES = "collocated:2,disagg:1p1d,render-split:2"
 MIN_REQUESTS, MAX_REQUESTS = 30, 100  # per rate, by default: p99 ITL and attainment need 30
+MAX_REQUESTS_GIVEN = 100_000  # per rate, by --num-prompts
 FALLBACK_START = 0.25  # req/s: the first rate when nothing was calibrated
 # seconds a default bundled sweep may measure before its second pass starts no more runs:
 # five minutes, less the start-up, the evidence and the report; the first pass always runs
@@ -216,8 +217,8 @@ class SweepOptions:
             raise UsageError(f"--time-budget must be >= 0 (0: no limit), not {self.time_budget}")
         if not self.ready_timeout >= 0:
             raise UsageError(f"--ready-timeout must be >= 0, not {self.ready_timeout}")
-        if self.num_prompts is not None and self.num_prompts < 1:
-            raise UsageError("--num-prompts must be >= 1")
+        if self.num_prompts is not None and not 1 <= self.num_prompts <= MAX_REQUESTS_GIVEN:
+            raise UsageError(f"--num-prompts must be 1 to {MAX_REQUESTS_GIVEN}")
         if any(s is not None and not s > 0 for s in (self.scale, self.output_scale)):
             raise UsageError("--scale and --output-scale must be > 0")
         try:

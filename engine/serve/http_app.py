@@ -13,7 +13,7 @@ import socket
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+from aiohttp import web, web_protocol
 from aiohttp.typedefs import Handler, Middleware
 
 from engine.core import deployment
@@ -108,6 +108,10 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     disconnects, which is what aborts an abandoned request."""
     if api_key:
         app.middlewares.append(require_api_key(api_key))
+    # NOTE: aiohttp answers what its HTTP parser refuses (a bad request line or header, a
+    # body past the limit while reading) before any middleware runs, as text/plain echoing
+    # the request line; our servers answer those as every other error: OpenAI-style JSON
+    web_protocol.RequestHandler.handle_error = _json_error  # type: ignore[method-assign]
     # a full collection over what torch and the model leave behind took ~150 ms, an ITL
     # spike to every request in flight, so the startup objects are frozen, as vLLM does
     gc.collect()
@@ -130,6 +134,24 @@ async def run_app(app: web.Application, host: str, port: int, banner: str,
     finally:
         watcher.cancel()
         await runner.cleanup()
+
+
+_aiohttp_error = web_protocol.RequestHandler.handle_error
+
+
+def _json_error(self: web_protocol.RequestHandler, request: web.BaseRequest, status: int = 500,
+                exc: BaseException | None = None, message: str | None = None
+                ) -> web.StreamResponse:
+    """aiohttp's own handling (it logs, and refuses where a response has begun), answered
+    as an OpenAI-style error body that says what failed without echoing the request."""
+    _aiohttp_error(self, request, status, exc, message)
+    client = status < 500
+    what = ("the request is not HTTP this server reads (its request line, headers or "
+            "framing)" if client else "the server failed")
+    out = web.json_response(error_body(what, "invalid_request_error" if client
+                                       else "server_error", status), status=status)
+    out.force_close()
+    return out
 
 
 def health(request: web.Request, **body: Any) -> web.Response:

@@ -90,7 +90,8 @@ def test_hostile_hash_ids_are_named_by_row(tmp_path, ids, needle):
 
 
 def test_a_workload_past_its_token_budget_is_refused_before_it_is_built():
-    many = [TraceRow(i * 0.01, traces.MAX_ROW_TOKENS, 8) for i in range(5)]
+    many = [TraceRow(i * 0.01, traces.MAX_ROW_TOKENS, 8)
+            for i in range(traces.MAX_WORKLOAD_TOKENS // traces.MAX_ROW_TOKENS + 1)]
     with pytest.raises(ValueError, match="prompt tokens in all, over the"):
         traces.to_workload(many, 0)
 
