@@ -28,9 +28,10 @@ from advisor.rundata.manifest import Manifest
 from advisor.rundata.recommendation import Recommendation
 from advisor.rundata.rundir import RunDir
 from advisor.rundata.slo import Slo
+from tests.adversarial.memory_cap import memory_cap  # noqa: F401  (a fixture)
 from tests.cli import advisor, said
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("memory_cap")]
 LIMIT_S, LIMIT_MB = 10.0, 300
 
 

@@ -11,11 +11,12 @@ import tracemalloc
 
 import pytest
 
+from tests.adversarial.memory_cap import memory_cap  # noqa: F401  (a fixture)
 from tests.cli import advisor, said
 from workloads import traces
 from workloads.traces import TraceRow
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("memory_cap")]
 ROW = '{{"timestamp": {ts}, "input_length": {inp}, "output_length": 8, "hash_ids": {ids}}}\n'
 LIMIT_S, LIMIT_MB = 10.0, 300
 
