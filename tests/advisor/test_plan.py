@@ -205,7 +205,7 @@ BAD = [
     (["--p2p", "yes", "--p2p-matrix", "topo.txt"], "--p2p yes and --p2p-matrix: give one"),
     (["--gpus", "4", "--p2p-matrix", str(FIX / "p2p_2gpu_ansi.txt")], "2 GPUs, but --gpus 4"),
     (["--workload", "chat-multiturn"], "multi-turn workloads are not simulated"),
-    (["--gpus", "0"], "advisor: error: --gpus must be >= 1, not 0\n"),  # that flag alone
+    (["--gpus", "0"], "advisor: error: --gpus must be 1 to 72, not 0\n"),  # that flag alone
     (["--slo", "ttft:soon", "itl:50"], "--slo item 'ttft:soon': 'soon' is not a number"),
     (["--topology", "disagg-url=disagg:1p1d"], "--topology names a measured deployment's shape"),
     (["--scale", "0"], "--scale 0: expected a finite number above 0"),
