@@ -127,17 +127,16 @@ def test_render_servers_and_engines_are_taken_in_turn(render):
     assert len(seen["render"]) == 4  # half of the 8 render and derender calls
 
 
-def test_a_render_server_that_keeps_nothing_gets_the_request_with_every_chunk(render):
-    """As vLLM's render server with a tool or reasoning parser: a later chunk's derender
-    without the chat request is a 400; the front then sends it, the prompt whole, with every
-    chunk, and the client's stream is the one a stateful render server gives."""
-    seen = []
-
+def keeps_nothing_app(render: str, seen: list[tuple[bool, int, int]]) -> web.Application:
+    """The render server at `render` as vLLM's with a tool or reasoning parser: a later
+    chunk's derender without the chat request is a 400. Each such call is noted in `seen`:
+    (the chat request sent, prompt IDs sent, bytes)."""
     async def stateless(request):
-        body = await request.json()
+        raw = await request.read()
+        body = json.loads(raw)
         if request.path.endswith("/derender") and body.get("stream_state"):
             seen.append((body.get("chat_request") is not None,
-                         len(body.get("prompt_token_ids") or [])))
+                         len(body.get("prompt_token_ids") or []), len(raw)))
             if body.get("chat_request") is None:
                 return web.json_response({"error": {
                     "message": "chat_request is required when a tool or reasoning parser is "
@@ -150,6 +149,15 @@ def test_a_render_server_that_keeps_nothing_gets_the_request_with_every_chunk(re
     app = web.Application()
     app.router.add_post("/v1/chat/completions/render", stateless)
     app.router.add_post("/v1/chat/completions/derender", stateless)
+    return app
+
+
+def test_a_render_server_that_keeps_nothing_gets_the_request_with_every_chunk(render):
+    """As vLLM's render server with a tool or reasoning parser: a later chunk's derender
+    without the chat request is a 400; the front then sends it, the prompt whole, with every
+    chunk, and the client's stream is the one a stateful render server gives."""
+    seen: list[tuple[bool, int, int]] = []
+    app = keeps_nothing_app(render, seen)
     with running_server() as (engine, _), running_app(app) as keeps_nothing:
         plain, front = RenderFront(render, engine), RenderFront(keeps_nothing, engine)
         with running_app(plain.app) as a, running_app(front.app) as b:
@@ -157,12 +165,12 @@ def test_a_render_server_that_keeps_nothing_gets_the_request_with_every_chunk(re
             first, second = events(a, body), events(b, body)
             assert [json.loads(e)["choices"] for e in first[:-1]] == \
                    [json.loads(e)["choices"] for e in second[:-1]]
-            assert seen[0][0] is False and all(sent for sent, _ in seen[1:])
+            assert seen[0][0] is False and all(whole for whole, _, _ in seen[1:])
             assert seen[-1][1] > 8  # the prompt whole, not its tail
             before = len(seen)
             assert events(b, body)[-1] == b"[DONE]"
             # per request: the next one is not sent whole until its server asks again
-            assert seen[before][0] is False and all(sent for sent, _ in seen[before + 1:])
+            assert seen[before][0] is False and all(whole for whole, _, _ in seen[before + 1:])
 
 
 def test_what_a_request_resends_to_its_render_servers_is_bounded(render, monkeypatch):
@@ -173,24 +181,8 @@ def test_what_a_request_resends_to_its_render_servers_is_bounded(render, monkeyp
     from engine.fronts import render_front
 
     monkeypatch.setattr(render_front, "MAX_RESENT_BYTES", 4000)
-    sent = []
-
-    async def stateless(request):
-        raw = await request.read()
-        body = json.loads(raw)
-        if request.path.endswith("/derender") and body.get("stream_state"):
-            sent.append(len(raw))
-            if body.get("chat_request") is None:
-                return web.json_response({"error": {
-                    "message": "chat_request is required when a tool or reasoning parser is "
-                               "configured", "type": "BadRequestError", "code": 400}},
-                    status=400)
-        async with aiohttp.ClientSession() as s, s.post(render + request.path, json=body) as r:
-            return web.json_response(await r.json(), status=r.status)
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions/render", stateless)
-    app.router.add_post("/v1/chat/completions/derender", stateless)
+    sent: list[tuple[bool, int, int]] = []
+    app = keeps_nothing_app(render, sent)
     long_chat = {**CHAT, "messages": [{"role": "user", "content": "word " * 400}],
                  "max_tokens": 40, "ignore_eos": True}
     with running_server() as (engine, _), running_app(app) as keeps_nothing, \
@@ -199,4 +191,4 @@ def test_what_a_request_resends_to_its_render_servers_is_bounded(render, monkeyp
             sent.clear()
             out = events(url, long_chat)
             assert out[-1] == b"[DONE]" and b"MiB" in out[-2]
-            assert sum(sent) < 3 * 4000 + 2000  # stopped at the bound, not at chunk 40
+            assert sum(n for _, _, n in sent) < 3 * 4000 + 2000  # stopped at the bound
