@@ -15,8 +15,8 @@ from advisor.probe.p2p import P2PMatrix
 from advisor.rundata.evidence import P2PEvidence, P2PPair
 
 # GPU orders tried, each costing its GPUs and P->D pairs: past it the best found so far
-# stands (a 16p16d on 32 GPUs took 16 s at 200,000 orders; now at most ~1 s)
-SEARCH_WORK = 4_000_000
+# stands (a 16p16d on 32 GPUs took 16 s at 200,000 orders; now ~1-2 s)
+SEARCH_WORK = 1_000_000
 
 
 @dataclass(frozen=True)
