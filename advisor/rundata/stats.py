@@ -12,7 +12,7 @@ from typing import Any
 
 from advisor.rundata.files import RunDataError
 from advisor.rundata.slo import Slo
-from advisor.rundata.typed_json import from_json, to_json
+from advisor.rundata.typed_json import from_json, to_json_value
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _LATENCY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
@@ -131,7 +131,7 @@ class RunStats:
                                 f"std_{metric}_ms": lat.std})
                     out.update({f"{p}_{metric}_ms": v for p, v in lat.percentiles.items()})
             elif value is not None or name == "early_e2el_ms":
-                out[name] = _plain(value)
+                out[name] = to_json_value(value)
         return out
 
     @classmethod
@@ -168,13 +168,6 @@ class RunStats:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(RunStats))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    is_record = dataclasses.is_dataclass(value) and not isinstance(value, type)
-    return to_json(value) if is_record else value
 
 
 def _numbers(flat: dict[str, Any]) -> dict[str, Any]:
