@@ -44,15 +44,15 @@ def main() -> None:
     for i in range(a.runs):
         seconds, run = one_sweep(parent / f"run-{i}", a.flags)
         rec, ev = run.read_recommendation(), run.read_evidence()
-        confident = bool((rec.get("comparison") or {}).get("confident"))
+        confident = rec.comparison is not None and rec.comparison.confident
         ratio, at = p99_itl_ratio(ev)
-        good += (rec["action"] == "disaggregate" and confident and seconds <= 300
+        good += (rec.action == "disaggregate" and confident and seconds <= 300
                  and ratio >= 1.5)
         sides = "; ".join(f"{side.placement} {side.max_goodput_rps:g} req/s "
                           f"{side.max_goodput_interval_rps}" for side in
                           (ev.collocated, ev.disaggregated) if side and side.placement)
         stopped = " (the time budget ended its search)" if ev.search_stopped else ""
-        print(f"run {i + 1}: {seconds:.0f} s, {rec['action']}"
+        print(f"run {i + 1}: {seconds:.0f} s, {rec.action}"
               f"{', confident' if confident else ', within noise'}{stopped}; {sides}; "
               f"collocated p99 ITL {ratio:.1f}x P/D's at {at}", flush=True)
     print(f"disaggregate + confident + p99 ITL >= 1.5x within 5 min: {good} of {a.runs} "
