@@ -15,6 +15,10 @@ from typing import cast
 from advisor.decide.thresholds import RATIO_WIDTH
 from advisor.goodput.outcomes import Outcome, apart, goodput_interval, top
 
+# halvings below the first rate `to_sharpen` may step to find a rate that surely meets:
+# each costs twice the time of the last for the same requests
+DOWN_TO_BOUND = 2
+
 
 @dataclass(frozen=True)
 class SearchPlan:
@@ -211,9 +215,11 @@ def to_sharpen(done: dict[str, list[Outcome]], pair: tuple[str, str], stuck: set
     than RATIO_WIDTH: (placement, rate, whether to measure it again). A rate within noise
     that holds an interval open (`top_up`: a bound not sure, a bisection that came out
     within noise) is measured again first; else the interval is bisected at its geometric
-    middle, where not measured and wider than `plan.min_ratio`; the wider interval (one
-    without a bound widest) first. Placements in `stuck` (a step that narrowed nothing) are
-    passed over. None: narrow enough, or nothing left to try."""
+    middle, where not measured and wider than `plan.min_ratio`; an interval from 0 (no
+    rate surely met) is stepped down by halves, at most DOWN_TO_BOUND halvings below the
+    first rate; the wider interval (one without a bound widest) first. Placements in
+    `stuck` (a step that narrowed nothing) are passed over. None: narrow enough, or
+    nothing left to try."""
     if ratio_width(done[pair[0]], done[pair[1]]) < RATIO_WIDTH:
         return None
     options = []
@@ -225,6 +231,10 @@ def to_sharpen(done: dict[str, list[Outcome]], pair: tuple[str, str], stuck: set
         again = top_up(done[name])
         if again is not None:
             options.append((width, name, again, True))
+        elif lo <= 0:  # surely met at no rate: no ratio is bounded until one is found
+            below = round(min(o.rate for o in done[name]) / 2, 4)
+            if below >= plan.start / 2 ** DOWN_TO_BOUND:
+                options.append((width, name, below, False))
         if again is not None or hi is None or lo <= 0:
             continue
         mid = round(math.sqrt(lo * hi), 4)

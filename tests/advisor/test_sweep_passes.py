@@ -11,7 +11,7 @@ from advisor.rundata.slo import DEFAULT_SLO
 from advisor.sweep.budget import TimeBudget
 from advisor.sweep.kept_placements import KeptPlacements
 from advisor.sweep.options import span_s
-from advisor.sweep.rate_search import SearchPlan
+from advisor.sweep.rate_search import SearchPlan, ratio_width
 from advisor.sweep.state import SweepState
 from advisor.sweep.steps import Steps
 
@@ -209,3 +209,29 @@ def test_a_bisection_within_noise_is_measured_again_before_giving_up():
     written, s = _sharpened(None, truth)
     assert written == [(3.52, False), (1.0465, False), (1.0465, True), (4.5649, False)]
     assert goodput_interval(s.state.done["collocated-2"]) == (0.74, 1.0465)
+
+
+def test_the_third_pass_steps_down_until_collocated_surely_meets():
+    # the default sweep of 2026-12-07 (Zen 4): collocated missed at 1.1 and surely at 2.2,
+    # so it surely met at no rate and no ratio was bounded; halving its lowest rate finds
+    # one that surely meets (0.55), and from there the ratio is bounded
+    truth = {**SHARPEN, 0.55: [Outcome(0.55, True, False, sure_meets=True)],
+             0.7778: [Outcome(0.7778, True, False, sure_meets=True)],
+             1.1: [Outcome(1.1, False, False),
+                   Outcome(1.1, False, False, sure_misses=True, topped_up=True)]}
+    written, s = _sharpened(None, truth, [Outcome(1.1, False, False),
+                                          Outcome(2.2, False, True, sure_misses=True)])
+    assert written[1] == (0.55, False)  # [0]: 1.1, as the sweep wrote it
+    assert goodput_interval(s.state.done["collocated-2"]) == (0.7778, 1.1)
+    assert ratio_width(s.state.done["disagg-1p1d"], s.state.done["collocated-2"]) < 2
+
+
+def test_the_third_pass_steps_down_at_most_twice_below_the_first_rate():
+    # nothing ever surely meets: 0.37 and 0.185 are tried (the first rate 0.74), no lower
+    truth = {r: [Outcome(r, False, False, sure_misses=True)] for r in (0.37, 0.185)}
+    truth[5.1985] = [Outcome(5.1985, True, False, sure_meets=True)]  # disaggregated's
+    written, s = _sharpened(None, {**SHARPEN, **truth},
+                            [Outcome(0.74, False, False),
+                             Outcome(1.48, False, True, sure_misses=True)])
+    assert [r for r, _ in written if r < 0.74] == [0.37, 0.185]
+    assert goodput_interval(s.state.done["collocated-2"])[0] == 0
