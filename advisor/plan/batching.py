@@ -207,7 +207,9 @@ class Batcher:
         self.due[(k + 1 - job.before) % self.bs] += 1
         self.finishing.setdefault(k + left - 1, []).append(job)
 
-    def finish(self, k: int) -> None:
-        """The jobs whose last token step `k` gave leave, freeing their blocks."""
-        for job in self.finishing.pop(k, ()):
+    def finish(self, k: int) -> list[Job]:
+        """The jobs whose last token step `k` gave leave, freeing their blocks; those jobs."""
+        done = self.finishing.pop(k, [])
+        for job in done:
             self._stop(job, k, k - job.first + 1)
+        return done

@@ -51,15 +51,22 @@ class Simulation:
 EPOCH = 1.0
 
 
-def simulate(system: System, requests: list[SimRequest]) -> Simulation:
-    """Every request served (or refused) on `system`; records as the client keeps them."""
+def simulate(system: System, requests: list[SimRequest],
+             concurrency: int | None = None) -> Simulation:
+    """Every request served (or refused) on `system`; records as the client keeps them.
+    With `concurrency`, a closed loop as `vllm bench serve --max-concurrency` runs one: at
+    most that many in flight, each further request sent (at the earliest at its arrival)
+    when one ends."""
     shifted = [SimRequest(r.arrival + EPOCH, r.prompt, r.output) for r in requests]
-    return _Sim(system, shifted).run()
+    return _Sim(system, shifted, concurrency).run()
 
 
 class _Sim:
-    def __init__(self, system: System, requests: list[SimRequest]) -> None:
+    def __init__(self, system: System, requests: list[SimRequest],
+                 concurrency: int | None = None) -> None:
         self.sys, self.reqs = system, requests
+        self.cap = concurrency
+        self.pending = iter(range(len(requests)))  # not yet sent (a closed loop's queue)
         self.rng = np.random.default_rng(JITTER_SEED)
         self.decoders = [_Engine("decode" if system.prefill else "both", Batcher(s))
                          for s in system.decode]
@@ -79,27 +86,44 @@ class _Sim:
         heapq.heappush(self.events, (t, next(self.seq), fn, args))
 
     def run(self) -> Simulation:
-        pd = bool(self.prefillers)
-        hop = (self.sys.front_ms + (self.sys.proxy_ms if pd else 0.0)) / 1000
-        for i, r in enumerate(self.reqs):
-            d = i % len(self.decoders)
-            self.target[i] = d
-            if pd:
-                e = self.prefillers[i % len(self.prefillers)]
-                job = Job(i, r.prompt, 1, r.prompt, 0)
-            else:
-                e, job = self.decoders[d], Job(i, r.prompt, r.output, r.prompt, 0)
-            self._at(r.arrival + hop, self._arrive, e, job)
+        for _ in range(len(self.reqs) if self.cap is None else self.cap):
+            self._send_next(0.0)
         while self.events:
             t, _, fn, args = heapq.heappop(self.events)
             fn(t, *args)
         return self._outcome()
+
+    def _send_next(self, t: float) -> None:
+        """The next request not yet sent, sent at `t` or at its arrival if later."""
+        i = next(self.pending, None)
+        if i is None:
+            return
+        r = self.reqs[i]
+        if t > r.arrival:  # a closed loop's: sent when a slot freed, and stamped so
+            r = self.reqs[i] = SimRequest(t, r.prompt, r.output)
+        pd = bool(self.prefillers)
+        hop = (self.sys.front_ms + (self.sys.proxy_ms if pd else 0.0)) / 1000
+        d = i % len(self.decoders)
+        self.target[i] = d
+        if pd:
+            e = self.prefillers[i % len(self.prefillers)]
+            job = Job(i, r.prompt, 1, r.prompt, 0)
+        else:
+            e, job = self.decoders[d], Job(i, r.prompt, r.output, r.prompt, 0)
+        self._at(r.arrival + hop, self._arrive, e, job)
+
+    def _ended(self, t: float, jobs: int) -> None:
+        """`jobs` requests ended (served or refused) at `t`: a closed loop sends as many."""
+        if self.cap is not None:
+            for _ in range(jobs):
+                self._send_next(t)
 
     # ---- engines ------------------------------------------------------------------------------
     def _arrive(self, t: float, e: _Engine, job: Job) -> None:
         why = e.q.refusal(job)
         if why:
             self.failed[job.req] = why
+            self._ended(t, 1)
             return
         e.q.waiting.append(job)
         if e.busy and e.run:
@@ -217,7 +241,7 @@ class _Sim:
             return  # a run that was cut short ends at its new last step instead
         k, q = len(e.step_ends) - 1, e.q
         q.ran(e.first_step, k - e.first_step + 1, blocks=e.run)
-        q.finish(k)
+        ended = len(q.finish(k))
         for job, n in e.chunks:
             job.remaining -= n
             job.before += n
@@ -228,7 +252,9 @@ class _Sim:
                 self._send(t, e, job)
             else:
                 self.served[job.req] = (e, job)
+                ended += job.out - job.given == 1  # its first token was its last
         e.busy, e.run, e.chunks = False, False, []
+        self._ended(t, ended)
         self._start(t, e)
         if not e.busy:
             e.idle_since = t

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+MAX_CONCURRENCY = 1 << 20  # requests in flight (--max-concurrency): more than any engine batches
 MAX_TP = 64  # tensor-parallel ranks of one instance (several nodes' GPUs)
 MAX_INSTANCES = 256  # of one role (replicas, prefillers, decoders) in a placement
 MAX_PLACEMENT_GPUS = 1024  # every GPU a placement uses

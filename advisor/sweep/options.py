@@ -26,6 +26,7 @@ from advisor.flag_groups import (
 from advisor.flags import option
 from advisor.measure.stats import check_judged, parse_percentiles, parse_rates
 from advisor.measure.urls import check_url
+from advisor.rundata.bounds import MAX_CONCURRENCY
 from advisor.rundata.slo import DEFAULT_SLO, Slo
 from engine.api import CONNECTORS, DTYPES, parse_emulation
 from workloads.presets import CHAT_FRONTEND, MULTI_TURN, PRESETS, preset, preset_spec
@@ -59,7 +60,7 @@ class SweepOptions:
     # None: the engine's default model (and a default SLO it may widen)
     model: str | None = model_option()
     # None: DEFAULT_SLO, widened to what this machine can meet unless --model is given
-    slo: Slo | None = slo_option(None, "SLOs in ms (default ttft:2000 itl:50, widened to what "
+    slo: Slo | None = slo_option(None, "SLOs in ms (default ttft:2000 p99_itl:50, widened to what "
                                        "this machine can meet unless --model is given)")
     attainment: float = option(0.9, "share of requests that must meet every SLO")
     rates: tuple[float, ...] = option((), "a fixed grid, e.g. 0.2,0.4,0.8 (default: the search)",
@@ -108,6 +109,11 @@ class SweepOptions:
     operating_rate: float | None = option(None, "your production rate (req/s): the decision "
                                                 "rows are judged there")
     repeats: int = option(1, "runs per rate, each with its own seed, pooled")
+    max_concurrency: int | None = option(None, "at most this many requests in flight per run, "
+                                               "as vllm bench serve's --max-concurrency (a "
+                                               "placement the cap holds below the rate falls "
+                                               "behind it, and misses)", min=1,
+                                         max=MAX_CONCURRENCY)
     # None: advisor.measure.workers.default_workers
     workers: int | None = option(None, "client processes (default: 1 beside the bundled "
                                        "engine or on 2 cores or fewer, else half the cores, "

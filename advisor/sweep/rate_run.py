@@ -55,7 +55,7 @@ def run_rate(opts: SweepOptions, slo: Slo, endpoint: Callable[[bool], Endpoint],
                              prompts_for(opts, rate))
         check_fits(w, context, p.name, "Send shorter ones (--scale, --output-scale) or serve "
                    "a longer context")
-        run = measure(endpoint(w.chat), w, bars=bars,
+        run = measure(endpoint(w.chat), w, bars=bars, max_concurrency=opts.max_concurrency,
                       label=f"{p.name} @ {rate:g} req/s" + (f" #{k + 1}" if k else ""),
                       workers=opts.workers or default_workers(engines_here=opts.local))
         records += run.records
@@ -64,14 +64,15 @@ def run_rate(opts: SweepOptions, slo: Slo, endpoint: Callable[[bool], Endpoint],
         elapsed += run.duration
         requests += w.num_requests
         cpu = None if cpu is None else cpu + run.cpu_s
-        checks.append(client_check(run))
+        checks.append(client_check(run, capped=opts.max_concurrency is not None))
     after = _sample(metric_urls)
     delta = after.minus(sample) if sample and after else None
     if before:  # counters over both parts, or none when either lacks them
         metrics = before.described.metrics
         delta = Sample.from_json(metrics).plus(delta) if delta and metrics else None
     front = frontend_of(delta) if delta else None
-    params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {})}
+    params = {**w.params, "repeats": k + 1, **({TOPPED_UP: True} if before else {}),
+              **({"max_concurrency": opts.max_concurrency} if opts.max_concurrency else {})}
     return RunResult.of(
         summarize(records, elapsed, slo, opts.percentile_values), rows,
         # the front end's CPU during this run, summed over instances (None: not reported)

@@ -309,3 +309,23 @@ def test_contention_slows_a_step_by_its_share_per_busy_neighbour():
     g = gaps_ms(simulate(pd, reqs).records[0])
     # alone; beside the prefiller; taking in its prompt's last token (two query rows)
     assert set(np.round(g, 6)) == {6.0, 9.0, 7.0}
+
+
+def test_a_closed_loop_keeps_at_most_its_concurrency_in_flight_and_sends_on_each_end():
+    # `vllm bench serve --max-concurrency 2` at an infinite rate: two at once, each next
+    # one sent the moment one ends, P/D as collocated
+    reqs = [SimRequest(0.0, 100, 5) for _ in range(6)]
+    for system in (System((engine(),), front_ms=0.0),
+                   System((engine(),), (engine(),), LINK, lambda n: n * 1000, front_ms=0.0,
+                          proxy_ms=0.0)):
+        recs = simulate(system, reqs, concurrency=2).records
+        assert all(r.ok for r in recs)
+        ends = sorted(r.end for r in recs)
+        sends = sorted(r.sent for r in recs)
+        assert sends[:2] == [recs[0].sent] * 2
+        assert sends[2:] == pytest.approx(ends[:4])  # each later one at an earlier's end
+        in_flight = [sum(r.sent <= t < r.end for r in recs) for t in sends]
+        assert max(in_flight) == 2
+    # a cap of one is one request after another
+    one = simulate(System((engine(),), front_ms=0.0), reqs[:3], concurrency=1).records
+    assert [r.sent for r in one[1:]] == pytest.approx([r.end for r in one[:2]])
