@@ -81,7 +81,7 @@ def repeat(first: str, out: Path) -> list[str]:
                           "--rates", ",".join(f"{r:g}" for r in sorted(rs)),
                           "--scale", str(params["scale"]),
                           "--output-scale", str(params["output_scale"]),
-                          "--slo", f"ttft:{slo.ttft_ms:g}", f"itl:{slo.itl_ms:g}",
+                          "--slo", *(o.text for o in slo),
                           "--model", str(manifest.config.model), "--seed", str(manifest.seed),
                           "--no-report"))
     return dirs

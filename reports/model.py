@@ -128,7 +128,7 @@ class P2P:
 @dataclass(frozen=True)
 class SloLines:
     """The SLO as a report draws it: the TTFT and ITL limits its plots mark, the share of
-    requests that must meet it, and its text (ttft:2000 itl:50, judged per request)."""
+    requests that must meet it, and its text (ttft:2000 p99_itl:50 and what each holds)."""
 
     text: str = ""
     ttft_ms: float | None = None

@@ -44,13 +44,13 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
             "itl_p99_misses_slo",
             "ITL p99 misses its SLO under load",
             "disaggregate",
-            p99 is not None and p99 > slo.itl_ms,
+            p99 is not None and p99 > slo.gap_ms,
             {"collocated_p99_itl_ms": p99},
-            {"itl_slo_ms": slo.itl_ms},
+            {"itl_slo_ms": slo.gap_ms},
         )
     )
     prompt, conc, prefill = wl.mean_prompt_tokens, wl.concurrency, wl.prefill_ms
-    long_prompt = prompt >= t.long_prompt_tokens or (prefill is not None and prefill >= slo.itl_ms)
+    long_prompt = prompt >= t.long_prompt_tokens or (prefill is not None and prefill >= slo.gap_ms)
     rows.append(
         Row(
             "long_prompts_high_concurrency",
@@ -60,7 +60,7 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
             {"mean_prompt_tokens": prompt, "prefill_ms": prefill, "concurrency": conc},
             {
                 "long_prompt_tokens": t.long_prompt_tokens,
-                "or_prefill_ms_over_itl_slo": slo.itl_ms,
+                "or_prefill_ms_over_itl_slo": slo.gap_ms,
                 "high_concurrency": t.high_concurrency,
             },
         )
@@ -70,7 +70,7 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     ttft_limit = t.ttft_binding_ratio * slo.ttft_ms
     col_ttft, dis_ttft = col.p99_ttft_ms, dis.median_ttft_ms if dis else None
     binding = (
-        col_ttft is not None and col_ttft >= ttft_limit and (p99 is None or p99 <= slo.itl_ms)
+        col_ttft is not None and col_ttft >= ttft_limit and (p99 is None or p99 <= slo.gap_ms)
     ) or (dis_ttft is not None and dis_ttft > slo.ttft_ms)
     rows.append(
         Row(
@@ -229,6 +229,7 @@ def _measured(ev: Evidence, t: Thresholds, fired: dict[str, Row], split: str,
         return None, [], None
     comparison = compare(ev, dis, c, d)
     action = None
+    seen = f"{seen} by {ev.slo.for_share(ev.attainment)}"  # the SLO's definition named
     if d > c * (1 + t.goodput_margin) and d > 0:
         action = split
         why = [f"{seen}: {_versus('disaggregated', d, 'collocated', c)}"
@@ -238,7 +239,7 @@ def _measured(ev: Evidence, t: Thresholds, fired: dict[str, Row], split: str,
         why = [f"{seen}: {_versus('collocated', c, 'disaggregated', d)}"
                f"{_ratio_span(ev.collocated, dis, ev.search_stopped)}"]
     else:
-        why = [f"{seen} goodputs are within {t.goodput_margin:.0%} ({c:.3g} vs {d:.3g} "
+        why = [f"{seen}: the goodputs are within {t.goodput_margin:.0%} ({c:.3g} vs {d:.3g} "
                "req/s): the rules decide"]
     why.append(comparison.confidence)
     behind = behind_note([ev.collocated, dis], ev.attainment, ev.workload.multi_turn)

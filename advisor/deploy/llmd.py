@@ -61,13 +61,13 @@ def threshold(ev: Evidence) -> Threshold:
         return Threshold(0, "no unloaded prefill line in the evidence: every request goes "
                             "through a prefiller")
     by_ttft = _tokens((slo.ttft_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token)
-    by_itl = _tokens((slo.itl_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token)
+    by_itl = _tokens((slo.gap_ms - cal.prefill_base_ms) / cal.prefill_ms_per_token)
     tokens = max(0, min(by_ttft, by_itl))
     line = (f"unloaded prefill {cal.prefill_base_ms:.0f} ms + {cal.prefill_ms_per_token:.3g} "
             f"ms/token on {cal.placement or 'one instance'}, "
             f"{'simulated' if ev.simulated else 'measured'}")
     why = (f"a decoder's own prefill meets TTFT {slo.ttft_ms:g} ms up to {max(by_ttft, 0)} "
-           f"tokens and stalls its running requests within ITL {slo.itl_ms:g} ms up to "
+           f"tokens and stalls its running requests within ITL {slo.gap_ms:g} ms up to "
            f"{max(by_itl, 0)} ({line})")
     if tokens == 0:
         return Threshold(0, f"{why}: every request goes through a prefiller")

@@ -13,6 +13,7 @@ from advisor.rundata.result import KEEP_PACE
 
 if TYPE_CHECKING:
     from advisor.rundata.result import RunResult
+    from advisor.rundata.slo import Slo
 
 
 @dataclass(frozen=True)
@@ -32,23 +33,32 @@ TOPPED_UP = "topped_up"  # workload_params key of a run measured again (`top_up`
 COLLAPSE = 2.0  # p99 ITL at twice its SLO has "fallen apart": the grid stops growing there
 
 
-def outcome_of(result: RunResult, rate: float, target: float, itl_slo_ms: float) -> Outcome:
-    """A run's outcome against the attainment `target`, by its value and its interval;
-    surely missed, whatever its attainment, when its placement fell behind the arrivals
-    (`KEEP_PACE`); collapsed (fallen apart) when its p99 ITL is far past the ITL SLO or
-    most requests failed outright. A run whose measuring client was its bottleneck
-    (`RunResult.client_bound`) says nothing either way: neither met nor missed."""
+def outcome_of(result: RunResult, rate: float, target: float, slo: Slo) -> Outcome:
+    """A run's outcome against the attainment `target` (the share of requests meeting
+    `slo`'s per-request objectives), by its value and its interval, and against `slo`'s
+    pooled objectives (the run's p99 ITL and its interval); surely missed, whatever its
+    attainment, when its placement fell behind the arrivals (`KEEP_PACE`); collapsed
+    (fallen apart) when its p99 ITL is far past the gap SLO or most requests failed
+    outright. A run whose measuring client was its bottleneck (`RunResult.client_bound`)
+    says nothing either way: neither met nor missed."""
     if result.client_bound():
         return Outcome(rate, False, False, client_bound=True)
     s = result.stats
-    collapsed = (s.latency_ms("itl", "p99") or 0) > COLLAPSE * itl_slo_ms \
+    p99 = s.latency_ms("itl", "p99")
+    collapsed = (p99 or 0) > COLLAPSE * slo.gap_ms \
         or s.failed > result.described.num_prompts / 2
     ci = s.ci95.slo_attainment if s.ci95 else None
+    p99_ci = s.ci95.p99_itl_ms if s.ci95 else None
+    limits = [o.ms for o in slo.pooled]  # p99 ITL, the only objective judged pooled
+    pooled_met = all(p99 is not None and p99 <= ms for ms in limits)
+    pooled_sure = all(p99_ci is not None and p99_ci[1] <= ms for ms in limits)
+    pooled_missed = any(p99_ci is not None and p99_ci[0] > ms for ms in limits)
     pace = result.pace()
     behind = pace is not None and pace < KEEP_PACE
-    return Outcome(rate, s.slo_attainment >= target and not behind, collapsed,
-                   sure_meets=ci is not None and ci[0] >= target and not behind,
-                   sure_misses=behind or (ci is not None and ci[1] < target),
+    return Outcome(rate, s.slo_attainment >= target and pooled_met and not behind, collapsed,
+                   sure_meets=ci is not None and ci[0] >= target and pooled_sure
+                   and not behind,
+                   sure_misses=behind or pooled_missed or (ci is not None and ci[1] < target),
                    topped_up=bool(result.described.workload_params.get(TOPPED_UP)),
                    behind=behind)
 

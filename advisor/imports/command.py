@@ -76,7 +76,7 @@ def run_import(opts: ImportOptions, argv: list[str] | None = None) -> Imported:
             result = _result(f, p, opts)
             run_dir.write_run(result)
             assert f.rate is not None  # discover refuses a run without one
-            done[p.name].append(outcome_of(result, f.rate, opts.attainment, opts.slo.itl_ms))
+            done[p.name].append(outcome_of(result, f.rate, opts.attainment, opts.slo))
     # imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.from_runs import build_evidence
 

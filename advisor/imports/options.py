@@ -23,7 +23,8 @@ class ImportOptions:
             "collocated or disagg (or starts with one: collocated-4); PATH a file or "
             "directory of vLLM --save-detailed results, aiperf profile_export.jsonl or "
             "guidellm benchmarks.json; @RATE only for a file that does not say its rate")
-    slo: Slo = slo_option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)")
+    slo: Slo = slo_option(DEFAULT_SLO, "SLOs in ms: ttft, tpot, e2el, itl (per request) or p99_itl "
+                                        "(pooled) (default ttft:2000 p99_itl:50)")
     attainment: float = option(0.9, "share of requests that must meet every SLO")
     operating_rate: float | None = option(None, "your production rate (req/s)")
     model: str | None = option(None, "the model served, for the deploy commands (default: "

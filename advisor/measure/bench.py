@@ -74,10 +74,12 @@ def _checked(opts: BenchOptions) -> tuple[list[float], tuple[str, ...]]:
         raise UsageError(f"--request-rate must be > 0 (or inf), not {opts.request_rate}")
     if opts.num_prompts is not None and not 1 <= opts.num_prompts <= MAX_PROMPTS:
         raise UsageError(f"--num-prompts must be 1 to {MAX_PROMPTS}, not {opts.num_prompts}")
-    if opts.max_concurrency is not None and opts.max_concurrency < 1:
-        raise UsageError(f"--max-concurrency must be >= 1, not {opts.max_concurrency}")
     if opts.num_warmups < 0:
         raise UsageError("--num-warmups must be >= 0")
+    if opts.goodput is not None and opts.goodput.pooled:
+        raise UsageError("--goodput counts the requests that meet it, as vLLM's does: "
+                         "p99_itl is the run's, not a request's (give itl or tpot; the run's "
+                         "p99 ITL is printed beside it)")
     if opts.workload and opts.workload not in PRESETS:
         raise UsageError(f"--workload {opts.workload!r} is unknown; one of {', '.join(PRESETS)}")
     if opts.trace and opts.workload:

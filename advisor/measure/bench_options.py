@@ -9,6 +9,7 @@ from advisor.flag_groups import EngineKind, engine_option, model_option, slo_opt
 from advisor.flags import option
 from advisor.measure.records import COMPLETIONS
 from advisor.measure.urls import DEFAULT_READY_TIMEOUT_S
+from advisor.rundata.bounds import MAX_CONCURRENCY
 from advisor.rundata.slo import Slo
 from workloads.presets import PRESETS
 
@@ -50,7 +51,8 @@ class BenchOptions:
     burstiness: float = option(1.0, "gamma shape; 1 = Poisson")
     # None: 100, or every row of a trace
     num_prompts: int | None = option(None, "requests to send (default 100; a trace: all)")
-    max_concurrency: int | None = option(None, "cap on requests in flight")
+    max_concurrency: int | None = option(None, "cap on requests in flight", min=1,
+                                         max=MAX_CONCURRENCY)
     # None: advisor.measure.workers.default_workers
     workers: int | None = option(None, "client processes, requests dealt among them (default: "
                                        "1 on a host of 2 cores or fewer, else half its cores, "

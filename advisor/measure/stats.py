@@ -41,11 +41,13 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
 
 def check_judged(slo: Slo, attainment: float | None = None,
                  operating_rate: float | None = None) -> None:
-    """What every verb that decides asks of its SLO flags: ttft and itl among --slo (the
-    decision table uses both), --attainment in (0, 1], --operating-rate > 0 (None: not
-    checked, or not given); UsageError naming the flag."""
-    if "ttft" not in slo or "itl" not in slo:
-        raise UsageError("--slo needs ttft:MS and itl:MS (the decision table uses both)")
+    """What every verb that decides asks of its SLO flags: ttft and a limit on the gaps
+    between tokens (itl, p99_itl or tpot) among --slo (the decision table uses both),
+    --attainment in (0, 1], --operating-rate > 0 (None: not checked, or not given);
+    UsageError naming the flag."""
+    if "ttft" not in slo or not ("itl" in slo or "tpot" in slo):
+        raise UsageError("--slo needs ttft:MS and one of itl:MS, p99_itl:MS or tpot:MS (the "
+                         "decision table uses both)")
     if attainment is not None and not 0 < attainment <= 1:
         raise UsageError(f"--attainment must be in (0, 1], not {attainment}")
     if operating_rate is not None and not operating_rate > 0:
@@ -95,12 +97,12 @@ def latency(r: RequestRecord) -> RequestLatency | None:
 
 
 def is_good(lat: RequestLatency | None, slo: Slo | None) -> bool:
-    """Whether a request met every objective of `slo` (None: none to meet). A failed
-    request (None) never does."""
+    """Whether a request met every per-request objective of `slo` (None: none to meet;
+    the pooled ones are the run's, `pooled_misses`). A failed request (None) never does."""
     if lat is None:
         return False
     got = _judged(lat)
-    return slo is None or all(got[o.metric] * 1000 <= o.ms for o in slo)
+    return slo is None or all(got[o.metric] * 1000 <= o.ms for o in slo.per_request)
 
 
 def slo_scale(lat: RequestLatency | None, slo: Slo) -> float:
@@ -109,7 +111,7 @@ def slo_scale(lat: RequestLatency | None, slo: Slo) -> float:
     if lat is None:
         return math.inf
     got = _judged(lat)
-    return max(got[o.metric] * 1000 / o.ms for o in slo)
+    return max((got[o.metric] * 1000 / o.ms for o in slo.per_request), default=0.0)
 
 
 def _judged(lat: RequestLatency) -> dict[str, float]:
@@ -139,6 +141,8 @@ def summarize(
     metric) plus slo_attainment, per-source token counts, the pace figures and bootstrap
     intervals. Warmup records are ignored."""
     runs = [r for r in records if not r.warmup]
+    if slo is not None and slo.pooled and 99 not in percentiles:  # what the run is judged on
+        percentiles = [*percentiles, 99.0]
     lats = [latency(r) for r in runs]
     done = [(r, lat) for r, lat in zip(runs, lats) if lat is not None]
     good = sum(is_good(lat, slo) for lat in lats)

@@ -260,7 +260,7 @@ def below_collapse(p99_itl_ms: float | None, median_ttft_ms: float | None, slo: 
     bound (COLLAPSE x the ITL SLO) and its median TTFT within the TTFT SLO (past it, a
     queue that grows for the whole run). The fit uses only such runs, and
     benchmarks/plan_accuracy.py judges the predictions at them."""
-    return (p99_itl_ms or 0.0) <= COLLAPSE * slo.itl_ms \
+    return (p99_itl_ms or 0.0) <= COLLAPSE * slo.gap_ms \
         and 0.0 < (median_ttft_ms or 0.0) <= slo.ttft_ms
 
 

@@ -12,6 +12,7 @@ from advisor.flags import option
 from advisor.measure.stats import parse_rates
 from advisor.plan.hardware import GPUS
 from advisor.probe.shapes import SHAPE_ONLY
+from advisor.rundata.bounds import MAX_CONCURRENCY
 from advisor.rundata.slo import DEFAULT_SLO, Slo
 from workloads.presets import PRESETS
 
@@ -86,12 +87,17 @@ class PlanOptions:
                                        max=0.99)
     arrivals: str = option("poisson", "arrival process: poisson, constant, or gamma:CV (gaps "
                                       "with that coefficient of variation)")
+    max_concurrency: int | None = option(None, "at most this many requests in flight, as "
+                                               "vllm bench serve's --max-concurrency (with a "
+                                               "rate above what it lets through: a closed "
+                                               "loop)", min=1, max=MAX_CONCURRENCY)
     placements: tuple[str, ...] = option((), "only these placements, named as the plan names "
                                              "them (e.g. collocated-2-tp4,disagg-1p1d-tp4-4)",
                                          parse=_names)
     scale: float = option(1.0, "prompt length scale (1.25: long-prompt's ~8k tokens as ~10k)")
     output_scale: float = option(1.0, "output length scale (4: long-prompt's 256 as 1024)")
-    slo: Slo = slo_option(DEFAULT_SLO, "SLOs in ms (default ttft:2000 itl:50)")
+    slo: Slo = slo_option(DEFAULT_SLO, "SLOs in ms: ttft, tpot, e2el, itl (per request) or p99_itl "
+                                        "(pooled) (default ttft:2000 p99_itl:50)")
     attainment: float = option(0.9, "share of requests that must meet every SLO")
     rates: tuple[float, ...] = option((), "rates to simulate, e.g. 0.2,0.4,1 (default: a grid "
                                           "up to what the GPUs could prefill)", parse=parse_rates)

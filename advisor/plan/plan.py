@@ -288,7 +288,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
                                                  s.weights, o.max_num_batched_tokens,
                                                  kv_dtype=s.kv),
             s.spec, rates, o.slo, o.attainment, o.seed,
-            lambda what: bars.update(task, description=what))
+            lambda what: bars.update(task, description=what), o.max_concurrency)
     if screened:
         run_dir.update_manifest(screened=Screened(screen.SCREEN_REQUESTS, screened))
         print(f"screened {len(screened)} placements ({screen.SCREEN_REQUESTS} requests per "
@@ -313,7 +313,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
                 reqs = sim_runs.requests(s.spec, rate, o.requests, seed_for(o.seed, rate))
                 sim = sim_runs.run(system, reqs, p, rate, o.slo, o.attainment, what,
-                                   o.workload_name, _params(o))
+                                   o.workload_name, _params(o), o.max_concurrency)
                 run_dir.write_run(sim.result)
                 done[p.name].append(sim.outcome)
                 frontier_rows.append((p.name, rate, sim.result.stats, c.gpus, sim.outcome.meets))
@@ -347,13 +347,15 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
 
 
 def _params(o: PlanOptions) -> dict[str, Any]:
-    """A simulated run's workload_params: what made its workload, and whether it is judged
-    on what it served alone (--num-prompts given: `AS_RUN`)."""
+    """A simulated run's workload_params: what made its workload, its cap on requests in
+    flight, and whether it is judged on what it served alone (--num-prompts given:
+    `AS_RUN`)."""
     made = ({"dataset": "random", "random_input_len": o.random_input_len,
              "random_output_len": o.random_output_len,
              "random_range_ratio": o.random_range_ratio} if o.dataset_name else
             {"preset": o.workload, "scale": o.scale, "output_scale": o.output_scale})
-    return {**made, "arrivals": o.arrivals, "simulated": True,
+    capped = {"max_concurrency": o.max_concurrency} if o.max_concurrency else {}
+    return {**made, "arrivals": o.arrivals, "simulated": True, **capped,
             **({AS_RUN: True} if o.num_prompts else {})}
 
 

@@ -58,16 +58,18 @@ class Simulated:
 
 def run(system: System, reqs: list[SimRequest], placement: Placement, rate: float,
         slo: Slo, attainment: float, label: str, workload: str,
-        params: dict[str, Any]) -> Simulated:
-    """Simulate `reqs` on `system` as `placement` at `rate`; the result a sweep would write."""
-    sim = simulate(system, reqs)
+        params: dict[str, Any], concurrency: int | None = None) -> Simulated:
+    """Simulate `reqs` on `system` as `placement` at `rate` (at most `concurrency` in
+    flight); the result a sweep would write."""
+    sim = simulate(system, reqs, concurrency)
     rows = [record_row(r, sim.start) for r in sim.records]
     result = RunResult.of(
         summarize(sim.records, sim.duration, slo, PERCENTILES), rows,
         topology=placement.name, kind=placement.kind, request_rate=rate,
         num_prompts=len(reqs), workload=workload, workload_params=params,
-        arrival_offsets=[r.arrival - reqs[0].arrival for r in reqs], simulated=label)
-    return Simulated(result, outcome_of(result, rate, attainment, slo.itl_ms), sim)
+        # when each was sent: a closed loop sends later than its draw's arrival
+        arrival_offsets=[r.scheduled - sim.start for r in sim.records], simulated=label)
+    return Simulated(result, outcome_of(result, rate, attainment, slo), sim)
 
 
 def kv_evidence(sims: list[Simulation], bytes_per_token: int,

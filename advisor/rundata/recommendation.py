@@ -44,6 +44,39 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Rejudged:
+    """The comparison again from the same runs under one SLO definition
+    (advisor.goodput.robustness): which way it goes, the goodputs, their intervals, where
+    the ratio surely lies, what the rates tried leave open, and whether it agrees with the
+    verdict's own definition (the first)."""
+
+    slo: str  # as the flags write it: ttft:2000 tpot:50
+    defined: str  # what each objective holds (Slo.stated)
+    verdict: str  # disaggregate | stay-collocated | within noise
+    collocated_rps: float
+    disaggregated_rps: float
+    collocated_interval_rps: list[float | None]
+    disaggregated_interval_rps: list[float | None]
+    ratio_interval: list[float | None] | None = None  # the winner's over the other's
+    unbounded: list[str] = field(default_factory=list)
+    holds: bool = True
+
+    @property
+    def line(self) -> str:
+        """One line: under ttft:2000 tpot:50 (...): disaggregate, 1.8x to 4.1x (holds)."""
+        got = self.verdict
+        if self.ratio_interval is not None:
+            lo, hi = self.ratio_interval
+            got += f", {lo:.2f}x to " + ("any higher" if hi is None else f"{hi:.2f}x")
+        else:
+            got += (f" ({self.collocated_rps:.3g} collocated against "
+                    f"{self.disaggregated_rps:.3g} disaggregated req/s)")
+        if self.unbounded:
+            got += f"; {'; '.join(self.unbounded)}"
+        return f"under {self.defined}: {got}"
+
+
+@dataclass(frozen=True)
 class Command:
     """One process to start: its environment and argv, and the host it runs on (None: the
     one host, unnamed)."""
@@ -132,7 +165,8 @@ class ParetoPoint:
 
 
 # fields written only where they are set: a plain sweep's file has no plan's ranking
-_OPTIONAL = ("deploy", "ranking", "compare", "imported", "pareto", "measured_on")
+_OPTIONAL = ("deploy", "ranking", "compare", "imported", "pareto", "measured_on",
+             "robustness")
 
 
 @dataclass(frozen=True)
@@ -156,6 +190,8 @@ class Recommendation:
     compare: list[dict[str, Any]] | None = None
     pareto: list[ParetoPoint] | None = None  # `advisor plan`: every placement x rate, frontier
     measured_on: str | None = None  # the engine, hardware and model (advisor.deploy.origin)
+    # the comparison under each SLO definition the field uses, the verdict's own first
+    robustness: list[Rejudged] | None = None
 
     def row(self, row_id: str) -> DecisionRow | None:
         return next((r for r in self.rows if r.id == row_id), None)

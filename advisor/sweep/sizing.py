@@ -63,21 +63,21 @@ def size(workload: str, slo: Slo, cal: Calibration, context: int,
         output_scale = scale
     step, tail = cal.step_at(BATCH), cal.tail_at(BATCH) or 0.0
     by_step, by_tail = ITL_HEADROOM * step, TAIL_HEADROOM * tail
-    if widen_slo and max(by_step, by_tail) > slo.itl_ms:
+    if widen_slo and max(by_step, by_tail) > slo.gap_ms:
         itl = math.ceil(max(by_step, by_tail) / 10) * 10
         why = (f"{ITL_HEADROOM:g}x the unloaded decode step at {BATCH} running requests "
                f"({step:.0f} ms here)") if by_step >= by_tail else (
             f"{TAIL_HEADROOM:g}x the unloaded tail: at {BATCH} running requests, 1 in 10 "
             f"requests had a p99 ITL over {tail:.0f} ms here against a median step of "
             f"{step:.0f} ms: this host's own jitter")
-        notes.append(f"ITL SLO widened from {slo.itl_ms:g} to {itl} ms: {why}")
-        slo = slo.with_limit("itl", itl)
+        notes.append(f"ITL SLO widened from {slo.gap_ms:g} to {itl} ms: {why}")
+        slo = slo.with_limit(slo.gap_metric, itl)
     if widen_slo and cal.ttft_at(MIN_PROMPT) > TTFT_SHARE * slo.ttft_ms:
         ttft = math.ceil(cal.ttft_at(MIN_PROMPT) / TTFT_SHARE / 100) * 100
         notes.append(f"TTFT SLO widened from {slo.ttft_ms:g} to {ttft} ms: a {MIN_PROMPT}-token "
                      f"prompt alone takes {cal.ttft_at(MIN_PROMPT):.0f} ms here")
         slo = slo.with_limit("ttft", ttft)
-    regime = REGIME[workload] * slo.itl_ms
+    regime = REGIME[workload] * slo.gap_ms
     target = min(regime, TTFT_SHARE * slo.ttft_ms)
     lengths = _Lengths(cal, mean_in, mean_out, context, scale, output_scale)
     prompt, output = lengths.at(target)
@@ -85,7 +85,7 @@ def size(workload: str, slo: Slo, cal: Calibration, context: int,
     if scale is None and output_scale is None and run_s is not None:
         # shorter requests before a higher first rate: from above the knee collocated
         # misses at its first rate, and its interval has no lower bound
-        floor, cut = min(STALL_MIN * slo.itl_ms, regime), target
+        floor, cut = min(STALL_MIN * slo.gap_ms, regime), target
         took = need = first_pass_s(lengths.knee(output, instances, attainment), run_s)
         while need > FIRST_PASS_S and cut * SHORTEN >= floor:
             cut *= SHORTEN
@@ -97,7 +97,7 @@ def size(workload: str, slo: Slo, cal: Calibration, context: int,
     if scale is None:
         scale = prompt / mean_in
         notes.append(f"prompts ~{prompt} tokens (scale {scale:.3g}): a prefill of "
-                     f"{cal.ttft_at(prompt):.0f} ms, {cal.ttft_at(prompt) / slo.itl_ms:.1f}x the "
+                     f"{cal.ttft_at(prompt):.0f} ms, {cal.ttft_at(prompt) / slo.gap_ms:.1f}x the "
                      f"ITL SLO and {cal.ttft_at(prompt) / slo.ttft_ms:.0%} of the TTFT SLO"
                      + shorter)
     if output_scale is None:

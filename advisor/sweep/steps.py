@@ -256,4 +256,4 @@ class Steps:
     def outcome(self, p: Placement, rate: float) -> Outcome:
         """`p`'s run at `rate` against the SLO, as stored."""
         return outcome_of(self.run_dir.read_run(p.name, rate), rate,
-                          self.state.opts.attainment, self.state.slo.itl_ms)
+                          self.state.opts.attainment, self.state.slo)

@@ -138,7 +138,9 @@ def test_a_placement_that_met_the_slo_at_no_rate_is_not_shown_as_a_measured_0():
     ev["disaggregated"].update(median_ttft_ms=750, max_goodput_rps=0.9)
     rec = recommend(ev)
     assert rec.action == "disaggregate"
-    assert rec.reasons[0] == ("measured: disaggregated sustains 0.9 req/s at the SLO; "
+    assert rec.reasons[0] == ("measured by ttft:2000 itl:50 ms (each request's TTFT; each "
+                              "request's own p99 gap), met by 90% of requests: "
+                              "disaggregated sustains 0.9 req/s at the SLO; "
                                  "collocated met it at no rate tried")
     split = recommend({**with_(collocated__max_goodput_rps=1.0),
                        "render_split": {"max_goodput_rps": 0.0}})

@@ -110,7 +110,7 @@ def test_a_run_that_fell_behind_its_arrivals_surely_misses_whatever_its_attainme
         free, capped = _run(url, w), _run(url, w, cap=1)
     assert free.get("slo_attainment") == capped.get("slo_attainment") == 1.0
     assert free.pace() > 0.9 and capped.pace() < KEEP_PACE
-    kept, fell = (outcome_of(r, 50.0, 0.9, SLOS.itl_ms) for r in (free, capped))
+    kept, fell = (outcome_of(r, 50.0, 0.9, SLOS) for r in (free, capped))
     assert kept.meets and not kept.behind
     assert fell.behind and not fell.meets and fell.sure_misses and not fell.sure_meets
 
@@ -130,5 +130,5 @@ def test_a_multi_turn_run_whose_conversations_came_at_once_did_not_carry_its_rat
     for r in (burst, steady):
         assert r.get("slo_attainment") == 1.0 and r.get("completed_conversations") == 10
     assert burst.pace() < 0.2 and steady.pace() > KEEP_PACE
-    assert outcome_of(burst, 1000.0, 0.9, SLOS.itl_ms).sure_misses
-    assert outcome_of(steady, 8.0, 0.9, SLOS.itl_ms).meets
+    assert outcome_of(burst, 1000.0, 0.9, SLOS).sure_misses
+    assert outcome_of(steady, 8.0, 0.9, SLOS).meets

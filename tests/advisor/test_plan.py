@@ -142,8 +142,28 @@ def test_with_p2p_the_same_case_is_disaggregate(tmp_path):
     rec = run_plan(PlanOptions(**GUIDE, p2p="yes", out=str(tmp_path))).to_json()
     assert rec["action"] == "disaggregate"
     assert rec["ranking"][0]["placement"] == "disagg-1p1d"
-    assert rec["reasons"][0].startswith("simulated: disaggregated sustains")
+    assert rec["reasons"][0].startswith("simulated by ttft:")
+    assert ": disaggregated sustains" in rec["reasons"][0]
     assert "--kv-transfer-config" in json.dumps(rec["deploy"])
+    # judged again from the same simulated runs under the field's other definitions
+    assert [r["slo"] for r in rec["robustness"]] == ["ttft:2000 p99_itl:50", "ttft:2000 itl:50",
+                                                     "ttft:2000 tpot:50"]
+    assert sum(r.startswith("under ttft:2000 tpot:50 ms") for r in rec["reasons"]) == 1
+
+
+def test_a_capped_plan_never_has_more_in_flight_than_its_cap(tmp_path):
+    o = PlanOptions(**{**GUIDE, "rates": (50.0,), "num_prompts": 40}, max_concurrency=4,
+                    placements=("collocated-2", "disagg-1p1d"), report=False,
+                    out=str(tmp_path))
+    run_plan(o)
+    for name in ("collocated-2", "disagg-1p1d"):
+        (r,) = _series(tmp_path, name).values()
+        assert r["workload_params"]["max_concurrency"] == 4
+        (run_dir,) = tmp_path.iterdir()
+        rows = [json.loads(line) for line in
+                (run_dir / "runs" / name / "rate-50" / "requests.jsonl").read_text().splitlines()]
+        sends = [row["sent"] for row in rows]
+        assert max(sum(row["sent"] <= t < row["end"] for row in rows) for t in sends) == 4
 
 
 @pytest.mark.slow  # a plan with its report, ~8 s

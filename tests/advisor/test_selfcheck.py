@@ -9,6 +9,7 @@ from advisor.goodput.outcomes import goodput_interval, max_goodput_rate, outcome
 from advisor.measure.records import ClientRun, RequestRecord
 from advisor.measure.selfcheck import LOOP_LAG_P99_MS, client_check, pooled
 from advisor.rundata.result import RunResult
+from advisor.rundata.slo import Slo
 from advisor.rundata.stats import RunStats
 from tests.advisor.helpers import scripted
 from tests.cli import advisor
@@ -52,7 +53,7 @@ def test_a_client_bound_run_is_neither_met_nor_missed():
     runs = [_result(1.0, 1.0, None), _result(2.0, 0.2, "the measuring client did not "
                                                        "keep up: ..."),
             _result(4.0, 0.1, None)]
-    outcomes = [outcome_of(r, r.rate, 0.9, 50.0) for r in runs]
+    outcomes = [outcome_of(r, r.rate, 0.9, Slo.of(ttft=2000, itl=50)) for r in runs]
     assert outcomes[1].client_bound and not outcomes[1].meets
     assert not outcomes[1].sure_misses and not outcomes[1].sure_meets
     # the interval runs from the last sure meet to the next sure miss, past the marked run

@@ -22,7 +22,7 @@ SLO = Slo.of(2000, 50)
 def test_long_prompts_stall_decodes_for_several_itl_slos_and_decode_outlasts_prefill():
     s = sizing.size("long-prompt", SLO, FAST, context=16384)
     prefill = FAST.ttft_at(s.prompt_tokens)
-    assert 2.2 * SLO.itl_ms <= prefill <= 2.8 * SLO.itl_ms  # REGIME: 2.5 ITL SLOs
+    assert 2.2 * SLO.gap_ms <= prefill <= 2.8 * SLO.gap_ms  # REGIME: 2.5 ITL SLOs
     assert prefill <= sizing.TTFT_SHARE * SLO.ttft_ms
     decode = s.output_tokens * FAST.step_at(1)
     assert decode >= 2.2 * prefill
@@ -98,14 +98,14 @@ def test_a_slow_host_shortens_its_requests_so_the_first_pass_fits_its_share_of_f
 
 def test_short_chat_aims_below_the_itl_slo():
     s = sizing.size("short-chat", SLO, FAST, context=16384)
-    assert FAST.ttft_at(s.prompt_tokens) <= 0.6 * SLO.itl_ms
+    assert FAST.ttft_at(s.prompt_tokens) <= 0.6 * SLO.gap_ms
 
 
 def test_a_default_slo_too_tight_for_this_machine_is_widened_and_says_why():
     kept = sizing.size("long-prompt", SLO, SLOW, context=16384)
     assert kept.slo == SLO  # a user's SLO: never changed
     wide = sizing.size("long-prompt", SLO, SLOW, context=16384, widen_slo=True)
-    assert wide.slo.itl_ms >= sizing.ITL_HEADROOM * SLOW.step_at(8)
+    assert wide.slo.gap_ms >= sizing.ITL_HEADROOM * SLOW.step_at(8)
     assert any("ITL SLO widened from 50" in n and "118 ms here" in n for n in wide.notes)
 
 

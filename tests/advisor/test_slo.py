@@ -19,10 +19,10 @@ def test_items_are_parsed_once_into_objectives_in_the_order_given():
     slo = parse_slo(["ttft:2000", "itl:50,tpot:30"], "--slo")
     assert slo.objectives == (Objective("ttft", 2000.0), Objective("itl", 50.0),
                               Objective("tpot", 30.0))
-    assert (slo.ttft_ms, slo.itl_ms, slo.get("e2el")) == (2000.0, 50.0, None)
+    assert (slo.ttft_ms, slo.gap_ms, slo.get("e2el")) == (2000.0, 50.0, None)
     assert slo.text == "ttft:2000 itl:50 tpot:30"
-    assert "per request" in slo.stated and "p99 gap" in slo.stated
-    assert slo.with_limit("itl", 80).itl_ms == 80 and slo.itl_ms == 50  # a new value
+    assert "each request's own p99 gap" in slo.stated and "each request's TPOT" in slo.stated
+    assert slo.with_limit("itl", 80).gap_ms == 80 and slo.gap_ms == 50  # a new value
 
 
 @pytest.mark.parametrize("bad,needle", [
@@ -45,7 +45,8 @@ def test_a_metric_given_twice_is_refused():
     {"ttft": 2000, "itl": 50},  # result.json's goodput_slos before format 5
 ])
 def test_every_form_a_run_file_held_reads_as_the_same_slo(written):
-    assert Slo.from_run_file(written, "f: slo") == DEFAULT_SLO
+    # each judged ITL per request: the default until p99_itl (pooled) became it
+    assert Slo.from_run_file(written, "f: slo") == Slo.of(ttft=2000, itl=50) != DEFAULT_SLO
 
 
 @pytest.mark.parametrize("written", [
