@@ -233,10 +233,12 @@ def _measured(ev: Evidence, t: Thresholds, fired: dict[str, Row], split: str,
     if d > c * (1 + t.goodput_margin) and d > 0:
         action = split
         why = [f"{seen}: {_versus('disaggregated', d, 'collocated', c)}"
+               f"{_per_unit(dis, ev.collocated)}"
                f"{_ratio_span(dis, ev.collocated, ev.search_stopped)}"]
     elif c > d * (1 + t.goodput_margin) and c > 0:
         action = "fix-transfer" if "kv_transfer_slow" in fired else "stay-collocated"
         why = [f"{seen}: {_versus('collocated', c, 'disaggregated', d)}"
+               f"{_per_unit(ev.collocated, dis)}"
                f"{_ratio_span(ev.collocated, dis, ev.search_stopped)}"]
     else:
         why = [f"{seen}: the goodputs are within {t.goodput_margin:.0%} ({c:.3g} vs {d:.3g} "
@@ -310,6 +312,21 @@ def _ratio_span(a: PlacementEvidence, b: PlacementEvidence, stopped: str | None)
         return span
     return f"{span}, no narrower than the rate grid's factor of 2: " + \
         (stopped or "no rate between the bounds measured apart from them (within noise)")
+
+
+def _per_unit(a: PlacementEvidence, b: PlacementEvidence) -> str:
+    """Each one's goodput and output tokens/s at it, per GPU where they hold GPUs (a plan),
+    else as measured on the same cores; nothing where either met the SLO at no rate."""
+    if a.output_tps_at_best is None or b.output_tps_at_best is None:
+        return ""
+    if a.gpus and b.gpus:
+        return (f"; per GPU {(a.max_goodput_rps or 0) / a.gpus:.3g} against "
+                f"{(b.max_goodput_rps or 0) / b.gpus:.3g} req/s and "
+                f"{a.output_tps_at_best / a.gpus:.4g} against "
+                f"{b.output_tps_at_best / b.gpus:.4g} output tok/s ({a.gpus} and "
+                f"{b.gpus} GPUs)")
+    return (f"; {a.output_tps_at_best:.4g} against {b.output_tps_at_best:.4g} output tok/s "
+            "at those rates, on the same cores")
 
 
 def _versus(a_name: str, a: float, b_name: str, b: float) -> str:

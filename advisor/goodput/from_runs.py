@@ -94,7 +94,7 @@ def _decoders(p: Placement) -> int:
 
 
 def _side(run_dir: RunDir, p: Placement, outcomes: list[Outcome], rate: float,
-          cal: Calibration | None) -> PlacementEvidence:
+          cal: Calibration | None, gpus: int | None) -> PlacementEvidence:
     name = p.name
     r = run_dir.read_run(name, rate)
     # NOTE: a simulated run's gaps come from the calibration itself: nothing to compare
@@ -117,7 +117,9 @@ def _side(run_dir: RunDir, p: Placement, outcomes: list[Outcome], rate: float,
         slowdown=decode_slowdown(lowest.records or [], cal, _decoders(p))
         if lowest and cal is not None else None,
         fell_behind=[behind, late.pace(), late.stats.slo_attainment] if late else None,
-        failed_at_rate=failed, error=error)
+        failed_at_rate=failed, error=error, gpus=gpus,
+        output_tps_at_best=run_dir.read_run(name, best).stats.output_throughput
+        if best > 0 else None)
 
 
 def judged_rate(done: dict[str, list[Outcome]], operating: float | None) -> tuple[float, str]:
@@ -266,11 +268,12 @@ def _turns(run_dir: RunDir, rate: float, col: Placement | None, dis: Placement |
 def build_evidence(opts: EvidenceOptions, placements: list[Placement],
                    done: dict[str, list[Outcome]], grid: list[float],
                    run_dir: RunDir, calibration: Calibration | None,
-                   prompt_tokens: float | None, stopped: str | None = None) -> Evidence:
+                   prompt_tokens: float | None, stopped: str | None = None,
+                   gpus: dict[str, int] | None = None) -> Evidence:
     """The evidence at the judged rate (judged_rate); with no run at all
     (the calibrated floor missed the SLO), the calibration and the sized prompt alone.
     `stopped`: why the search ended before the placements' intervals parted, if not by
-    the measurements (the time budget)."""
+    the measurements (the time budget); `gpus`: each placement's GPUs (a plan's)."""
     col = next((p for p in placements if p.kind == "collocated"), None)
     dis = next((p for p in placements if p.kind == "disagg" and not p.bidirectional), None)
     bid = next((p for p in placements if p.bidirectional), None)
@@ -290,7 +293,8 @@ def build_evidence(opts: EvidenceOptions, placements: list[Placement],
     lowest = min(grid)
     rate, why = judged_rate({p.name: done[p.name] for p in placements}, opts.operating_rate)
     def side(p: Placement | None) -> PlacementEvidence | None:
-        return _side(run_dir, p, done[p.name], rate, calibration) if p else None
+        return _side(run_dir, p, done[p.name], rate, calibration,
+                     (gpus or {}).get(p.name)) if p else None
 
     return Evidence(
         slo=slo, attainment=opts.attainment,

@@ -335,7 +335,8 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
                                         o.model, prompt, s.kv)
     planned = sim_runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
                               o.model or DEFAULT_MODEL, tp=s.candidates[0].tp, ranking=ranking,
-                              p2p=p2p_ev, pareto=pareto.points(frontier_rows))
+                              p2p=p2p_ev, pareto=pareto.points(frontier_rows),
+                              gpus={c.name: c.gpus for c in s.candidates})
     if o.as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))
     else:

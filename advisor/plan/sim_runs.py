@@ -107,14 +107,16 @@ def decide(run_dir: RunDir, opts: PlanOptions, shown: list[Placement], every: li
            prompt: float, kv: KVTransferEvidence | None, label: str, model: str, tp: int = 1,
            ranking: list[PlacementRank] | None = None,
            compare: list[dict[str, Any]] | None = None, p2p: P2PEvidence | None = None,
-           pareto: list[ParetoPoint] | None = None) -> Planned:
-    """Evidence (collocated vs disaggregated in `shown`), recommendation with the deploy
-    commands (and a plan's `ranking` and `pareto`, or a replay's `compare`), summary.csv
-    and (with `opts.report`) the report, written to `run_dir`."""
+           pareto: list[ParetoPoint] | None = None,
+           gpus: dict[str, int] | None = None) -> Planned:
+    """Evidence (collocated vs disaggregated in `shown`, each holding its `gpus`),
+    recommendation with the deploy commands (and a plan's `ranking` and `pareto`, or a
+    replay's `compare`), summary.csv and (with `opts.report`) the report, written to
+    `run_dir`."""
     # imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.from_runs import build_evidence
 
-    ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt)
+    ev = build_evidence(opts, shown, done, grid, run_dir, calibration, prompt, gpus=gpus)
     front = FrontendEvidence(placement=shown[0].name,
                              undecided="simulated: the front end's CPU is not modelled")
     ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label, p2p=p2p)

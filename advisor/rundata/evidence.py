@@ -51,6 +51,10 @@ class PlacementEvidence:
     # its requests at rate_rps that failed (counted as SLO misses), and the commonest reason
     failed_at_rate: int | None = None
     error: str | None = None
+    # output tokens/s of its run at max_goodput_rps, and the GPUs it holds (a plan's; null:
+    # measured on this host, on the same cores as the other placements)
+    output_tps_at_best: float | None = None
+    gpus: int | None = None
 
     def __post_init__(self) -> None:
         if self.placement is not None:

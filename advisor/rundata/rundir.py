@@ -29,7 +29,10 @@ from advisor.rundata.result import RESULT, RunResult
 # 4: evidence.json carries `imported` (runs another tool measured: `advisor import`);
 # 5: the SLO is a list of objectives (metric, ms, what it is judged on), the attainment
 # beside it in evidence.json; result.json's goodput_slos and the manifest's alike.
-FORMAT = 5
+# 6: an objective may be judged "pooled" (p99_itl); each placement's evidence carries its
+# output tokens/s at its max goodput and its GPUs (a plan's); recommendation.json its
+# `robustness` (the comparison under each SLO definition).
+FORMAT = 6
 MANIFEST, EVIDENCE, RECOMMENDATION, SUMMARY = ("manifest.json", "evidence.json",
                                                "recommendation.json", "summary.csv")
 

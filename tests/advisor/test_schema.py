@@ -22,7 +22,9 @@ SCHEMA = Path(__file__).resolve().parents[1] / "fixtures" / "schema"
 ADDED = {3: {".p2p:null"}, 4: {".imported:null"},
          5: {".attainment:number", ".slo.objectives:list", ".slo.objectives[]:object",
              ".slo.objectives[].metric:string", ".slo.objectives[].ms:number",
-             ".slo.objectives[].judged:string"}}
+             ".slo.objectives[].judged:string"},
+         6: {f".{side}.{field}:null" for side in ("collocated", "disaggregated")
+             for field in ("output_tps_at_best", "gpus")}}
 TAKEN = {5: {".slo.ttft_ms:number", ".slo.itl_ms:number", ".slo.attainment:number",
              ".slo.tpot_ms:null", ".slo.e2el_ms:null"}}
 
