@@ -11,8 +11,6 @@ from advisor.rundata.evidence import Evidence, PlacementEvidence
 from advisor.rundata.formatting import fmt_ms
 from advisor.rundata.slo import Metric
 
-BINDING: tuple[Metric, ...] = ("ttft", "itl")  # what the unloaded floor can miss
-
 
 def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] | None:
     """Why no placement can be recommended at this SLO, naming the binding metric and its
@@ -27,12 +25,14 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
     cal = ev.calibration
     floor = cal.floors(ev.workload.mean_prompt_tokens) if cal else {}
     where = f" here in {cal.dtype}" if cal and cal.dtype else " here"
-    unloaded = {"ttft": "unloaded TTFT", "itl": "the unloaded decode step"}
+    gap = slo.gap_metric
+    binding: tuple[Metric, ...] = ("ttft", gap)  # what the unloaded floor can miss
+    unloaded = {"ttft": "unloaded TTFT", gap: "the unloaded decode step"}
     fixes = {"ttft": "a looser TTFT SLO, shorter prompts (--scale)",
-             "itl": "a looser ITL SLO, a smaller model"}
+             gap: f"a looser {gap.upper()} SLO, a smaller model"}
     measured = [p for p in (ev.collocated, ev.disaggregated)
                 if p is not None and p.max_goodput_rps is not None]
-    missed: list[Metric] = [m for m in BINDING if m in floor and floor[m] > slo.ms(m)]
+    missed: list[Metric] = [m for m in binding if m in floor and floor[m] > slo.ms(m)]
     if missed:
         facts = [f"{m}:{slo.ms(m):g} is binding, {unloaded[m]} is {fmt_ms(floor[m])}{where}"
                  for m in missed]
@@ -46,18 +46,22 @@ def unreachable(ev: Evidence, t: Thresholds = Thresholds()) -> tuple[str, bool] 
                 "--api-key), then measure again"), False
     elif measured and all(p.max_goodput_rps == 0 for p in measured):
         # each placement's worst metric against its SLO; the closest placement names it
-        seen = {"ttft": ("median TTFT", "median_ttft_ms"), "itl": ("p99 ITL", "p99_itl_ms")}
+        # the nearest figure the evidence holds: a TPOT is a request's mean gap
+        seen = {"ttft": ("median TTFT", "median_ttft_ms"),
+                gap: ("p99 ITL", "p99_itl_ms") if gap == "itl" else ("median ITL", "p50_itl_ms")}
         _, m, value, near = min(
             max((_num(getattr(p, seen[m][1])) / slo.ms(m), m, getattr(p, seen[m][1]), p.placement)
-                for m in BINDING) for p in measured)
+                for m in binding) for p in measured)
         missed = [m]
         on = f" on {near}" if near and len(measured) > 1 else ""
-        facts = [f"{m}:{slo.ms(m):g} is binding, {seen[m][0]} was {fmt_ms(_num(value))} at best{on}"
-                 + (f" ({unloaded[m]} is {fmt_ms(floor[m])}{where})" if floor else "")]
-        if _num(value) <= slo.ms(m):  # pooled it meets: the requests that miss are too many
+        objective = next(o for o in slo if o.metric == m)
+        facts = [f"{objective.text} is binding, {seen[m][0]} was {fmt_ms(_num(value))} at "
+                 f"best{on}" + (f" ({unloaded[m]} is {fmt_ms(floor[m])}{where})" if floor else "")]
+        if _num(value) <= slo.ms(m) and objective.judged == "per_request":
+            # pooled it meets: the requests that miss are too many
             att = next(p.attainment_at_rate for p in measured if p.placement == near)
-            facts = [f"{m}:{slo.ms(m):g} is binding for each request (the SLO holds per request: "
-                     f"{'its own p99 gap' if m == 'itl' else 'its own TTFT'}); pooled, "
+            facts = [f"{objective.text} is binding for each request (the SLO holds per "
+                     f"request: {objective.defined}); pooled, "
                      f"{seen[m][0]} was {fmt_ms(_num(value))} at best{on}, but only "
                      f"{_num(att):.0%} of requests met every SLO there, under the "
                      f"{ev.attainment:.0%} needed"]

@@ -298,7 +298,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     done: dict[str, list[Outcome]] = {p.name: [] for p in placements}
     transfers: dict[str, list[Simulation]] = {p.name: [] for p in placements}
     frontier_rows: list[Any] = []  # (placement, rate, statistics, GPUs, met the SLO) per run
-    missed = [m for m, v in cal.floors(prompt).items() if v > o.slo.ms(m)]
+    missed = [m for m, v in cal.floors(prompt).items() if m in o.slo and v > o.slo.ms(m)]
     if missed:  # as the sweep: the floor misses the SLO, nothing to search
         rates = []
     with progress_bars() as bars:

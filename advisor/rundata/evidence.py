@@ -234,8 +234,10 @@ class Calibration:
         return ((0.0, 0.0, 0.0), *points) if points else ()
 
     def floors(self, prompt_tokens: float) -> dict[Metric, float]:
-        """Each SLO metric's unloaded floor (ms): what one request alone gets."""
-        return {"ttft": self.ttft_at(prompt_tokens), "itl": self.step_at(1)}
+        """Each SLO metric's unloaded floor (ms): what one request alone gets (its TTFT; a
+        decode step for each reading of the gaps between tokens)."""
+        step = self.step_at(1)
+        return {"ttft": self.ttft_at(prompt_tokens), "itl": step, "tpot": step}
 
     def step_at(self, batch: float) -> float:
         """Decode step at `batch` running requests (ms), linear between the measured ones."""

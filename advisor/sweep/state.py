@@ -55,4 +55,4 @@ class SweepState:
         self.plan = search_plan(self.opts, start)
         self.prompt_tokens = sized.prompt_tokens
         floors = calibration.floors(self.prompt_tokens)
-        self.missed = {m: v for m, v in floors.items() if v > self.slo.ms(m)}
+        self.missed = {m: v for m, v in floors.items() if m in self.slo and v > self.slo.ms(m)}

@@ -123,3 +123,22 @@ def test_a_verdict_is_rejudged_from_the_same_records_under_each_definition(tmp_p
     assert tpot.verdict == "within noise" and not tpot.holds
     assert tpot.collocated_rps == tpot.disaggregated_rps == 4.0
     assert "collocated surely missed it at no rate tried (up to 4 req/s)" in tpot.line
+
+
+def test_an_slo_without_itl_is_checked_against_its_floors_and_told_unreachable():
+    # ttft and tpot only, as vLLM's --goodput: the floor check and the verdict that no
+    # rate met it read the TPOT limit where ITL's was, and name the objective
+    from advisor.decide.table import recommend
+    from advisor.rundata.evidence import Calibration, Evidence, PlacementEvidence, \
+        WorkloadEvidence
+
+    slo = parse_slo(["ttft:2000", "tpot:20"], "s")
+    cal = Calibration(prompt_tokens=[16, 1024], ttft_ms=[20.0, 600.0], batches=[1, 8],
+                      step_ms=[30.0, 40.0], prefill_ms_per_token=0.57, prefill_base_ms=11.0)
+    assert {m for m, v in cal.floors(100).items() if m in slo and v > slo.ms(m)} == {"tpot"}
+    ev = Evidence(slo=slo, attainment=0.9, collocated=PlacementEvidence(placement="c"),
+                  workload=WorkloadEvidence(mean_prompt_tokens=100, concurrency=0.0),
+                  calibration=cal)
+    rec = recommend(ev)
+    assert rec.action == "measure-first"
+    assert "tpot:20 is binding, the unloaded decode step is 30 ms" in rec.reasons[0]
