@@ -270,12 +270,17 @@ class _Sim:
 
     # ---- P/D ----------------------------------------------------------------------------------
     def _send(self, t: float, e: _Engine, job: Job) -> None:
-        """The prompt's KV crosses to the request's decoder (after the proxy's hop), queued
-        behind earlier transfers into that decoder; the prefiller frees it when done."""
+        """The prompt's KV crosses to the request's decoder, queued behind earlier
+        transfers into that decoder; the prefiller frees it when done. As vLLM's
+        NixlConnector pulls it: the decode request reaches the decoder after the proxy's
+        hop, its scheduler parks it and the read starts with the decoder's next step
+        (`start_load_kv`); a finished read is seen at the end of the step it lands in, and
+        the request joins the step after (`_arrive` at the step boundary)."""
         d = self.target[job.req]
         assert self.sys.kv_bytes is not None and self.sys.link is not None  # a P/D's
         nbytes = self.sys.kv_bytes(job.before)
-        start = max(t + self.sys.proxy_ms / 1000, self.link_free[d])
+        start = max(self._next_step(self.decoders[d], t + self.sys.proxy_ms / 1000),
+                    self.link_free[d])
         end = start + self.sys.link.seconds(nbytes)
         self.moved += nbytes
         self.link_free[d] = end
@@ -283,6 +288,15 @@ class _Sim:
         r = self.reqs[job.req]
         self._at(end, self._transferred, e, job, self.decoders[d],
                  Job(job.req, r.prompt, r.output, 1, r.prompt - 1))
+
+    @staticmethod
+    def _next_step(e: _Engine, t: float) -> float:
+        """When `e` next starts a step at or after `t`: at once where it is idle, else at
+        the end of its step in progress (as planned at `t`)."""
+        if not e.busy:
+            return t
+        j = bisect.bisect_left(e.step_ends, t, e.first_step)
+        return e.step_ends[j] if j < len(e.step_ends) else t
 
     def _transferred(self, t: float, pre: _Engine, job: Job, dec: _Engine, nxt: Job) -> None:
         pre.q.used -= job.held

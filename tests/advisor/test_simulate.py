@@ -329,3 +329,25 @@ def test_a_closed_loop_keeps_at_most_its_concurrency_in_flight_and_sends_on_each
     # a cap of one is one request after another
     one = simulate(System((engine(),), front_ms=0.0), reqs[:3], concurrency=1).records
     assert [r.sent for r in one[1:]] == pytest.approx([r.end for r in one[:2]])
+
+
+def test_a_pulled_transfer_waits_for_the_decoders_next_step_and_joins_the_one_after():
+    # as vLLM's NixlConnector pulls KV: the read starts with the decoder's next step after
+    # the decode request reaches it, and the request joins at the first step boundary
+    # after the read lands. Request A decodes alone; B's decode request reaches the
+    # decoder 0.5 ms into one of A's steps, so its 200 ms read starts at that step's end
+    system = System(decode=(engine(),), prefill=(engine(),), link=LINK,
+                    kv_bytes=lambda t: 2e6 * t, front_ms=1.0, proxy_ms=3.0)
+    a = SimRequest(0.0, 10, 120)
+    (alone,) = simulate(system, [a]).records
+    ends = alone.chunks  # the decoder's step ends while A runs alone
+    boundary = next(c for c in ends if c - alone.sent > 0.3)
+    reached = boundary + 0.0005  # B's decode request at the decoder
+    # B's hop, prefill (10 + 0.1 x 100 ms) and the proxy's hop before it gets there
+    arrival = reached - alone.sent - (1 + 3 + 20 + 3) / 1000
+    recs = simulate(system, [a, SimRequest(arrival, 100, 3)]).records
+    start = next(c for c in ends if c >= reached)  # the end of the step in progress
+    joins = next(c for c in ends if c >= start + 0.2)
+    assert recs[0].chunks[:ends.index(joins) + 1] == pytest.approx(ends[:ends.index(joins) + 1])
+    # its first token ends the step it joins: A's next step end, now a batch of two
+    assert recs[1].chunks[0] == pytest.approx(recs[0].chunks[ends.index(joins) + 1])
