@@ -24,9 +24,10 @@ from advisor.measure.stats import check_judged
 from advisor.output import console
 from advisor.output.progress import progress_bars
 from advisor.plan import candidates as cands
-from advisor.plan import hardware, kernels, pareto, screen, sim_runs
+from advisor.plan import hardware, kernels, pareto, screen, sensitivity, sim_runs
 from advisor.plan.candidates import Candidate
 from advisor.plan.options import DEFAULT_MODEL, PlanOptions
+from advisor.plan.pd_costs import pd_costs
 from advisor.plan.simulate import Simulation
 from advisor.plan.steptime import Step, prefill_step
 from advisor.plan.system import StepModel
@@ -333,10 +334,11 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
         if s.matrix is not None:
             p2p_ev = p2p_pairs.evidence(s.matrix, s.p2p_source or "nvidia-smi", placed,
                                         o.model, prompt, s.kv)
+    notes = _uncertain(run_dir, s, o, shown, rates, prompt) if rates else ()
     planned = sim_runs.decide(run_dir, o, shown, placements, done, rates, cal, prompt, kv, what,
                               o.model or DEFAULT_MODEL, tp=s.candidates[0].tp, ranking=ranking,
                               p2p=p2p_ev, pareto=pareto.points(frontier_rows),
-                              gpus={c.name: c.gpus for c in s.candidates})
+                              gpus={c.name: c.gpus for c in s.candidates}, notes=notes)
     if o.as_json:
         print(json.dumps(planned.to_json(), indent=2, default=str))
     else:
@@ -345,6 +347,27 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
         print(f"run directory: {run_dir}: report.html, report.md, evidence.json, "
               "recommendation.json (every figure simulated)")
     return planned
+
+
+def _uncertain(run_dir: RunDir, s: _Setup, o: PlanOptions, shown: list[Placement],
+               rates: list[float], prompt: float) -> tuple[str, ...]:
+    """What the shown P/D placement is charged and where the verdict between the shown
+    pair would turn, into the manifest; the latter's sentences, for the reasons."""
+    by_name = {c.name: c for c in s.candidates}
+    col = next((by_name[p.name] for p in shown if p.kind == "collocated"), None)
+    dis = next((by_name[p.name] for p in shown if p.kind == "disagg"), None)
+    if col is None or dis is None:
+        return ()
+    systems = [cands.system(c, s.shape, s.gpu, s.link_for(c)[0], s.weights,
+                            o.max_num_batched_tokens, kv_dtype=s.kv) for c in (col, dis)]
+    found = sensitivity.flips(systems[0], systems[1], s.spec, rates, o.slo, o.attainment, o.seed,
+                              o.max_concurrency)
+    facts = run_dir.read_manifest().plan
+    if facts is not None:
+        costs = pd_costs(systems[1], prompt, s.shape.kv_bytes_per_token(s.kv))
+        run_dir.update_manifest(plan=dataclasses.replace(facts, pd_costs=costs,
+                                                         sensitivity=found))
+    return tuple(f"simulated sensitivity: {f.said}" for f in found)
 
 
 def _params(o: PlanOptions) -> dict[str, Any]:

@@ -58,10 +58,21 @@ def _screen(c: Candidate, system: System, spec: SyntheticSpec, rates: list[float
             ) -> tuple[float, float]:
     """One placement's highest rate meeting the SLO in the screen (0 where none did), and
     the least multiple of the SLO met there (infinite where none did)."""
+    return screened(system, spec, rates, slo, attainment, seed, concurrency,
+                    lambda rate: progress(f"screening {c.name} at {rate:g} req/s"))
+
+
+def screened(system: System, spec: SyntheticSpec, rates: list[float], slo: Slo,
+             attainment: float, seed: int, concurrency: int | None = None,
+             progress: Callable[[float], None] | None = None) -> tuple[float, float]:
+    """`system`'s highest of `rates` meeting the SLO in a screen of SCREEN_REQUESTS a rate
+    (0 where none did), and the least multiple of the SLO met there (infinite where none
+    did)."""
     scales: dict[float, float] = {}
 
     def meets(rate: float) -> bool:
-        progress(f"screening {c.name} at {rate:g} req/s")
+        if progress is not None:
+            progress(rate)
         reqs = sim_runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
         met, scales[rate] = _judge(simulate(system, reqs, concurrency), rate, slo,
                                    attainment)
@@ -69,6 +80,14 @@ def _screen(c: Candidate, system: System, spec: SyntheticSpec, rates: list[float
 
     best = highest(rates, meets)
     return (0.0, math.inf) if best is None else (best, scales[best])
+
+
+def scale_at(system: System, spec: SyntheticSpec, rate: float, slo: Slo, attainment: float,
+             seed: int, concurrency: int | None = None) -> float:
+    """The least multiple of the SLO that `attainment` of a screen's requests met at
+    `rate` (under 1: met)."""
+    reqs = sim_runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
+    return _judge(simulate(system, reqs, concurrency), rate, slo, attainment)[1]
 
 
 def _judge(sim: Simulation, rate: float, slo: Slo, attainment: float) -> tuple[bool, float]:

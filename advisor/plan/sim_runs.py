@@ -108,11 +108,11 @@ def decide(run_dir: RunDir, opts: PlanOptions, shown: list[Placement], every: li
            ranking: list[PlacementRank] | None = None,
            compare: list[dict[str, Any]] | None = None, p2p: P2PEvidence | None = None,
            pareto: list[ParetoPoint] | None = None,
-           gpus: dict[str, int] | None = None) -> Planned:
+           gpus: dict[str, int] | None = None, notes: tuple[str, ...] = ()) -> Planned:
     """Evidence (collocated vs disaggregated in `shown`, each holding its `gpus`),
     recommendation with the deploy commands (and a plan's `ranking` and `pareto`, or a
     replay's `compare`), summary.csv and (with `opts.report`) the report, written to
-    `run_dir`."""
+    `run_dir`; `notes` said after the reasons."""
     # imported here: pandas takes ~0.5 s, and a bad flag must answer before that
     from advisor.goodput.from_runs import build_evidence
 
@@ -121,7 +121,8 @@ def decide(run_dir: RunDir, opts: PlanOptions, shown: list[Placement], every: li
                              undecided="simulated: the front end's CPU is not modelled")
     ev = dataclasses.replace(ev, kv_transfer=kv, frontend=front, simulated=label, p2p=p2p)
     said = pareto_reason(pareto) if pareto is not None else None
-    rec = conclude(run_dir, ev, every, done, model, Where(tp=tp), (said,) if said else (),
+    rec = conclude(run_dir, ev, every, done, model, Where(tp=tp),
+                   ((said,) if said else ()) + notes,
                    ranking=ranking, compare=compare, pareto=pareto)
     if opts.report:
         from advisor.output.report import run_report  # matplotlib: ~1 s to import

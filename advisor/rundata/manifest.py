@@ -174,14 +174,38 @@ class PlannedCandidate:
 
 
 @dataclass(frozen=True)
+class PdCost:
+    """One part of what P/D costs in a plan's simulation: what it is, its value, and
+    where that comes from (a citation, or a measurement here)."""
+
+    part: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Sensitive:
+    """One uncertain input of a plan: the factor on it at which the verdict turns (null:
+    it holds over the range tried), what it turns into, and the sentence saying so."""
+
+    input: str
+    factor: float | None
+    becomes: str | None
+    said: str
+
+
+@dataclass(frozen=True)
 class PlanFacts:
-    """A plan's GPU, KV link and candidate placements, and the vLLM its kernel tables were
-    measured with (None: priced by the roofline)."""
+    """A plan's GPU, KV link and candidate placements, the vLLM its kernel tables were
+    measured with (None: priced by the roofline), what P/D is charged, and where the
+    verdict would turn."""
 
     gpu: PlannedGpu
     link: dict[str, Any]
     candidates: list[PlannedCandidate]
     vllm: str | None = None
+    pd_costs: list[PdCost] = field(default_factory=list)
+    sensitivity: list[Sensitive] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.vllm is not None and not _VERSION.match(self.vllm):

@@ -129,8 +129,7 @@ def test_an_slo_without_itl_is_checked_against_its_floors_and_told_unreachable()
     # ttft and tpot only, as vLLM's --goodput: the floor check and the verdict that no
     # rate met it read the TPOT limit where ITL's was, and name the objective
     from advisor.decide.table import recommend
-    from advisor.rundata.evidence import Calibration, Evidence, PlacementEvidence, \
-        WorkloadEvidence
+    from advisor.rundata.evidence import Calibration, Evidence, PlacementEvidence, WorkloadEvidence
 
     slo = parse_slo(["ttft:2000", "tpot:20"], "s")
     cal = Calibration(prompt_tokens=[16, 1024], ttft_ms=[20.0, 600.0], batches=[1, 8],
