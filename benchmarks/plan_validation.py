@@ -33,6 +33,12 @@ ONE_CORE_GOAL_S = 10.0
 SPEED_GOAL = 3.0
 
 
+# vLLM's script gave its collocated instances --enable-chunked-prefill (vLLM 0.5's budget
+# then: 512 tokens a step) and its P/D instances none (a whole prompt a step, up to their
+# --max-model-len 30000)
+AS_VLLM_RAN = ("--max-num-batched-tokens", "512", "--prefill-max-num-batched-tokens", "30000")
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -43,6 +49,7 @@ class Case:
     # a preset whose config.json it is given as --model-path (its own configs lack it, and
     # it reaches no hub from here)
     local_config: str | None = None
+    winner: str = "P/D"  # which placement the published figure favours: P/D or collocated
 
 
 CASES = (
@@ -71,6 +78,27 @@ CASES = (
           "--placements", "collocated-2,disagg-1p1d"),
          ("--total-gpus", "2", "--system", "l40s", "--isl", "8192", "--osl", "256", "--ttft",
           "2000", "--tpot", "50"), local_config="qwen2.5-7b"),
+    # vLLM's own back-to-back run (benchmarks/disagg_benchmarks/results/chunk_vs_disagg.yaml,
+    # made by disagg_performance_benchmark.sh): Llama-3.1-70B on 8 x H100, two TP4
+    # instances with chunked prefill behind round robin against one TP4 prefiller and one
+    # TP4 decoder, 2048-token sonnet prompts, 12 out, 400 prompts a rate
+    Case("vLLM's chunked vs disaggregated prefill: Llama-3.1-70B, 8 x H100, 2048 in / 12 "
+         "out, 8 req/s (vLLM's chunk_vs_disagg.yaml)",
+         "mean TTFT collocated 380 ms, P/D 509 ms (P/D's mean ITL 29 against 64 ms)",
+         ("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8",
+          "--dataset-name", "random", "--random-input-len", "2048", "--random-output-len",
+          "12", "--rates", "8", "--num-prompts", "400", *AS_VLLM_RAN,
+          "--placements", "collocated-2,disagg-1p1d"),
+         ("--total-gpus", "8", "--system", "h100_sxm", "--isl", "2048", "--osl", "12",
+          "--ttft", "2000", "--tpot", "50"), local_config="llama-3.1-70b",
+         winner="collocated"),
+    Case("the same, 2 req/s",
+         "mean TTFT collocated 197 ms, P/D 153 ms (P/D's mean ITL 21 against 35 ms)",
+         ("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8",
+          "--dataset-name", "random", "--random-input-len", "2048", "--random-output-len",
+          "12", "--rates", "2", "--num-prompts", "400", *AS_VLLM_RAN,
+          "--placements", "collocated-2,disagg-1p1d"),
+         None, "the 8 req/s case's configuration stands for both"),
 )
 
 
@@ -91,17 +119,30 @@ def plan(case: Case, out: Path) -> tuple[dict[str, dict], float]:
     return runs, wall
 
 
-def ours(case: Case, runs: dict[str, dict]) -> str:
-    """Our figure in the published one's terms."""
+def ours(case: Case, runs: dict[str, dict]) -> tuple[str, str]:
+    """Our figure in the published one's terms, and which placement it favours."""
     if "MI300X" in case.name:
-        return ", ".join(f"{n} {r[8.0]['slo_attainment']:.0%}" for n, r in sorted(runs.items()))
+        att = {n: r[8.0]["slo_attainment"] for n, r in runs.items()}
+        best = max(v for n, v in att.items() if n.startswith("collocated"))
+        return (", ".join(f"{n} {v:.0%}" for n, v in sorted(att.items())),
+                "P/D" if att["disagg-1p1d-tp4-4"] > best else "collocated")
     if "H200" in case.name:
         col, pd_ = runs["collocated-16"][45.0], runs["disagg-8p2d-tp1-4"][45.0]
         return (f"mean E2E {pd_['mean_e2el_ms'] / col['mean_e2el_ms'] - 1:+.0%} "
                 f"({col['mean_e2el_ms']:.0f} -> {pd_['mean_e2el_ms']:.0f} ms), p99 E2E "
-                f"{pd_['p99_e2el_ms'] / col['p99_e2el_ms'] - 1:+.0%}")
-    return ", ".join(f"{n} p99 ITL {r[0.4]['p99_itl_ms']:.0f} ms (median "
-                     f"{r[0.4]['p50_itl_ms']:.0f})" for n, r in sorted(runs.items()))
+                f"{pd_['p99_e2el_ms'] / col['p99_e2el_ms'] - 1:+.0%}",
+                "P/D" if pd_["mean_e2el_ms"] < col["mean_e2el_ms"] else "collocated")
+    if "TTFT" in case.published:
+        (rate,) = runs["collocated-2"]
+        col, pd_ = runs["collocated-2"][rate], runs["disagg-1p1d"][rate]
+        return (f"mean TTFT collocated {col['mean_ttft_ms']:.0f} ms, P/D "
+                f"{pd_['mean_ttft_ms']:.0f} ms (mean ITL {pd_['mean_itl_ms']:.0f} against "
+                f"{col['mean_itl_ms']:.0f} ms)",
+                "P/D" if pd_["mean_ttft_ms"] < col["mean_ttft_ms"] else "collocated")
+    col, pd_ = runs["collocated-2"][0.4], runs["disagg-1p1d"][0.4]
+    return (", ".join(f"{n} p99 ITL {r[0.4]['p99_itl_ms']:.0f} ms (median "
+                      f"{r[0.4]['p50_itl_ms']:.0f})" for n, r in sorted(runs.items())),
+            "P/D" if pd_["p99_itl_ms"] < col["p99_itl_ms"] else "collocated")
 
 
 def aiconfigurator(case: Case) -> tuple[str, float | None]:
@@ -156,11 +197,16 @@ def main() -> None:
     ap.add_argument("--no-aiconfigurator", action="store_true")
     a = ap.parse_args()
     out = Path(a.out or tempfile.mkdtemp(prefix="plan-validation-"))
+    right = 0
     for case in CASES:
         runs, wall = plan(case, out)
-        print(f"\n{case.name}\n  published:      {case.published}\n  advisor plan:   "
-              f"{ours(case, runs)}\n  advisor wall:   {wall:.1f} s on one core (goal < "
-              f"{ONE_CORE_GOAL_S:g} s: {'met' if wall < ONE_CORE_GOAL_S else 'MISSED'})")
+        said, favours = ours(case, runs)
+        right += favours == case.winner
+        print(f"\n{case.name}\n  published:      {case.published} ({case.winner} better)"
+              f"\n  advisor plan:   {said} ({favours} better: direction "
+              f"{'right' if favours == case.winner else 'WRONG'})\n  advisor wall:   "
+              f"{wall:.1f} s on one core (goal < {ONE_CORE_GOAL_S:g} s: "
+              f"{'met' if wall < ONE_CORE_GOAL_S else 'MISSED'})")
         if a.no_aiconfigurator:
             continue
         said, theirs = aiconfigurator(case)
@@ -168,7 +214,9 @@ def main() -> None:
         if theirs is not None:
             print(f"  its wall:       {theirs:.1f} s; ours {wall:.1f} s: {theirs / wall:.1f}x "
                   f"faster (goal >= {SPEED_GOAL:g}x, while also predicting tails)")
-    print(f"\nrun directories under {out}")
+    print(f"\ndirection right on {right} of {len(CASES)} cases "
+          f"({sum(c.winner == 'collocated' for c in CASES)} where collocated measured "
+          f"better)\nrun directories under {out}")
 
 
 if __name__ == "__main__":

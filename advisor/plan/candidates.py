@@ -124,20 +124,23 @@ def engine_defaults(g: GPU) -> tuple[int, int]:
 
 def system(c: Candidate, shape: ModelShape, g: GPU, kv_link: Link, dtype: str = "bfloat16",
            max_batched_tokens: int | None = None, chunked: bool = True,
-           kv_dtype: str | None = None) -> System:
+           kv_dtype: str | None = None, prefill_batched_tokens: int | None = None) -> System:
     """Candidate `c` as a simulated system (roofline step times on `g`), weights in
-    `dtype`, KV in `kv_dtype` (default: kv_dtype_for): what P/D moves is in the KV's."""
+    `dtype`, KV in `kv_dtype` (default: kv_dtype_for): what P/D moves is in the KV's. Each
+    step's token budget `max_batched_tokens` (default: vLLM's for `g`), a P/D prefill
+    tier's `prefill_batched_tokens` where given (deployments often give it its own)."""
     tokens, seqs = engine_defaults(g)
     kv = kv_dtype or kv_dtype_for(dtype)
 
-    def engine(tp: int, layout: str = "tp") -> EngineSpec:
+    def engine(tp: int, layout: str = "tp", budget: int | None = None) -> EngineSpec:
         return EngineSpec(step_model(shape, g, tp, dtype, kv, layout),
-                          kv_tokens(shape, g, tp, dtype, kv), max_batched_tokens or tokens,
-                          seqs, chunked)
+                          kv_tokens(shape, g, tp, dtype, kv),
+                          budget or max_batched_tokens or tokens, seqs, chunked)
 
     if c.kind == "collocated":
         return System(decode=(engine(c.tp, c.layout),) * c.replicas)
-    return System(decode=(engine(c.dtp),) * c.decode, prefill=(engine(c.tp),) * c.prefill,
+    return System(decode=(engine(c.dtp),) * c.decode,
+                  prefill=(engine(c.tp, budget=prefill_batched_tokens),) * c.prefill,
                   link=kv_link, kv_bytes=lambda t: shape.kv_bytes(t, kv))
 
 

@@ -12,7 +12,7 @@ from advisor.flags import option
 from advisor.measure.stats import parse_rates
 from advisor.plan.hardware import GPUS
 from advisor.probe.shapes import SHAPE_ONLY
-from advisor.rundata.bounds import MAX_CONCURRENCY
+from advisor.rundata.bounds import MAX_BATCHED_TOKENS, MAX_CONCURRENCY
 from advisor.rundata.slo import DEFAULT_SLO, Slo
 from workloads.presets import PRESETS
 
@@ -107,7 +107,11 @@ class PlanOptions:
                                            "each run is judged on what it served, as a "
                                            "benchmark of that many prompts is)")
     max_num_batched_tokens: int | None = option(None, "engine token budget per step (default: "
-                                                      "vLLM's for the GPU)")
+                                                      "vLLM's for the GPU)", min=1,
+                                                max=MAX_BATCHED_TOKENS)
+    prefill_max_num_batched_tokens: int | None = option(
+        None, "P/D's prefill tier's own token budget per step (default: "
+              "--max-num-batched-tokens)", min=1, max=MAX_BATCHED_TOKENS)
     operating_rate: float | None = option(None, "your production rate (req/s)")
     seed: int = option(0, "workload seed")
     out: str = option("results", "parent of the run directory")

@@ -30,7 +30,7 @@ from advisor.plan.options import DEFAULT_MODEL, PlanOptions
 from advisor.plan.pd_costs import pd_costs
 from advisor.plan.simulate import Simulation
 from advisor.plan.steptime import Step, prefill_step
-from advisor.plan.system import StepModel
+from advisor.plan.system import StepModel, System
 from advisor.probe import p2p, p2p_pairs
 from advisor.probe.links import HOST_STAGED, Link
 from advisor.probe.p2p import P2PMatrix
@@ -238,10 +238,16 @@ def _short(precision: str) -> str:
     return "bf16" if precision == "bfloat16" else precision
 
 
+def _system(s: _Setup, o: PlanOptions, c: Candidate) -> System:
+    """Candidate `c` as the simulator runs it: on its link, with the token budgets given."""
+    return cands.system(c, s.shape, s.gpu, s.link_for(c)[0], s.weights,
+                        o.max_num_batched_tokens, kv_dtype=s.kv,
+                        prefill_batched_tokens=o.prefill_max_num_batched_tokens)
+
+
 def unloaded(s: _Setup, o: PlanOptions) -> Calibration:
     """What one request alone gets on a collocated instance, as a sweep's calibration."""
-    system = cands.system(s.candidates[0], s.shape, s.gpu, s.link, s.weights,
-                          o.max_num_batched_tokens, kv_dtype=s.kv)
+    system = _system(s, o, s.candidates[0])
     engine = system.decode[0]
     mean = float(np.mean(s.spec.input.sample(200, np.random.default_rng(o.seed))))
     prompts = [max(1, round(mean * f)) for f in (0.25, 0.5, 1.0)]
@@ -285,9 +291,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     with progress_bars() as bars:
         task = bars.add_task("screening")
         finals, screened = screen.finalists(
-            s.candidates, lambda c: cands.system(c, s.shape, s.gpu, s.link_for(c)[0],
-                                                 s.weights, o.max_num_batched_tokens,
-                                                 kv_dtype=s.kv),
+            s.candidates, lambda c: _system(s, o, c),
             s.spec, rates, o.slo, o.attainment, o.seed,
             lambda what: bars.update(task, description=what), o.max_concurrency)
     if screened:
@@ -305,8 +309,7 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
     with progress_bars() as bars:
         task = bars.add_task("simulating", total=len(placements) * len(rates))
         for c, p in zip(s.candidates, placements):
-            system = cands.system(c, s.shape, s.gpu, s.link_for(c)[0], s.weights,
-                                  o.max_num_batched_tokens, kv_dtype=s.kv)
+            system = _system(s, o, c)
             for rate in rates:
                 if not o.rates and _fallen(done[p.name]):  # the default grid only
                     bars.advance(task)
@@ -358,8 +361,7 @@ def _uncertain(run_dir: RunDir, s: _Setup, o: PlanOptions, shown: list[Placement
     dis = next((by_name[p.name] for p in shown if p.kind == "disagg"), None)
     if col is None or dis is None:
         return ()
-    systems = [cands.system(c, s.shape, s.gpu, s.link_for(c)[0], s.weights,
-                            o.max_num_batched_tokens, kv_dtype=s.kv) for c in (col, dis)]
+    systems = [_system(s, o, c) for c in (col, dis)]
     found = sensitivity.flips(systems[0], systems[1], s.spec, rates, o.slo, o.attainment, o.seed,
                               o.max_concurrency)
     facts = run_dir.read_manifest().plan

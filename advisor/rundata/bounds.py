@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 MAX_CONCURRENCY = 1 << 20  # requests in flight (--max-concurrency): more than any engine batches
+MAX_BATCHED_TOKENS = 1 << 22  # an engine's token budget per step (--max-num-batched-tokens)
 MAX_TP = 64  # tensor-parallel ranks of one instance (several nodes' GPUs)
 MAX_INSTANCES = 256  # of one role (replicas, prefillers, decoders) in a placement
 MAX_PLACEMENT_GPUS = 1024  # every GPU a placement uses
