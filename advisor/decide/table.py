@@ -39,14 +39,18 @@ def _rows(ev: Evidence, t: Thresholds) -> list[Row]:
     wl = ev.workload
     rows = []
     p99 = col.p99_itl_ms
+    no_itl = None if "itl" in slo else (
+        f"the SLO sets no ITL limit ({slo.text} holds "
+        f"{', '.join(o.defined for o in slo)})")
     rows.append(
         Row(
             "itl_p99_misses_slo",
             "ITL p99 misses its SLO under load",
             "disaggregate",
-            p99 is not None and p99 > slo.gap_ms,
+            no_itl is None and p99 is not None and p99 > slo.gap_ms,
             {"collocated_p99_itl_ms": p99},
-            {"itl_slo_ms": slo.gap_ms},
+            {"itl_slo_ms": slo.get("itl")},
+            undecided=no_itl,
         )
     )
     prompt, conc, prefill = wl.mean_prompt_tokens, wl.concurrency, wl.prefill_ms

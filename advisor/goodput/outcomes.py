@@ -41,8 +41,9 @@ def outcome_of(result: RunResult, rate: float, target: float, slo: Slo) -> Outco
     (fallen apart) when its p99 ITL is far past the gap SLO or most requests failed
     outright. A run whose measuring client was its bottleneck (`RunResult.client_bound`)
     says nothing either way: neither met nor missed."""
-    if result.client_bound():
-        return Outcome(rate, False, False, client_bound=True)
+    topped_up = bool(result.described.workload_params.get(TOPPED_UP))
+    if result.client_bound():  # measured again, it is not measured a third time
+        return Outcome(rate, False, False, topped_up=topped_up, client_bound=True)
     s = result.stats
     p99 = s.latency_ms("itl", "p99")
     collapsed = (p99 or 0) > COLLAPSE * slo.gap_ms \
@@ -59,8 +60,7 @@ def outcome_of(result: RunResult, rate: float, target: float, slo: Slo) -> Outco
                    sure_meets=ci is not None and ci[0] >= target and pooled_sure
                    and not behind,
                    sure_misses=behind or pooled_missed or (ci is not None and ci[1] < target),
-                   topped_up=bool(result.described.workload_params.get(TOPPED_UP)),
-                   behind=behind)
+                   topped_up=topped_up, behind=behind)
 
 
 def max_goodput_rate(done: list[Outcome]) -> float:

@@ -84,3 +84,22 @@ def test_a_light_run_is_not_marked(tmp_path):
     assert p.returncode == 0, p.stderr
     check = json.loads((tmp_path / "result.json").read_text())["client_check"]
     assert check["bound"] is None and check["loop_lag_p99_ms"] < LOOP_LAG_P99_MS, check
+
+
+def test_a_client_bound_run_measured_again_is_not_measured_a_third_time():
+    # the decode-heavy sweep of 2026-12-07 measured one such rate eight times over, until
+    # its time budget ran out: each pooled run came out client bound, never marked as
+    # measured again
+    from advisor.goodput.outcomes import TOPPED_UP
+    from advisor.sweep.rate_search import top_up
+
+    met = outcome_of(_result(8.96, 1.0, None), 8.96, 0.9, Slo.of(ttft=2000, itl=50))
+    bound = _result(12.67, 1.0, "the measuring client did not keep up: ...")
+    first = outcome_of(bound, 12.67, 0.9, Slo.of(ttft=2000, itl=50))
+    assert top_up([met, first]) == 12.67
+    again = RunResult.of(bound.stats, num_prompts=200, request_rate=12.67,
+                         client_check=bound.described.client_check,
+                         workload_params={TOPPED_UP: True})
+    second = outcome_of(again, 12.67, 0.9, Slo.of(ttft=2000, itl=50))
+    assert second.client_bound and second.topped_up
+    assert top_up([met, second]) is None

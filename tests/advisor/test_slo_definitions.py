@@ -141,3 +141,25 @@ def test_an_slo_without_itl_is_checked_against_its_floors_and_told_unreachable()
     rec = recommend(ev)
     assert rec.action == "measure-first"
     assert "tpot:20 is binding, the unloaded decode step is 30 ms" in rec.reasons[0]
+
+
+def test_without_an_itl_limit_the_p99_itl_row_is_undecided_not_fired():
+    # a TPOT limit is a request's mean gap: the guide's first row reads an ITL limit, and
+    # a tie in goodput under tpot:50 was decided "disaggregate" by that row on the TPOT's
+    # number (the decode-heavy sweep of 2026-12-07)
+    from advisor.decide.table import recommend
+    from advisor.rundata.evidence import Evidence, PlacementEvidence, WorkloadEvidence
+
+    def evidence(slo):
+        return Evidence(slo=slo, attainment=0.9,
+                        collocated=PlacementEvidence(placement="c", p99_itl_ms=80.0,
+                                                     max_goodput_rps=9.0),
+                        disaggregated=PlacementEvidence(placement="d", max_goodput_rps=9.0),
+                        workload=WorkloadEvidence(mean_prompt_tokens=32, concurrency=0.5))
+
+    by_tpot = recommend(evidence(parse_slo(["ttft:2000", "tpot:50"], "s")))
+    row = by_tpot.row("itl_p99_misses_slo")
+    assert not row.fired and "the SLO sets no ITL limit" in row.undecided
+    assert by_tpot.action == "stay-collocated"
+    by_itl = recommend(evidence(parse_slo(["ttft:2000", "p99_itl:50"], "s")))
+    assert by_itl.row("itl_p99_misses_slo").fired and by_itl.action == "disaggregate"
