@@ -311,7 +311,9 @@ def run_plan(o: PlanOptions, argv: list[str] | None = None) -> sim_runs.Planned:
         for c, p in zip(s.candidates, placements):
             system = _system(s, o, c)
             for rate in rates:
-                if not o.rates and _fallen(done[p.name]):  # the default grid only
+                # the default grid only, and never capped: a closed loop's comparison is
+                # of throughput at saturation, which only the rates past collapse show
+                if not o.rates and o.max_concurrency is None and _fallen(done[p.name]):
                     bars.advance(task)
                     continue
                 bars.update(task, description=f"simulating {p.name} at {rate:g} req/s")
