@@ -27,6 +27,9 @@ class Outcome:
     topped_up: bool = False  # measured again with as many requests more (`top_up`)
     behind: bool = False  # completed requests slower than they arrived (`KEEP_PACE`)
     client_bound: bool = False  # the client was the bottleneck: says nothing of the placement
+    # its failed requests alone were more than the target lets miss: no latency, so no
+    # lower rate, would have met it
+    failing: bool = False
 
 
 TOPPED_UP = "topped_up"  # workload_params key of a run measured again (`top_up`)
@@ -60,7 +63,8 @@ def outcome_of(result: RunResult, rate: float, target: float, slo: Slo) -> Outco
                    sure_meets=ci is not None and ci[0] >= target and pooled_sure
                    and not behind,
                    sure_misses=behind or pooled_missed or (ci is not None and ci[1] < target),
-                   topped_up=topped_up, behind=behind)
+                   topped_up=topped_up, behind=behind,
+                   failing=s.failed > (1 - target) * result.described.num_prompts)
 
 
 def max_goodput_rate(done: list[Outcome]) -> float:

@@ -8,7 +8,7 @@ from advisor.rundata.manifest import PdCost
 
 PROXY_SOURCE = ("advisor's assumption per HTTP hop; measured here through advisor proxy "
                 "before real vLLM's CPU build: +2.3 ms TTFT p50 over the hand path "
-                "(docs/measurements.md, 2026-12-06)")
+                "(benchmarks/proxy_overhead.py; docs/measurements.md)")
 
 
 def pd_costs(system: System, mean_prompt: float, bytes_per_token: int) -> list[PdCost]:

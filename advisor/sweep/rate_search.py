@@ -217,9 +217,9 @@ def to_sharpen(done: dict[str, list[Outcome]], pair: tuple[str, str], stuck: set
     within noise) is measured again first; else the interval is bisected at its geometric
     middle, where not measured and wider than `plan.min_ratio`; an interval from 0 (no
     rate surely met) is stepped down by halves, at most DOWN_TO_BOUND halvings below the
-    first rate; the wider interval (one without a bound widest) first. Placements in
-    `stuck` (a step that narrowed nothing) are passed over. None: narrow enough, or
-    nothing left to try."""
+    first rate, unless failed requests alone made its lowest rate miss; the wider
+    interval (one without a bound widest) first. Placements in `stuck` (a step that
+    narrowed nothing) are passed over. None: narrow enough, or nothing left to try."""
     if ratio_width(done[pair[0]], done[pair[1]]) < RATIO_WIDTH:
         return None
     options = []
@@ -232,8 +232,10 @@ def to_sharpen(done: dict[str, list[Outcome]], pair: tuple[str, str], stuck: set
         if again is not None:
             options.append((width, name, again, True))
         elif lo <= 0:  # surely met at no rate: no ratio is bounded until one is found
-            below = round(min(o.rate for o in done[name]) / 2, 4)
-            if below >= plan.start / 2 ** DOWN_TO_BOUND:
+            lowest = min(done[name], key=lambda o: o.rate)
+            below = round(lowest.rate / 2, 4)
+            # a placement whose failures alone missed it would fail at any rate
+            if below >= plan.start / 2 ** DOWN_TO_BOUND and not lowest.failing:
                 options.append((width, name, below, False))
         if again is not None or hi is None or lo <= 0:
             continue

@@ -235,3 +235,12 @@ def test_the_third_pass_steps_down_at_most_twice_below_the_first_rate():
                              Outcome(1.48, False, True, sure_misses=True)])
     assert [r for r, _ in written if r < 0.74] == [0.37, 0.185]
     assert goodput_interval(s.state.done["collocated-2"])[0] == 0
+
+
+def test_the_third_pass_does_not_step_down_a_placement_whose_failures_alone_missed():
+    # every other request failed at its lowest rate: no lower rate would meet the SLO
+    truth = {**SHARPEN, 5.1985: [Outcome(5.1985, True, False, sure_meets=True)]}
+    written, _ = _sharpened(None, truth, [
+        Outcome(0.74, False, False, failing=True),
+        Outcome(1.48, False, True, sure_misses=True, failing=True)])
+    assert all(r >= 0.74 for r, _ in written)
