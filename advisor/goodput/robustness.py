@@ -38,7 +38,9 @@ def rejudge(run_dir: RunDir, slo: Slo, attainment: float, col: str, dis: str,
                    for rate in sorted(rates[name])] for name in (col, dis)}
     out = []
     for each in slo.definitions():
-        done = {name: [_outcome(r, rate, each, attainment) for rate, r in rs]
+        # the runs were summarized under `slo` itself: read as they are
+        done = {name: [outcome_of(r, rate, attainment, slo) if each == slo else
+                       _outcome(r, rate, each, attainment) for rate, r in rs]
                 for name, rs in runs.items()}
         out.append(_verdict(each, done[col], done[dis], margin))
     first = out[0].verdict

@@ -365,7 +365,7 @@ def _uncertain(run_dir: RunDir, s: _Setup, o: PlanOptions, shown: list[Placement
         return ()
     systems = [_system(s, o, c) for c in (col, dis)]
     found = sensitivity.flips(systems[0], systems[1], s.spec, rates, o.slo, o.attainment, o.seed,
-                              o.max_concurrency)
+                              o.max_concurrency, min(screen.SCREEN_REQUESTS, o.requests))
     facts = run_dir.read_manifest().plan
     if facts is not None:
         costs = pd_costs(systems[1], prompt, s.shape.kv_bytes_per_token(s.kv))

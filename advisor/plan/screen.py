@@ -64,8 +64,9 @@ def _screen(c: Candidate, system: System, spec: SyntheticSpec, rates: list[float
 
 def screened(system: System, spec: SyntheticSpec, rates: list[float], slo: Slo,
              attainment: float, seed: int, concurrency: int | None = None,
-             progress: Callable[[float], None] | None = None) -> tuple[float, float]:
-    """`system`'s highest of `rates` meeting the SLO in a screen of SCREEN_REQUESTS a rate
+             progress: Callable[[float], None] | None = None,
+             requests: int = SCREEN_REQUESTS) -> tuple[float, float]:
+    """`system`'s highest of `rates` meeting the SLO in a screen of `requests` a rate
     (0 where none did), and the least multiple of the SLO met there (infinite where none
     did)."""
     scales: dict[float, float] = {}
@@ -73,7 +74,7 @@ def screened(system: System, spec: SyntheticSpec, rates: list[float], slo: Slo,
     def meets(rate: float) -> bool:
         if progress is not None:
             progress(rate)
-        reqs = sim_runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
+        reqs = sim_runs.requests(spec, rate, requests, seed_for(seed, rate))
         met, scales[rate] = _judge(simulate(system, reqs, concurrency), rate, slo,
                                    attainment)
         return met
@@ -83,10 +84,11 @@ def screened(system: System, spec: SyntheticSpec, rates: list[float], slo: Slo,
 
 
 def scale_at(system: System, spec: SyntheticSpec, rate: float, slo: Slo, attainment: float,
-             seed: int, concurrency: int | None = None) -> float:
-    """The least multiple of the SLO that `attainment` of a screen's requests met at
+             seed: int, concurrency: int | None = None,
+             requests: int = SCREEN_REQUESTS) -> float:
+    """The least multiple of the SLO that `attainment` of a screen's `requests` met at
     `rate` (under 1: met)."""
-    reqs = sim_runs.requests(spec, rate, SCREEN_REQUESTS, seed_for(seed, rate))
+    reqs = sim_runs.requests(spec, rate, requests, seed_for(seed, rate))
     return _judge(simulate(system, reqs, concurrency), rate, slo, attainment)[1]
 
 

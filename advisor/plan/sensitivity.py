@@ -17,14 +17,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from advisor.plan.screen import scale_at, screened
+from advisor.plan.screen import SCREEN_REQUESTS, scale_at, screened
 from advisor.plan.steptime import Step, Work
 from advisor.plan.system import EngineSpec, StepModel, System
 from advisor.rundata.manifest import Sensitive
 from advisor.rundata.slo import Slo
 from workloads.spec import SyntheticSpec
 
-FACTORS = (2 ** 0.5, 2.0, 4.0)  # each input scaled by these, and by their inverses
+FACTORS = (2.0, 4.0)  # each input scaled by these and their inverses; a turn bisected once
 TIE = 0.10  # goodputs within this share of each other: neither wins (Thresholds' margin)
 
 
@@ -66,18 +66,29 @@ INPUTS: tuple[tuple[str, str, Callable[[System, float], System]], ...] = (
 
 
 def flips(col: System, dis: System, spec: SyntheticSpec, rates: list[float], slo: Slo,
-          attainment: float, seed: int, concurrency: int | None = None) -> list[Sensitive]:
+          attainment: float, seed: int, concurrency: int | None = None,
+          requests: int = SCREEN_REQUESTS) -> list[Sensitive]:
     """For each uncertain input, where the comparison of `col` and `dis` turns (both
-    systems scaled alike); empty where the screen at the planned inputs separates
-    neither way (no verdict to hold)."""
+    systems scaled alike), screened with `requests` a rate (no more than the plan ran);
+    empty where the screen at the planned inputs separates neither way (no verdict to
+    hold)."""
+    seen: dict[int, tuple[System, float, float]] = {}  # by identity: an input that
+    # leaves a system as it is (the KV link of a collocated one) is not screened again
+
+    def screen(x: System) -> tuple[float, float]:
+        if id(x) not in seen:
+            best = screened(x, spec, rates, slo, attainment, seed, concurrency,
+                            requests=requests)[0]
+            # neither may meet it: the nearer one then, by its SLO multiple
+            near = scale_at(x, spec, rates[0], slo, attainment, seed, concurrency,
+                            requests) if best == 0 else 0.0
+            seen[id(x)] = (x, best, near)
+        return seen[id(x)][1:]
+
     def verdict(c: System, d: System) -> str:
-        best = [screened(x, spec, rates, slo, attainment, seed, concurrency)
-                for x in (c, d)]
-        (got_c, scale_c), (got_d, scale_d) = best
-        if got_c == got_d == 0:  # neither meets it: the nearer one, by its SLO multiple
-            scale_c, scale_d = (scale_at(x, spec, rates[0], slo, attainment, seed,
-                                         concurrency) for x in (c, d))
-            got_c, got_d = 1 / scale_c, 1 / scale_d
+        (got_c, near_c), (got_d, near_d) = screen(c), screen(d)
+        if got_c == got_d == 0:
+            got_c, got_d = 1 / near_c, 1 / near_d
         if got_d > got_c * (1 + TIE) and got_d > 0:
             return "disaggregate"
         if got_c > got_d * (1 + TIE) and got_c > 0:
@@ -91,8 +102,9 @@ def flips(col: System, dis: System, spec: SyntheticSpec, rates: list[float], slo
     for name, what, scale in INPUTS:
         if name == "KV link" and dis.link is None:
             continue
-        found = None
+        turns: list[tuple[float, str] | None] = []  # going up, then going down
         for direction in (1, -1):
+            turn = None
             before = 1.0
             for f in FACTORS:
                 factor = f ** direction
@@ -101,11 +113,11 @@ def flips(col: System, dis: System, spec: SyntheticSpec, rates: list[float], slo
                     mid = math.sqrt(before * factor)
                     if verdict(scale(col, mid), scale(dis, mid)) != planned:
                         factor = mid
-                    found = (factor, got) if found is None or \
-                        abs(math.log(factor)) < abs(math.log(found[0])) else found
+                    turn = (factor, got)
                     break
                 before = factor
-        out.append(_said(name, what, planned, found))
+            turns.append(turn)
+        out.append(_said(name, what, planned, turns[0], turns[1]))
     return sorted(out, key=lambda f: math.inf if f.factor is None else abs(math.log(f.factor)))
 
 
@@ -113,13 +125,22 @@ AHEAD = {"disaggregate": "disaggregated ahead", "stay-collocated": "collocated a
          "within noise": "within noise of each other"}
 
 
-def _said(name: str, what: str, planned: str, found: tuple[float, str] | None) -> Sensitive:
-    span = f"{1 / FACTORS[-1]:g}x to {FACTORS[-1]:g}x"
-    if found is None:
-        return Sensitive(name, None, None, f"{AHEAD[planned]} with {what} anywhere from "
-                                           f"{span} those priced")
-    factor, becomes = found
-    side = "at most" if factor > 1 else "at least"
-    return Sensitive(name, factor, becomes,
-                     f"{AHEAD[planned]} while {what} are {side} about {factor:.2g}x those "
-                     f"priced (there: {AHEAD[becomes]})")
+def _said(name: str, what: str, planned: str, up: tuple[float, str] | None,
+          down: tuple[float, str] | None) -> Sensitive:
+    """The sentence for one input, turning at `up` (above 1) and `down` (below), each the
+    factor and what it turns into; the nearer of them kept as the input's factor."""
+    ahead = AHEAD[planned]
+    if up is None and down is None:
+        span = f"{1 / FACTORS[-1]:g}x to {FACTORS[-1]:g}x"
+        return Sensitive(name, None, None, f"{ahead} with {what} anywhere from {span} "
+                                           "those priced")
+    if up is not None and down is not None:
+        said = (f"{ahead} while {what} are between about {down[0]:.2g}x and {up[0]:.2g}x "
+                f"those priced (below: {AHEAD[down[1]]}; above: {AHEAD[up[1]]})")
+    else:
+        factor, becomes = up if up is not None else down  # type: ignore[misc]
+        side = "at most" if up is not None else "at least"
+        said = (f"{ahead} while {what} are {side} about {factor:.2g}x those priced "
+                f"(there: {AHEAD[becomes]})")
+    near = min((t for t in (up, down) if t is not None), key=lambda t: abs(math.log(t[0])))
+    return Sensitive(name, near[0], near[1], said)
