@@ -67,6 +67,19 @@ def outcome_of(result: RunResult, rate: float, target: float, slo: Slo) -> Outco
                    failing=s.failed > (1 - target) * result.described.num_prompts)
 
 
+WITHIN_NOISE = "within noise"
+
+
+def ahead(collocated: float, disaggregated: float, margin: float) -> str:
+    """Which of two max goodputs (req/s) leads by more than `margin` of the other:
+    "disaggregate", "stay-collocated", or WITHIN_NOISE (neither, or neither above 0)."""
+    if disaggregated > collocated * (1 + margin) and disaggregated > 0:
+        return "disaggregate"
+    if collocated > disaggregated * (1 + margin) and collocated > 0:
+        return "stay-collocated"
+    return WITHIN_NOISE
+
+
 def max_goodput_rate(done: list[Outcome]) -> float:
     """The highest measured rate that met the SLO (0 when none did)."""
     return max((o.rate for o in done if o.meets), default=0.0)

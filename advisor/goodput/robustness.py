@@ -11,7 +11,9 @@ import dataclasses
 import math
 
 from advisor.goodput.outcomes import (
+    WITHIN_NOISE,
     Outcome,
+    ahead,
     apart,
     goodput_interval,
     max_goodput_rate,
@@ -26,7 +28,6 @@ from advisor.rundata.rundir import RunDir
 from advisor.rundata.slo import Slo
 
 PERCENTILES = parse_percentiles("50,90,99")
-TIE = "within noise"
 
 
 def rejudge(run_dir: RunDir, slo: Slo, attainment: float, col: str, dis: str,
@@ -59,13 +60,10 @@ def _outcome(result: RunResult, rate: float, slo: Slo, attainment: float) -> Out
 def _verdict(slo: Slo, col: list[Outcome], dis: list[Outcome], margin: float) -> Rejudged:
     c, d = max_goodput_rate(col), max_goodput_rate(dis)
     ci_c, ci_d = goodput_interval(col), goodput_interval(dis)
-    sure = apart(ci_c, ci_d)
-    if d > c * (1 + margin) and d > 0 and sure:
-        verdict, ratio = "disaggregate", (ci_d[0] / top(ci_c), _over(top(ci_d), ci_c[0]))
-    elif c > d * (1 + margin) and c > 0 and sure:
-        verdict, ratio = "stay-collocated", (ci_c[0] / top(ci_d), _over(top(ci_c), ci_d[0]))
-    else:
-        verdict, ratio = TIE, None
+    verdict = ahead(c, d, margin) if apart(ci_c, ci_d) else WITHIN_NOISE
+    lead, other = (ci_d, ci_c) if verdict == "disaggregate" else (ci_c, ci_d)
+    ratio = None if verdict == WITHIN_NOISE else \
+        (lead[0] / top(other), _over(top(lead), other[0]))
     return Rejudged(slo=slo.text, defined=slo.stated, verdict=verdict,
                     collocated_rps=c, disaggregated_rps=d,
                     collocated_interval_rps=[ci_c[0], ci_c[1]],

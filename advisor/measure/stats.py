@@ -98,7 +98,8 @@ def latency(r: RequestRecord) -> RequestLatency | None:
 
 def is_good(lat: RequestLatency | None, slo: Slo | None) -> bool:
     """Whether a request met every per-request objective of `slo` (None: none to meet;
-    the pooled ones are the run's, `pooled_misses`). A failed request (None) never does."""
+    the pooled ones are the run's: advisor.goodput.outcomes.outcome_of). A failed request
+    (None) never does."""
     if lat is None:
         return False
     got = _judged(lat)

@@ -75,8 +75,8 @@ class _Read:
         ev = self.evidence
         if ev is None:
             return SloLines()
-        gap = ev.slo.get("itl") or ev.slo.get("tpot")
-        return SloLines(ev.slo.for_share(ev.attainment), ev.slo.get("ttft"), gap, ev.attainment)
+        return SloLines(ev.slo.for_share(ev.attainment), ev.slo.get("ttft"), ev.slo.gap_ms,
+                        ev.attainment)
 
 
 _T = TypeVar("_T")

@@ -17,6 +17,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from advisor.decide.thresholds import Thresholds
+from advisor.goodput.outcomes import WITHIN_NOISE, ahead
 from advisor.plan.screen import SCREEN_REQUESTS, scale_at, screened
 from advisor.plan.steptime import Step, Work
 from advisor.plan.system import EngineSpec, StepModel, System
@@ -25,7 +27,6 @@ from advisor.rundata.slo import Slo
 from workloads.spec import SyntheticSpec
 
 FACTORS = (2.0, 4.0)  # each input scaled by these and their inverses; a turn bisected once
-TIE = 0.10  # goodputs within this share of each other: neither wins (Thresholds' margin)
 
 
 @dataclass(frozen=True)
@@ -89,14 +90,10 @@ def flips(col: System, dis: System, spec: SyntheticSpec, rates: list[float], slo
         (got_c, near_c), (got_d, near_d) = screen(c), screen(d)
         if got_c == got_d == 0:
             got_c, got_d = 1 / near_c, 1 / near_d
-        if got_d > got_c * (1 + TIE) and got_d > 0:
-            return "disaggregate"
-        if got_c > got_d * (1 + TIE) and got_c > 0:
-            return "stay-collocated"
-        return "within noise"
+        return ahead(got_c, got_d, Thresholds().goodput_margin)
 
     planned = verdict(col, dis)
-    if planned == "within noise":
+    if planned == WITHIN_NOISE:
         return []
     out = []
     for name, what, scale in INPUTS:
@@ -122,7 +119,7 @@ def flips(col: System, dis: System, spec: SyntheticSpec, rates: list[float], slo
 
 
 AHEAD = {"disaggregate": "disaggregated ahead", "stay-collocated": "collocated ahead",
-         "within noise": "within noise of each other"}
+         WITHIN_NOISE: "within noise of each other"}
 
 
 def _said(name: str, what: str, planned: str, up: tuple[float, str] | None,

@@ -7,13 +7,15 @@ import json
 
 import pytest
 
+from advisor.decide.thresholds import Thresholds
 from advisor.plan import candidates as cands
 from advisor.plan.options import PlanOptions
 from advisor.plan.plan import _setup, run_plan
 from advisor.plan.screen import scale_at, screened
-from advisor.plan.sensitivity import INPUTS, TIE, flips
+from advisor.plan.sensitivity import INPUTS, flips
 from advisor.rundata.rundir import RunDir
 
+TIE = Thresholds().goodput_margin
 pytestmark = pytest.mark.slow  # plans and screens, ~20 s
 
 # the guide's L40S case with P2P: disaggregate
